@@ -1,0 +1,118 @@
+//! A monotonic clock that keeps counting while the machine is suspended.
+//!
+//! The validity of a lock is measured against the TTL that the Redis nodes
+//! count down on their own clocks. If our clock stopped while the machine was
+//! suspended, a lock would look valid for longer than the nodes keep it.
+//! `std::time::Instant` is `CLOCK_MONOTONIC` on Linux, which stops during
+//! suspend; `CLOCK_BOOTTIME` does not, so that is what we read there. Other
+//! platforms fall back to `Instant`.
+
+use std::time::Duration;
+
+/// A point in time: the time since boot on Linux, since the first reading
+/// elsewhere. Only differences between moments mean anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Moment(Duration);
+
+impl Moment {
+    /// The current moment.
+    pub(crate) fn now() -> Moment {
+        // Unit tests drive time with tokio's paused clock; they read that
+        // one inside a runtime.
+        #[cfg(test)]
+        if tokio::runtime::Handle::try_current().is_ok() {
+            return Moment(test_clock());
+        }
+        Moment(read_clock())
+    }
+
+    /// The time from `self` to now, zero if now is earlier.
+    pub(crate) fn elapsed(self) -> Duration {
+        Moment::now().0.saturating_sub(self.0)
+    }
+
+    /// The time from now until `self`, zero if it has passed.
+    pub(crate) fn remaining(self) -> Duration {
+        self.0.saturating_sub(Moment::now().0)
+    }
+
+    /// `self + d`.
+    pub(crate) fn after(self, d: Duration) -> Moment {
+        Moment(self.0.saturating_add(d))
+    }
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn read_clock() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_BOOTTIME exists on
+    // every Linux since 2.6.39 and clock_gettime cannot fail for it then.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    debug_assert_eq!(rc, 0, "clock_gettime(CLOCK_BOOTTIME) failed");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn read_clock() -> Duration {
+    use std::sync::LazyLock;
+    use std::time::Instant;
+    static BASE: LazyLock<Instant> = LazyLock::new(Instant::now);
+    BASE.elapsed()
+}
+
+/// Tokio's clock, which a test can pause and advance, as a duration since
+/// the first reading.
+#[cfg(test)]
+fn test_clock() -> Duration {
+    use std::sync::LazyLock;
+    static BASE: LazyLock<std::time::Instant> = LazyLock::new(std::time::Instant::now);
+    let base = *BASE;
+    tokio::time::Instant::now()
+        .into_std()
+        .saturating_duration_since(base)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn never_goes_back_and_counts_real_time() {
+        let a = Moment::now();
+        std::thread::sleep(Duration::from_millis(20));
+        let b = Moment::now();
+        assert!(b > a);
+        assert!(a.elapsed() >= Duration::from_millis(20));
+    }
+
+    #[test]
+    fn remaining_saturates_at_zero() {
+        let past = Moment::now();
+        std::thread::sleep(Duration::from_millis(2));
+        assert_eq!(past.remaining(), Duration::ZERO);
+        let future = Moment::now().after(Duration::from_secs(60));
+        assert!(future.remaining() > Duration::from_secs(59));
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn reads_boot_time_not_process_time() {
+        // CLOCK_BOOTTIME counts from boot, so it is at least the uptime the
+        // kernel reports (read after it, to stay on the safe side).
+        let now = Moment::now().0.as_secs_f64();
+        let uptime: f64 = std::fs::read_to_string("/proc/uptime")
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(
+            (now - uptime).abs() < 1.0,
+            "boot clock {now} vs uptime {uptime}"
+        );
+    }
+}

@@ -1,0 +1,367 @@
+//! Errors: what went wrong, and what to do about it.
+//!
+//! There are three layers, from the outside in:
+//!
+//! * [`Error`] is what every public call returns. It says which operation
+//!   failed and why, in terms of the lock: not acquired, expired, taken by
+//!   another owner, or too few nodes answering.
+//! * [`Report`] is attached to every error that involved the nodes. It says how
+//!   many nodes agreed, how many were needed, and why each of the others did
+//!   not agree.
+//! * [`NodeFailure`] is one node's reason. Errors that Redis answered are
+//!   sorted into the cases a user can act on (wrong key type, out of memory,
+//!   authentication, read-only replica); their `Display` says what to fix.
+//!
+//! Configuration mistakes are [`ConfigError`]s. They are found before any
+//! I/O: by [`Builder::build`](crate::Builder::build) for the node list and
+//! options, and at the start of [`Redlock::lock`](crate::Redlock::lock) for the
+//! TTL.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Everything that can go wrong with a lock.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Error {
+    /// The configuration (or the TTL of a call) is invalid. Nothing was sent.
+    Config(ConfigError),
+    /// [`lock`](crate::Redlock::lock) or [`try_lock`](crate::Redlock::try_lock)
+    /// gave up. Every attempt was rolled back on every node.
+    NotAcquired {
+        /// The resource asked for.
+        resource: String,
+        /// How many attempts were made.
+        attempts: u32,
+        /// What ended the attempts.
+        gave_up: GaveUp,
+        /// The votes of the last attempt.
+        report: Report,
+    },
+    /// The lock's validity had run out: [`extend`](crate::Lock::extend) on
+    /// an expired lock sends nothing; [`release`](crate::Lock::release) still
+    /// cleans up, but the critical section was not protected to its end. Also
+    /// returned when the nodes no longer knew the key (it expired, was already
+    /// released, or a node restarted without persistence).
+    Expired {
+        /// The resource of the lock.
+        resource: String,
+        /// The votes, if anything was sent.
+        report: Report,
+    },
+    /// Another owner's token was found on some nodes and ours was not on a
+    /// majority: the lock expired and was taken by someone else.
+    Taken {
+        /// The resource of the lock.
+        resource: String,
+        /// The votes; [`Report::held_by_others`] counts the nodes with a
+        /// different owner.
+        report: Report,
+    },
+    /// Too few nodes confirmed the operation and none was seen held by
+    /// another owner: most likely nodes are down or slow. After a failed
+    /// release, the keys that could not be deleted expire at their TTL.
+    NoQuorum {
+        /// The resource of the lock.
+        resource: String,
+        /// The votes.
+        report: Report,
+    },
+}
+
+/// Why [`Redlock::lock`](crate::Redlock::lock) stopped trying.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum GaveUp {
+    /// The retry limit ([`Builder::retry_count`](crate::Builder::retry_count))
+    /// was used up (always the case for `try_lock`, which makes one attempt).
+    Retries,
+    /// The overall wait deadline
+    /// ([`Builder::wait_timeout`](crate::Builder::wait_timeout)) would have
+    /// passed before the next attempt.
+    Deadline,
+}
+
+impl Error {
+    /// The per-node votes behind this error, when nodes were asked.
+    pub fn report(&self) -> Option<&Report> {
+        match self {
+            Error::Config(_) => None,
+            Error::NotAcquired { report, .. }
+            | Error::Expired { report, .. }
+            | Error::Taken { report, .. }
+            | Error::NoQuorum { report, .. } => Some(report),
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Config(e) => write!(f, "invalid configuration: {e}"),
+            Error::NotAcquired {
+                resource,
+                attempts,
+                gave_up,
+                report,
+            } => {
+                let why = match gave_up {
+                    GaveUp::Retries => "retry limit reached",
+                    GaveUp::Deadline => "wait deadline reached",
+                };
+                write!(
+                    f,
+                    "lock on {resource:?} not acquired after {attempts} attempt(s) ({why}); last attempt: {report}"
+                )?;
+                if report.agreed >= report.needed {
+                    write!(
+                        f,
+                        "; a majority agreed but too little validity was left: use a longer TTL or a shorter node timeout"
+                    )?;
+                }
+                Ok(())
+            }
+            Error::Expired { resource, report } if report.nodes.is_empty() => write!(
+                f,
+                "lock on {resource:?} had expired before the call; nothing was sent"
+            ),
+            Error::Expired { resource, report } => write!(
+                f,
+                "lock on {resource:?} had expired or was already released: {report}"
+            ),
+            Error::Taken { resource, report } => write!(
+                f,
+                "lock on {resource:?} was taken by another owner on {} node(s): {report}",
+                report.held_by_others()
+            ),
+            Error::NoQuorum { resource, report } => write!(
+                f,
+                "too few nodes confirmed the operation on {resource:?}: {report}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Config(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<ConfigError> for Error {
+    fn from(e: ConfigError) -> Self {
+        Error::Config(e)
+    }
+}
+
+/// A configuration mistake, found before any I/O.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// No node was given.
+    NoNodes,
+    /// A node URL could not be parsed.
+    InvalidUrl {
+        /// The URL as given (password removed).
+        url: String,
+        /// What the parser said.
+        reason: String,
+    },
+    /// The same node (host and port, or socket path) was given twice. A node
+    /// counted twice would let one failure cost two votes, and one server
+    /// grant two.
+    DuplicateNode {
+        /// The address that appears twice.
+        node: String,
+    },
+    /// The drift factor is not a finite number in `0.0..1.0`.
+    InvalidDriftFactor(f64),
+    /// The per-node timeout is zero.
+    ZeroNodeTimeout,
+    /// A TTL of zero (or below one millisecond, which Redis cannot express).
+    ZeroTtl,
+    /// A TTL larger than Redis accepts for `PX`.
+    TtlTooLarge {
+        /// The TTL asked for.
+        ttl: Duration,
+        /// The largest TTL accepted.
+        max: Duration,
+    },
+    /// The clock drift allowance (`ttl × drift_factor + 2 ms`) is not smaller
+    /// than the TTL, so no acquisition could ever be valid.
+    DriftExceedsTtl {
+        /// The TTL asked for.
+        ttl: Duration,
+        /// The drift allowance computed for it.
+        drift: Duration,
+    },
+    /// The per-node timeout is not smaller than the TTL: a slow node could
+    /// eat the whole validity before it is counted.
+    TimeoutNotBelowTtl {
+        /// The per-node timeout.
+        node_timeout: Duration,
+        /// The TTL asked for.
+        ttl: Duration,
+    },
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::NoNodes => write!(
+                f,
+                "no Redis nodes given: pass at least one URL (five independent nodes are recommended)"
+            ),
+            ConfigError::InvalidUrl { url, reason } => write!(
+                f,
+                "node URL {url:?} is invalid ({reason}): use redis://[:password@]host:port[/db]"
+            ),
+            ConfigError::DuplicateNode { node } => write!(
+                f,
+                "node {node} is given twice: every node must be a distinct Redis server"
+            ),
+            ConfigError::InvalidDriftFactor(x) => {
+                write!(
+                    f,
+                    "drift factor {x} must be a number in 0.0..1.0 (default 0.01)"
+                )
+            }
+            ConfigError::ZeroNodeTimeout => {
+                write!(f, "the per-node timeout must be greater than zero")
+            }
+            ConfigError::ZeroTtl => write!(f, "the TTL must be at least 1 ms"),
+            ConfigError::TtlTooLarge { ttl, max } => {
+                write!(f, "TTL {ttl:?} is larger than Redis accepts ({max:?})")
+            }
+            ConfigError::DriftExceedsTtl { ttl, drift } => write!(
+                f,
+                "TTL {ttl:?} is not larger than its clock drift allowance {drift:?}: use a longer TTL or a smaller drift factor"
+            ),
+            ConfigError::TimeoutNotBelowTtl { node_timeout, ttl } => write!(
+                f,
+                "per-node timeout {node_timeout:?} is not smaller than TTL {ttl:?}: use a longer TTL or a shorter node timeout"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// How the nodes voted on one operation.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    pub(crate) needed: usize,
+    pub(crate) agreed: usize,
+    /// Every node that did not agree, with its reason, in node order.
+    pub(crate) nodes: Vec<(String, NodeFailure)>,
+}
+
+impl Report {
+    /// How many nodes agreed.
+    pub fn agreed(&self) -> usize {
+        self.agreed
+    }
+
+    /// How many had to agree (the quorum, `N/2 + 1`).
+    pub fn needed(&self) -> usize {
+        self.needed
+    }
+
+    /// The nodes that did not agree, each with its reason.
+    pub fn failures(&self) -> &[(String, NodeFailure)] {
+        &self.nodes
+    }
+
+    /// How many nodes had the key under another owner's token.
+    pub fn held_by_others(&self) -> usize {
+        self.count(|f| matches!(f, NodeFailure::Held))
+    }
+
+    pub(crate) fn count(&self, pred: impl Fn(&NodeFailure) -> bool) -> usize {
+        self.nodes.iter().filter(|(_, f)| pred(f)).count()
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} of {} needed nodes agreed", self.agreed, self.needed)?;
+        for (i, (node, failure)) in self.nodes.iter().enumerate() {
+            f.write_str(if i == 0 { " (" } else { "; " })?;
+            write!(f, "{node}: {failure}")?;
+        }
+        if !self.nodes.is_empty() {
+            f.write_str(")")?;
+        }
+        Ok(())
+    }
+}
+
+/// Why one node did not agree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NodeFailure {
+    /// The key is held under another owner's token (or holds a value that is
+    /// not a lock token, which `SET NX` cannot tell apart).
+    Held,
+    /// The key is gone on this node: it expired, was released, or the node
+    /// restarted without persistence.
+    Missing,
+    /// No answer within the per-node timeout. The command may still have
+    /// been applied; acquisitions roll it back like any other.
+    Timeout,
+    /// The node was not asked, or had not answered, when the outcome was
+    /// already decided by the others.
+    NotWaited,
+    /// The node could not be reached or the connection dropped.
+    Connection(String),
+    /// The node refused our credentials (`NOAUTH`, `WRONGPASS`, `NOPERM`).
+    Auth(String),
+    /// The key holds a value of another type (`WRONGTYPE`).
+    WrongType(String),
+    /// The node is out of memory (`OOM`): `maxmemory` is reached under
+    /// `noeviction`.
+    OutOfMemory(String),
+    /// The node is a read-only replica (`READONLY`).
+    ReadOnly(String),
+    /// Any other error answer from Redis.
+    Server {
+        /// The error code (`ERR`, `NOSCRIPT`, `BUSY`, …).
+        code: String,
+        /// The full message.
+        message: String,
+    },
+}
+
+impl fmt::Display for NodeFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeFailure::Held => write!(f, "held by another owner"),
+            NodeFailure::Missing => {
+                write!(f, "key not found (expired, released or node restarted)")
+            }
+            NodeFailure::Timeout => write!(f, "no answer within the per-node timeout"),
+            NodeFailure::NotWaited => write!(f, "not waited for (the outcome was already decided)"),
+            NodeFailure::Connection(e) => write!(f, "connection failed: {e}"),
+            NodeFailure::Auth(e) => write!(
+                f,
+                "authentication failed ({e}): put the credentials in the URL, redis://user:password@host:port"
+            ),
+            NodeFailure::WrongType(e) => write!(
+                f,
+                "the key holds a non-lock value ({e}): choose a key prefix that no other data uses"
+            ),
+            NodeFailure::OutOfMemory(e) => write!(
+                f,
+                "the node is out of memory ({e}): raise maxmemory or free memory on it"
+            ),
+            NodeFailure::ReadOnly(e) => write!(
+                f,
+                "the node is a read-only replica ({e}): Redlock needs independent masters"
+            ),
+            NodeFailure::Server { message, .. } => write!(f, "Redis error: {message}"),
+        }
+    }
+}

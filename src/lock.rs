@@ -1,0 +1,194 @@
+//! The guard of a held lock: how long it is still valid, extending it,
+//! releasing it.
+//!
+//! A [`Lock`] knows its resource, its token and the moment its validity ends.
+//! It does not watch the nodes: [`remaining`](Lock::remaining) is computed
+//! from that moment alone, on the same suspend-aware clock as the
+//! acquisition. [`extend`](Lock::extend) and [`release`](Lock::release) ask
+//! every node at once under the same quorum, timeout and validity rules as
+//! the acquisition.
+//!
+//! Dropping a lock without releasing it releases it in the background (when a
+//! tokio runtime is running; otherwise its keys expire at their TTL).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::Moment;
+use crate::error::{Error, NodeFailure, Report};
+use crate::quorum::{self, Request};
+use crate::redlock::Core;
+
+/// A held lock. Release it with [`release`](Lock::release); dropping it
+/// releases it in the background.
+#[must_use = "dropping a Lock releases it at once"]
+pub struct Lock {
+    core: Arc<Core>,
+    resource: String,
+    key: Arc<str>,
+    token: Arc<str>,
+    deadline: Moment,
+    released: bool,
+}
+
+impl Lock {
+    pub(crate) fn new(
+        core: Arc<Core>,
+        resource: String,
+        key: Arc<str>,
+        token: Arc<str>,
+        deadline: Moment,
+    ) -> Lock {
+        Lock {
+            core,
+            resource,
+            key,
+            token,
+            deadline,
+            released: false,
+        }
+    }
+
+    /// The resource this lock is on.
+    pub fn resource(&self) -> &str {
+        &self.resource
+    }
+
+    /// The random token that marks this holder on the nodes (40 hex digits).
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// How long the lock is still valid: the TTL of the last acquisition or
+    /// extension, less the time it took and the drift allowance, less the
+    /// time since. Zero once expired.
+    ///
+    /// Check it before acting on the protected resource; a process pause
+    /// between the check and the act is not covered (see
+    /// [`Redlock`](crate::Redlock) on pauses and fencing).
+    pub fn remaining(&self) -> Duration {
+        self.deadline.remaining()
+    }
+
+    /// Whether the validity has run out.
+    pub fn is_expired(&self) -> bool {
+        self.remaining().is_zero()
+    }
+
+    /// Extends the lock to `ttl` from now, on a majority of nodes, and
+    /// updates [`remaining`](Self::remaining) in place.
+    ///
+    /// A node whose key is gone (expired, or lost in a restart) is not given
+    /// the key back: an extension never resurrects a lock.
+    ///
+    /// # Errors
+    /// * [`Error::Expired`] if the validity had already run out: nothing is
+    ///   sent. Also when the nodes had lost the key.
+    /// * [`Error::Taken`] if another owner holds it on some nodes.
+    /// * [`Error::NoQuorum`] if too few nodes confirmed in time.
+    /// * [`Error::Config`] for a TTL that cannot work with the options.
+    ///
+    /// A failed extension deletes nothing: the lock stays held until its old
+    /// validity ends, and the call may be tried again.
+    pub async fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
+        let plan = self.core.options.plan(ttl)?;
+        if self.is_expired() {
+            return Err(self.expired(Report::default()));
+        }
+        let start = Moment::now();
+        let request = Request::Extend {
+            key: self.key.clone(),
+            token: self.token.clone(),
+            ttl_ms: plan.ttl_ms,
+        };
+        let (tally, stragglers) = quorum::decide(&self.core.nodes, &request).await;
+        // Slow nodes still get the extension, so that they agree with the
+        // majority for as long as they can.
+        stragglers.finish_in_background();
+        let valid = quorum::validity(plan.ttl, start.elapsed(), plan.drift)
+            .filter(|v| *v > self.core.options.min_validity);
+        tracing::debug!(
+            resource = %self.resource,
+            agreed = tally.agreed(),
+            needed = tally.needed(),
+            "extend"
+        );
+        if tally.has_majority() && valid.is_some() {
+            self.deadline = start.after(plan.ttl - plan.drift);
+            return Ok(());
+        }
+        Err(self.classify(tally.report(&self.core.nodes)))
+    }
+
+    /// Releases the lock on every node: one bounded attempt, in parallel.
+    ///
+    /// Returns `Ok` if a majority still held our token and deleted it while
+    /// the lock was valid. Keys that could not be reached expire at their
+    /// TTL.
+    ///
+    /// # Errors
+    /// * [`Error::Expired`] if the validity had run out before the call (the
+    ///   critical section overran the lock), or the keys were already gone.
+    /// * [`Error::Taken`] if another owner holds the key on some nodes.
+    /// * [`Error::NoQuorum`] if too few nodes answered.
+    pub async fn release(mut self) -> Result<(), Error> {
+        let expired = self.is_expired();
+        let request = Request::Release {
+            key: self.key.clone(),
+            token: self.token.clone(),
+        };
+        let (tally, stragglers) = quorum::decide(&self.core.nodes, &request).await;
+        stragglers.finish_in_background();
+        self.released = true;
+        tracing::debug!(
+            resource = %self.resource,
+            agreed = tally.agreed(),
+            needed = tally.needed(),
+            "release"
+        );
+        let report = tally.report(&self.core.nodes);
+        match (tally.has_majority(), expired) {
+            (true, false) => Ok(()),
+            (_, true) if report.held_by_others() == 0 => Err(self.expired(report)),
+            _ => Err(self.classify(report)),
+        }
+    }
+
+    /// The error for a report without a majority.
+    fn classify(&self, report: Report) -> Error {
+        let resource = self.resource.clone();
+        if report.held_by_others() > 0 {
+            Error::Taken { resource, report }
+        } else if report.count(|f| *f == NodeFailure::Missing) > 0 {
+            Error::Expired { resource, report }
+        } else {
+            Error::NoQuorum { resource, report }
+        }
+    }
+
+    fn expired(&self, report: Report) -> Error {
+        Error::Expired {
+            resource: self.resource.clone(),
+            report,
+        }
+    }
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        if !self.released {
+            tracing::debug!(resource = %self.resource, "lock dropped: releasing in the background");
+            quorum::release_in_background(&self.core.nodes, self.key.clone(), self.token.clone());
+        }
+    }
+}
+
+impl fmt::Debug for Lock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lock")
+            .field("resource", &self.resource)
+            .field("remaining", &self.remaining())
+            .finish_non_exhaustive()
+    }
+}

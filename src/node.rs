@@ -1,0 +1,266 @@
+//! One Redis node: its connection, its commands and their time bound.
+//!
+//! Each node keeps one multiplexed connection, shared by every task of the
+//! process, so that concurrent locks pipeline on it instead of opening
+//! connections. The connection is made on first use, under the same
+//! per-node timeout as the command that needed it, and made again after it
+//! breaks (a node restart, say).
+//!
+//! Three rules keep the protocol honest:
+//!
+//! * **Every request is bounded** by the per-node timeout, connection set-up
+//!   included. A frozen node costs a caller at most that much.
+//! * **Nothing is replayed behind our back.** A command that failed is
+//!   reported as failed; it is never sent again on a new connection, where it
+//!   could land after a rollback. A timed-out command is *not* a reason to
+//!   drop the connection: a later rollback on the same connection is ordered
+//!   after it by Redis itself.
+//! * **Errors are sorted** into [`NodeFailure`]s a user can act on.
+//!
+//! Scripts go by `EVALSHA`; on `NOSCRIPT` (the node restarted, or someone ran
+//! `SCRIPT FLUSH`) the same call is made once more with `EVAL`, which also
+//! puts the script back into the node's cache.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, ErrorKind, RedisError, ServerErrorKind, Value};
+
+use crate::error::NodeFailure;
+use crate::quorum::{Request, Vote, Voter};
+use crate::scripts::{self, Script};
+
+/// A handle on one node; clones share the connection.
+#[derive(Clone)]
+pub(crate) struct Node {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// `host:port`, for reports and logs (never the password).
+    name: String,
+    client: redis::Client,
+    timeout: Duration,
+    /// The live connection, with the generation that made it.
+    live: Mutex<Option<(u64, MultiplexedConnection)>>,
+    /// Held while connecting, so that concurrent callers share one attempt;
+    /// counts the connections made.
+    connecting: tokio::sync::Mutex<u64>,
+    /// Whether the eviction policy has been looked at.
+    policy_checked: AtomicBool,
+}
+
+impl Node {
+    pub(crate) fn new(client: redis::Client, timeout: Duration) -> Node {
+        let name = client.get_connection_info().addr().to_string();
+        Node {
+            inner: Arc::new(Inner {
+                name,
+                client,
+                timeout,
+                live: Mutex::new(None),
+                connecting: tokio::sync::Mutex::new(0),
+                policy_checked: AtomicBool::new(false),
+            }),
+        }
+    }
+}
+
+impl Voter for Node {
+    fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    fn ask(&self, request: &Request) -> BoxFuture<'static, Vote> {
+        let inner = self.inner.clone();
+        let request = request.clone();
+        Box::pin(async move {
+            match tokio::time::timeout(inner.timeout, inner.run(&request)).await {
+                Ok(vote) => vote,
+                Err(_) => Err(NodeFailure::Timeout),
+            }
+        })
+    }
+}
+
+impl Inner {
+    async fn run(self: &Arc<Self>, request: &Request) -> Vote {
+        let (generation, mut conn) = self.connection().await?;
+        let reply = match request {
+            Request::Acquire { key, token, ttl_ms } => redis::cmd("SET")
+                .arg(&**key)
+                .arg(&**token)
+                .arg("NX")
+                .arg("PX")
+                .arg(*ttl_ms)
+                .query_async(&mut conn)
+                .await
+                .map(|v| match v {
+                    Value::Nil => Err(NodeFailure::Held),
+                    _ => Ok(()),
+                }),
+            Request::Release { key, token } => {
+                eval(&mut conn, &scripts::RELEASE, key, &[token]).await
+            }
+            Request::Extend { key, token, ttl_ms } => {
+                eval(
+                    &mut conn,
+                    &scripts::EXTEND,
+                    key,
+                    &[token, &ttl_ms.to_string()],
+                )
+                .await
+            }
+        };
+        reply.unwrap_or_else(|e| {
+            if is_connection_error(&e) {
+                self.forget(generation);
+            }
+            Err(classify(&e))
+        })
+    }
+
+    /// The live connection, made if there is none.
+    async fn connection(self: &Arc<Self>) -> Result<(u64, MultiplexedConnection), NodeFailure> {
+        if let Some(live) = self.live_connection() {
+            return Ok(live);
+        }
+        let mut made = self.connecting.lock().await;
+        if let Some(live) = self.live_connection() {
+            return Ok(live);
+        }
+        // Our own timeout bounds the whole request; the library's would only
+        // add a second, different one.
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(None)
+            .set_response_timeout(None);
+        let conn = self
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(|e| classify(&e))?;
+        *made += 1;
+        let live = (*made, conn);
+        *self.live.lock().unwrap_or_else(|p| p.into_inner()) = Some(live.clone());
+        tracing::debug!(node = %self.name, generation = *made, "connected");
+        if !self.policy_checked.load(Ordering::Relaxed) {
+            tokio::spawn(self.clone().check_eviction_policy(live.1.clone()));
+        }
+        Ok(live)
+    }
+
+    fn live_connection(&self) -> Option<(u64, MultiplexedConnection)> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Drops the connection of `generation`, if it is still the live one.
+    fn forget(&self, generation: u64) {
+        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        if live.as_ref().is_some_and(|(g, _)| *g == generation) {
+            *live = None;
+            tracing::debug!(node = %self.name, generation, "connection dropped");
+        }
+    }
+
+    /// Warns once if the node may evict lock keys under memory pressure: with
+    /// a `maxmemory` set, every policy but `noeviction` can evict keys that
+    /// have a TTL, and a lock whose key is evicted is silently lost.
+    async fn check_eviction_policy(self: Arc<Self>, mut conn: MultiplexedConnection) {
+        let query = async {
+            let (_, max): (String, u64) = redis::cmd("CONFIG")
+                .arg("GET")
+                .arg("maxmemory")
+                .query_async(&mut conn)
+                .await?;
+            let (_, policy): (String, String) = redis::cmd("CONFIG")
+                .arg("GET")
+                .arg("maxmemory-policy")
+                .query_async(&mut conn)
+                .await?;
+            Ok::<_, RedisError>((max, policy))
+        };
+        // CONFIG may be renamed or forbidden (managed Redis): then we cannot
+        // tell, and say nothing.
+        if let Ok(Ok((max, policy))) = tokio::time::timeout(Duration::from_secs(5), query).await {
+            if !self.policy_checked.swap(true, Ordering::Relaxed)
+                && max > 0
+                && policy != "noeviction"
+            {
+                tracing::warn!(
+                    node = %self.name,
+                    maxmemory = max,
+                    policy = %policy,
+                    "this node may evict lock keys under memory pressure, silently losing locks: \
+                     set maxmemory-policy noeviction"
+                );
+            }
+        }
+    }
+}
+
+/// Runs a script by `EVALSHA`, falling back to `EVAL` on `NOSCRIPT`.
+async fn eval(
+    conn: &mut MultiplexedConnection,
+    script: &Script,
+    key: &str,
+    args: &[&str],
+) -> Result<Vote, RedisError> {
+    let call = |command: &str, body: &str| {
+        let mut cmd = redis::cmd(command);
+        cmd.arg(body).arg(1).arg(key).arg(args);
+        cmd
+    };
+    let reply: i64 = match call("EVALSHA", &script.sha1).query_async(conn).await {
+        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            call("EVAL", script.source).query_async(conn).await?
+        }
+        other => other?,
+    };
+    Ok(match reply {
+        1 => Ok(()),
+        0 => Err(NodeFailure::Missing),
+        _ => Err(NodeFailure::Held),
+    })
+}
+
+fn is_connection_error(e: &RedisError) -> bool {
+    e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error()
+}
+
+/// Sorts a Redis error into the failure a user can act on.
+fn classify(e: &RedisError) -> NodeFailure {
+    let message = e.to_string();
+    match e.code() {
+        Some("WRONGTYPE") => return NodeFailure::WrongType(message),
+        Some("OOM") => return NodeFailure::OutOfMemory(message),
+        Some("NOAUTH" | "WRONGPASS" | "NOPERM") => return NodeFailure::Auth(message),
+        Some("READONLY") => return NodeFailure::ReadOnly(message),
+        _ => {}
+    }
+    if e.kind() == ErrorKind::AuthenticationFailed {
+        return NodeFailure::Auth(message);
+    }
+    if is_connection_error(e) {
+        return NodeFailure::Connection(message);
+    }
+    // Errors raised inside a script carry the code of the command that
+    // failed at the front of their text.
+    for (code, failure) in [
+        (
+            "WRONGTYPE",
+            NodeFailure::WrongType as fn(String) -> NodeFailure,
+        ),
+        ("OOM", NodeFailure::OutOfMemory),
+    ] {
+        if message.contains(code) {
+            return failure(message);
+        }
+    }
+    NodeFailure::Server {
+        code: e.code().unwrap_or("ERR").to_owned(),
+        message,
+    }
+}

@@ -1,0 +1,501 @@
+//! Fan-out and counting: the heart of Redlock, with no Redis in it.
+//!
+//! Every operation asks all N nodes **at once** and counts the answers as they
+//! come in. The count stops as soon as the outcome is decided: a majority
+//! (`N/2 + 1`) agreed, or so many disagreed that a majority is out of reach.
+//! A slow or frozen minority therefore costs nothing, and a lost cause is
+//! given up without waiting for the stragglers. With an even N a split vote
+//! (two against two) is decided as a failure at once.
+//!
+//! An acquisition holds only if, when the majority is reached, time is left:
+//!
+//! ```text
+//! validity = ttl − elapsed − drift        (must exceed the minimum validity)
+//! ```
+//!
+//! where `elapsed` runs from before the first request was sent
+//! ([`Moment`]). A failed acquisition is rolled back on **every** node, not
+//! only those that said yes: a node that timed out may still have applied the
+//! `SET`. The caller waits for the rollback only on the nodes that answered
+//! (they are fast); the others are rolled back in the background.
+//!
+//! The nodes are reached through the small [`Voter`] trait, so that the unit
+//! tests below drive all of this with scripted answers and delays.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::future::{BoxFuture, FutureExt};
+use futures::stream::{FuturesUnordered, StreamExt};
+
+use crate::clock::Moment;
+use crate::error::{NodeFailure, Report};
+
+/// One request of the protocol, sent to every node.
+#[derive(Debug, Clone)]
+pub(crate) enum Request {
+    /// `SET key token NX PX ttl_ms`.
+    Acquire {
+        key: Arc<str>,
+        token: Arc<str>,
+        ttl_ms: u64,
+    },
+    /// Compare-and-delete.
+    Release { key: Arc<str>, token: Arc<str> },
+    /// Compare-and-pexpire.
+    Extend {
+        key: Arc<str>,
+        token: Arc<str>,
+        ttl_ms: u64,
+    },
+}
+
+/// One node's answer: agreed, or why not.
+pub(crate) type Vote = Result<(), NodeFailure>;
+
+/// What the counting needs of a node.
+pub(crate) trait Voter: Clone + Send + Sync + 'static {
+    /// How the node is named in reports.
+    fn name(&self) -> &str;
+    /// Sends `request` and returns the answer. The future owns what it needs
+    /// and is bounded by the node's timeout.
+    fn ask(&self, request: &Request) -> BoxFuture<'static, Vote>;
+}
+
+/// The votes counted so far.
+#[derive(Debug)]
+pub(crate) struct Tally {
+    needed: usize,
+    agreed: usize,
+    /// `None` while a node has not answered.
+    votes: Vec<Option<Vote>>,
+}
+
+impl Tally {
+    fn new(nodes: usize, needed: usize) -> Tally {
+        Tally {
+            needed,
+            agreed: 0,
+            votes: vec![None; nodes],
+        }
+    }
+
+    fn record(&mut self, node: usize, vote: Vote) {
+        if vote.is_ok() {
+            self.agreed += 1;
+        }
+        self.votes[node] = Some(vote);
+    }
+
+    fn undecided(&self) -> usize {
+        self.votes.iter().filter(|v| v.is_none()).count()
+    }
+
+    pub(crate) fn agreed(&self) -> usize {
+        self.agreed
+    }
+
+    pub(crate) fn needed(&self) -> usize {
+        self.needed
+    }
+
+    pub(crate) fn has_majority(&self) -> bool {
+        self.agreed >= self.needed
+    }
+
+    /// Whether the outcome no longer depends on the nodes still out.
+    fn decided(&self) -> bool {
+        self.has_majority() || self.agreed + self.undecided() < self.needed
+    }
+
+    /// Whether node `i` answered (yes, no or error) before the decision.
+    fn answered(&self, i: usize) -> bool {
+        self.votes[i].is_some()
+    }
+
+    /// The report for users: who did not agree, and why.
+    pub(crate) fn report<V: Voter>(&self, nodes: &[V]) -> Report {
+        Report {
+            needed: self.needed,
+            agreed: self.agreed,
+            nodes: self
+                .votes
+                .iter()
+                .zip(nodes)
+                .filter_map(|(vote, node)| match vote {
+                    Some(Ok(())) => None,
+                    Some(Err(f)) => Some((node.name().to_owned(), f.clone())),
+                    None => Some((node.name().to_owned(), NodeFailure::NotWaited)),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The quorum for `n` nodes: a strict majority.
+pub(crate) fn quorum(n: usize) -> usize {
+    n / 2 + 1
+}
+
+/// A node's answer future, tagged with the node's index.
+struct Tagged(usize, BoxFuture<'static, Vote>);
+
+impl Future for Tagged {
+    type Output = (usize, Vote);
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let i = self.0;
+        self.1.poll_unpin(cx).map(|vote| (i, vote))
+    }
+}
+
+/// The answers not yet in when the outcome was decided.
+pub(crate) struct Stragglers(FuturesUnordered<Tagged>);
+
+impl Stragglers {
+    /// Lets the outstanding requests run to their end in the background,
+    /// where it matters that they are sent (releases).
+    pub(crate) fn finish_in_background(self) {
+        if !self.0.is_empty() {
+            detach(self.0.for_each(|_| async {}));
+        }
+    }
+}
+
+/// Asks every node and counts until the outcome is decided.
+pub(crate) async fn decide<V: Voter>(nodes: &[V], request: &Request) -> (Tally, Stragglers) {
+    let mut pending: FuturesUnordered<Tagged> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| Tagged(i, node.ask(request)))
+        .collect();
+    let mut tally = Tally::new(nodes.len(), quorum(nodes.len()));
+    while !tally.decided() {
+        match pending.next().await {
+            Some((i, vote)) => tally.record(i, vote),
+            None => break,
+        }
+    }
+    (tally, Stragglers(pending))
+}
+
+/// The validity left after an acquisition that took `elapsed`, or `None`
+/// when none is left: `ttl − elapsed − drift`.
+pub(crate) fn validity(ttl: Duration, elapsed: Duration, drift: Duration) -> Option<Duration> {
+    ttl.checked_sub(elapsed)?
+        .checked_sub(drift)
+        .filter(|v| !v.is_zero())
+}
+
+/// The outcome of one acquisition attempt.
+pub(crate) enum Attempt {
+    /// A majority holds the key; the lock is valid until `deadline`.
+    Held { deadline: Moment },
+    /// Not held; already rolled back on the nodes that answered.
+    Failed(Tally),
+}
+
+/// One acquisition attempt: `SET NX PX` on every node at once, a decision at
+/// the first majority, the validity check, and on failure the rollback.
+pub(crate) async fn acquire<V: Voter>(
+    nodes: &[V],
+    key: &Arc<str>,
+    token: &Arc<str>,
+    ttl: Duration,
+    drift: Duration,
+    min_validity: Duration,
+) -> Attempt {
+    let start = Moment::now();
+    let request = Request::Acquire {
+        key: key.clone(),
+        token: token.clone(),
+        ttl_ms: ttl.as_millis() as u64,
+    };
+    // Stragglers are dropped: a `SET` not yet written is then never sent,
+    // and one already written is ordered before our release on its
+    // connection.
+    let (tally, _stragglers) = decide(nodes, &request).await;
+    let elapsed = start.elapsed();
+    let valid = validity(ttl, elapsed, drift).filter(|v| *v > min_validity);
+    tracing::debug!(
+        agreed = tally.agreed,
+        needed = tally.needed,
+        elapsed_us = elapsed.as_micros() as u64,
+        validity_ms = valid.map(|v| v.as_millis() as u64),
+        "acquire attempt"
+    );
+    if tally.has_majority() && valid.is_some() {
+        return Attempt::Held {
+            deadline: start.after(ttl - drift),
+        };
+    }
+    rollback(nodes, key, token, &tally).await;
+    Attempt::Failed(tally)
+}
+
+/// Releases on every node: waits for the nodes that answered the acquisition
+/// and leaves the others to finish in the background.
+async fn rollback<V: Voter>(nodes: &[V], key: &Arc<str>, token: &Arc<str>, tally: &Tally) {
+    let request = Request::Release {
+        key: key.clone(),
+        token: token.clone(),
+    };
+    let mut waited = FuturesUnordered::new();
+    for (i, node) in nodes.iter().enumerate() {
+        let release = node.ask(&request);
+        if tally.answered(i) {
+            waited.push(release);
+        } else {
+            detach(release);
+        }
+    }
+    while waited.next().await.is_some() {}
+}
+
+/// Fires a release on every node and forgets about it: for guards dropped
+/// without `release()` and acquisitions cancelled mid-flight. Does nothing
+/// (the keys then expire at their TTL) outside a tokio runtime.
+pub(crate) fn release_in_background<V: Voter>(nodes: &[V], key: Arc<str>, token: Arc<str>) {
+    if tokio::runtime::Handle::try_current().is_err() {
+        tracing::debug!(%key, "no tokio runtime: lock keys expire at their TTL");
+        return;
+    }
+    let request = Request::Release { key, token };
+    for node in nodes {
+        detach(node.ask(&request));
+    }
+}
+
+/// Runs a future to its end on the current tokio runtime, if there is one.
+fn detach<F>(fut: F)
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    if let Ok(handle) = tokio::runtime::Handle::try_current() {
+        handle.spawn(fut);
+    }
+}
+
+/// The pause before the next attempt: uniform in `delay ± jitter`.
+pub(crate) fn retry_delay(delay: Duration, jitter: Duration) -> Duration {
+    let low = delay.saturating_sub(jitter).as_micros() as u64;
+    let high = delay.saturating_add(jitter).as_micros() as u64;
+    Duration::from_micros(rand::random_range(low..=high))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A node that answers every request after a fixed delay with a fixed
+    /// vote for acquisitions (releases always succeed), and remembers what
+    /// it was asked.
+    #[derive(Clone)]
+    struct Scripted {
+        name: String,
+        delay: Duration,
+        acquire: Vote,
+        log: Arc<Mutex<Vec<&'static str>>>,
+        done: Arc<AtomicUsize>,
+    }
+
+    impl Voter for Scripted {
+        fn name(&self) -> &str {
+            &self.name
+        }
+        fn ask(&self, request: &Request) -> BoxFuture<'static, Vote> {
+            let (what, vote) = match request {
+                Request::Acquire { .. } => ("acquire", self.acquire.clone()),
+                Request::Release { .. } => ("release", Ok(())),
+                Request::Extend { .. } => ("extend", Ok(())),
+            };
+            self.log.lock().unwrap().push(what);
+            let (delay, done) = (self.delay, self.done.clone());
+            Box::pin(async move {
+                tokio::time::sleep(delay).await;
+                done.fetch_add(1, Ordering::SeqCst);
+                vote
+            })
+        }
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// Nodes from `(delay_ms, vote)` pairs.
+    fn cluster(spec: &[(u64, Vote)]) -> Vec<Scripted> {
+        spec.iter()
+            .enumerate()
+            .map(|(i, (delay, vote))| Scripted {
+                name: format!("n{i}"),
+                delay: ms(*delay),
+                acquire: vote.clone(),
+                log: Arc::default(),
+                done: Arc::default(),
+            })
+            .collect()
+    }
+
+    fn asked(nodes: &[Scripted], what: &str) -> usize {
+        nodes
+            .iter()
+            .map(|n| n.log.lock().unwrap().iter().filter(|w| **w == what).count())
+            .sum()
+    }
+
+    fn key() -> (Arc<str>, Arc<str>) {
+        ("k".into(), "t".into())
+    }
+
+    const YES: Vote = Ok(());
+    const HELD: Vote = Err(NodeFailure::Held);
+
+    #[test]
+    fn quorum_is_a_strict_majority() {
+        let q: Vec<usize> = (1..=7).map(quorum).collect();
+        assert_eq!(q, [1, 2, 2, 3, 3, 4, 4]);
+    }
+
+    #[test]
+    fn validity_is_ttl_minus_elapsed_minus_drift() {
+        assert_eq!(validity(ms(10_000), ms(30), ms(102)), Some(ms(9_868)));
+        assert_eq!(validity(ms(100), ms(98), ms(2)), None);
+        assert_eq!(validity(ms(100), ms(99), ms(2)), None);
+        assert_eq!(validity(ms(100), ms(500), ms(2)), None);
+    }
+
+    #[test]
+    fn retry_delay_stays_within_jitter_and_varies() {
+        let draws: Vec<Duration> = (0..200).map(|_| retry_delay(ms(200), ms(100))).collect();
+        assert!(draws.iter().all(|d| (ms(100)..=ms(300)).contains(d)));
+        assert!(draws.iter().any(|d| *d != draws[0]), "no randomness");
+        assert_eq!(retry_delay(ms(10), ms(50)).max(ms(60)), ms(60));
+        assert_eq!(retry_delay(ms(7), Duration::ZERO), ms(7));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn decides_at_the_first_majority_without_waiting_for_stragglers() {
+        // Two nodes never answer in time (frozen): the decision comes after
+        // the third fast yes, at 3 ms, not at the stragglers' 10 s.
+        let nodes = cluster(&[(1, YES), (2, YES), (10_000, YES), (3, YES), (10_000, YES)]);
+        let t = tokio::time::Instant::now();
+        let (key, token) = key();
+        match acquire(&nodes, &key, &token, ms(1_000), ms(12), Duration::ZERO).await {
+            Attempt::Held { deadline } => {
+                assert!(deadline.remaining() <= ms(1_000 - 12));
+            }
+            Attempt::Failed(t) => panic!("not held: {t:?}"),
+        }
+        assert_eq!(t.elapsed(), ms(3));
+        assert_eq!(asked(&nodes, "release"), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fails_as_soon_as_a_majority_is_out_of_reach() {
+        let nodes = cluster(&[(1, HELD), (2, YES), (3, HELD), (4, HELD), (10_000, YES)]);
+        let t = tokio::time::Instant::now();
+        let (key, token) = key();
+        let Attempt::Failed(tally) =
+            acquire(&nodes, &key, &token, ms(1_000), ms(12), Duration::ZERO).await
+        else {
+            panic!("held without a majority")
+        };
+        // Decided at 4 ms (three refusals of five); the rollback on the four
+        // nodes that answered takes their delay once more (4 ms at most); the
+        // frozen node is not waited for.
+        assert!(t.elapsed() <= ms(8), "{:?}", t.elapsed());
+        let report = tally.report(&nodes);
+        assert_eq!(
+            (report.agreed(), report.needed(), report.held_by_others()),
+            (1, 3, 3)
+        );
+        assert_eq!(
+            report.failures()[3],
+            ("n4".to_owned(), NodeFailure::NotWaited)
+        );
+        // Rolled back on every node, the unanswered one included.
+        assert_eq!(asked(&nodes, "release"), 5);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_even_split_is_a_failure_not_a_hang() {
+        let nodes = cluster(&[(1, YES), (1, HELD), (2, YES), (2, HELD)]);
+        let (key, token) = key();
+        let attempt = acquire(&nodes, &key, &token, ms(1_000), ms(12), Duration::ZERO);
+        let attempt = tokio::time::timeout(ms(100), attempt).await.expect("hung");
+        assert!(matches!(attempt, Attempt::Failed(_)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_majority_too_slow_for_the_ttl_is_a_failure_and_rolled_back() {
+        // Majority reached after 95 ms of a 100 ms TTL with 3 ms drift: 2 ms
+        // of validity left, below the 5 ms minimum.
+        let nodes = cluster(&[(95, YES), (95, YES), (95, YES)]);
+        let (key, token) = key();
+        let attempt = acquire(&nodes, &key, &token, ms(100), ms(3), ms(5)).await;
+        assert!(matches!(&attempt, Attempt::Failed(t) if t.has_majority()));
+        assert_eq!(asked(&nodes, "release"), 3);
+        // With no minimum, the same 2 ms suffice.
+        let nodes = cluster(&[(95, YES), (95, YES), (95, YES)]);
+        let attempt = acquire(&nodes, &key, &token, ms(100), ms(3), Duration::ZERO).await;
+        assert!(matches!(attempt, Attempt::Held { .. }));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn errors_and_timeouts_count_against() {
+        let nodes = cluster(&[
+            (1, YES),
+            (2, Err(NodeFailure::Timeout)),
+            (2, Err(NodeFailure::Connection("refused".into()))),
+            (2, Err(NodeFailure::OutOfMemory("OOM".into()))),
+            (1, YES),
+        ]);
+        let (key, token) = key();
+        let Attempt::Failed(tally) =
+            acquire(&nodes, &key, &token, ms(1_000), ms(12), Duration::ZERO).await
+        else {
+            panic!("held on two of five")
+        };
+        let text = tally.report(&nodes).to_string();
+        assert!(text.starts_with("2 of 3 needed nodes agreed"), "{text}");
+        assert!(text.contains("n3: the node is out of memory"), "{text}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stragglers_finish_in_the_background() {
+        let nodes = cluster(&[(1, YES), (1, YES), (500, YES)]);
+        let request = Request::Release {
+            key: "k".into(),
+            token: "t".into(),
+        };
+        let (tally, stragglers) = decide(&nodes, &request).await;
+        assert!(tally.has_majority());
+        stragglers.finish_in_background();
+        assert_eq!(nodes[2].done.load(Ordering::SeqCst), 0);
+        tokio::time::sleep(ms(600)).await;
+        assert_eq!(nodes[2].done.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn background_release_reaches_every_node() {
+        let nodes = cluster(&[(1, YES), (300, YES), (2, YES)]);
+        release_in_background(&nodes, "k".into(), "t".into());
+        tokio::time::sleep(ms(400)).await;
+        assert_eq!(asked(&nodes, "release"), 3);
+        let done: usize = nodes.iter().map(|n| n.done.load(Ordering::SeqCst)).sum();
+        assert_eq!(done, 3);
+    }
+
+    #[test]
+    fn background_release_without_a_runtime_does_nothing_and_does_not_panic() {
+        let nodes = cluster(&[(1, YES)]);
+        release_in_background(&nodes, "k".into(), "t".into());
+        assert_eq!(asked(&nodes, "release"), 0);
+    }
+}

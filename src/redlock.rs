@@ -1,0 +1,246 @@
+//! The coordinator: [`Redlock`] holds the nodes and the options, and takes
+//! locks with [`lock`](Redlock::lock) and [`try_lock`](Redlock::try_lock).
+//!
+//! Each attempt draws a fresh random token, so that a late rollback of one
+//! attempt can never delete the key of the next. The attempt is guarded while
+//! it runs: if the caller drops the `lock()` future mid-flight (under
+//! `tokio::time::timeout`, or in a `select!`), the guard releases the
+//! attempt's token on every node in the background, so no key is left behind
+//! for its TTL.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::Instrument;
+
+use crate::clock::Moment;
+use crate::config::{Builder, Options};
+use crate::error::{Error, GaveUp};
+use crate::lock::Lock;
+use crate::node::Node;
+use crate::quorum::{self, Attempt};
+
+/// A distributed lock manager over N independent Redis nodes.
+///
+/// Cheap to clone: clones share the nodes and their connections. Make one
+/// per process and pass it around.
+///
+/// # What it guarantees, and what it does not
+///
+/// While a majority of nodes run and keep their keys, at most one holder at a
+/// time believes it holds a resource *within the validity the lock reports*
+/// ([`Lock::remaining`]). That belief rests on timing:
+///
+/// * **Clock drift.** Each node expires the key on its own clock. The
+///   validity is cut by `ttl × drift_factor + 2 ms` to absorb rate
+///   differences; a node clock that jumps (NTP step, manual change) can
+///   still expire a key early.
+/// * **Process pauses.** A holder that is paused (GC, swapping, SIGSTOP,
+///   a long `await`) past its validity may act after the lock has moved
+///   on. Check [`Lock::remaining`] before acting, and where correctness
+///   matters, have the protected resource check a fencing token (see
+///   Kleppmann, "How to do distributed locking").
+/// * **Restarts without persistence.** A node restarted with no persistence
+///   forgets the keys it granted and may grant them again. Keep a crashed
+///   node down for longer than the longest TTL, or run it with
+///   `appendonly yes` and `appendfsync always`.
+///
+/// See the Redis docs, "Distributed Locks with Redis", for the algorithm.
+#[derive(Clone)]
+pub struct Redlock {
+    core: Arc<Core>,
+}
+
+/// What locks share: the nodes and the options.
+pub(crate) struct Core {
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) options: Options,
+}
+
+impl Redlock {
+    /// A lock manager over the given nodes, with default options (see
+    /// [`Builder`]). Does no I/O; nodes connect on first use.
+    ///
+    /// ```
+    /// let redlock = redquorum::Redlock::new([
+    ///     "redis://127.0.0.1:7001",
+    ///     "redis://127.0.0.1:7002",
+    ///     "redis://127.0.0.1:7003",
+    /// ])?;
+    /// # Ok::<(), redquorum::Error>(())
+    /// ```
+    pub fn new<I, S>(urls: I) -> Result<Redlock, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Builder::default().nodes(urls).build()
+    }
+
+    /// A [`Builder`] for the other options.
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    pub(crate) fn from_parts(clients: Vec<redis::Client>, options: Options) -> Redlock {
+        let nodes = clients
+            .into_iter()
+            .map(|c| Node::new(c, options.node_timeout))
+            .collect();
+        Redlock {
+            core: Arc::new(Core { nodes, options }),
+        }
+    }
+
+    /// How many nodes must agree: `N/2 + 1`.
+    pub fn quorum(&self) -> usize {
+        quorum::quorum(self.core.nodes.len())
+    }
+
+    /// Acquires the lock on `resource` for `ttl`, retrying after a random
+    /// pause while it is held elsewhere or too few nodes answer, up to the
+    /// retry count and the wait deadline.
+    ///
+    /// The lock is held for [`Lock::remaining`], less than `ttl` by the time
+    /// the acquisition took and the drift allowance. Release it with
+    /// [`Lock::release`]; dropping it releases it in the background.
+    ///
+    /// Cancel-safe: dropping this future mid-flight releases whatever it had
+    /// taken, in the background.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a TTL that cannot work with the options (checked
+    /// before any I/O), [`Error::NotAcquired`] when it gave up.
+    pub async fn lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
+        self.acquire(resource, ttl, self.core.options.retry_count)
+            .await
+    }
+
+    /// Makes one attempt to acquire the lock, like [`lock`](Self::lock) with
+    /// no retries.
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock).
+    pub async fn try_lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
+        self.acquire(resource, ttl, 0).await
+    }
+
+    async fn acquire(&self, resource: &str, ttl: Duration, retries: u32) -> Result<Lock, Error> {
+        let options = &self.core.options;
+        let plan = options.plan(ttl)?;
+        let started = Moment::now();
+        let key: Arc<str> = format!("{}{resource}", options.key_prefix).into();
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let token = new_token();
+            let cancel_guard = CancelGuard {
+                core: &self.core,
+                key: &key,
+                token: &token,
+            };
+            let span = tracing::debug_span!("redquorum.acquire", resource, attempt = attempts);
+            let attempt = quorum::acquire(
+                &self.core.nodes,
+                &key,
+                &token,
+                plan.ttl,
+                plan.drift,
+                options.min_validity,
+            )
+            .instrument(span)
+            .await;
+            // Completed: held, or already rolled back.
+            std::mem::forget(cancel_guard);
+            let tally = match attempt {
+                Attempt::Held { deadline } => {
+                    return Ok(Lock::new(
+                        self.core.clone(),
+                        resource.to_owned(),
+                        key,
+                        token,
+                        deadline,
+                    ));
+                }
+                Attempt::Failed(tally) => tally,
+            };
+            let give_up = |gave_up| Error::NotAcquired {
+                resource: resource.to_owned(),
+                attempts,
+                gave_up,
+                report: tally.report(&self.core.nodes),
+            };
+            if attempts > retries {
+                return Err(give_up(GaveUp::Retries));
+            }
+            let pause = quorum::retry_delay(options.retry_delay, options.retry_jitter);
+            if let Some(wait) = options.wait_timeout {
+                if started.elapsed() + pause >= wait {
+                    return Err(give_up(GaveUp::Deadline));
+                }
+            }
+            tokio::time::sleep(pause).await;
+        }
+    }
+}
+
+/// Releases an attempt's token on every node if the attempt is dropped
+/// before it completes. Completed attempts `forget` it.
+struct CancelGuard<'a> {
+    core: &'a Arc<Core>,
+    key: &'a Arc<str>,
+    token: &'a Arc<str>,
+}
+
+impl Drop for CancelGuard<'_> {
+    fn drop(&mut self) {
+        tracing::debug!(key = %self.key, "acquire cancelled: rolling back in the background");
+        quorum::release_in_background(&self.core.nodes, self.key.clone(), self.token.clone());
+    }
+}
+
+/// A fresh owner token: 20 bytes from the thread's CSPRNG, in hex.
+fn new_token() -> Arc<str> {
+    let mut bytes = [0u8; 20];
+    rand::fill(&mut bytes);
+    hex::encode(bytes).into()
+}
+
+impl fmt::Debug for Redlock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use crate::quorum::Voter;
+        f.debug_struct("Redlock")
+            .field(
+                "nodes",
+                &self.core.nodes.iter().map(|n| n.name()).collect::<Vec<_>>(),
+            )
+            .field("quorum", &self.quorum())
+            .field("options", &self.core.options)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_40_hex_chars_and_unique() {
+        let a = new_token();
+        let b = new_token();
+        assert_eq!(a.len(), 40);
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+
+    #[tokio::test]
+    async fn bad_ttls_fail_before_any_io() {
+        // Nothing listens on port 1: any I/O would fail differently.
+        let redlock = Redlock::new(["redis://127.0.0.1:1"]).unwrap();
+        for ttl in [Duration::ZERO, Duration::from_millis(50), Duration::MAX] {
+            let err = redlock.lock("r", ttl).await.unwrap_err();
+            assert!(matches!(err, Error::Config(_)), "{err}");
+        }
+    }
+}

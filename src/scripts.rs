@@ -1,0 +1,80 @@
+//! The Lua scripts of the protocol, and their SHA1 digests for `EVALSHA`.
+//!
+//! Acquisition is a plain `SET key token NX PX ttl`. Release and extension
+//! must touch the key only if it still holds *our* token, atomically, so they
+//! are scripts: compare-and-delete and compare-and-pexpire. Both answer
+//!
+//! * `1`: the key held our token and was deleted / given the new TTL;
+//! * `0`: the key was missing (expired, already released, node restarted);
+//! * `-1`: the key held someone else's token; it was left alone.
+//!
+//! The extension script never creates a key: a node that lost the key does
+//! not get it back, so an extension cannot resurrect a lock that a majority
+//! has forgotten.
+//!
+//! Scripts are sent by `EVALSHA`; a node that answers `NOSCRIPT` (after a
+//! restart or `SCRIPT FLUSH`) gets the source by `EVAL`, which also caches it
+//! again (see [`crate::node`]).
+
+use std::sync::LazyLock;
+
+/// A Lua script and its SHA1 digest.
+pub(crate) struct Script {
+    pub(crate) source: &'static str,
+    pub(crate) sha1: String,
+}
+
+impl Script {
+    fn new(source: &'static str) -> Script {
+        Script {
+            source,
+            sha1: sha1_smol::Sha1::from(source).digest().to_string(),
+        }
+    }
+}
+
+/// `KEYS[1]` = key, `ARGV[1]` = token.
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+elseif v then
+  return -1
+end
+return 0"#,
+    )
+});
+
+/// `KEYS[1]` = key, `ARGV[1]` = token, `ARGV[2]` = TTL in milliseconds.
+pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+elseif v then
+  return -1
+end
+return 0"#,
+    )
+});
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digests_are_sha1_of_the_source() {
+        // Known vector: SHA1("abc").
+        assert_eq!(
+            Script::new("abc").sha1,
+            "a9993e364706816aba3e25717850c26c9cd0d89d"
+        );
+        for s in [&*RELEASE, &*EXTEND] {
+            assert_eq!(s.sha1.len(), 40);
+        }
+        assert_ne!(RELEASE.sha1, EXTEND.sha1);
+    }
+}
