@@ -44,7 +44,7 @@ const DRIFT_CONSTANT: Duration = Duration::from_millis(2);
 /// assert_eq!(redlock.quorum(), 2);
 /// # Ok::<(), redquorum::Error>(())
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 #[must_use]
 pub struct Builder {
     urls: Vec<String>,
@@ -75,15 +75,6 @@ impl Default for Options {
             retry_jitter: Duration::from_millis(100),
             wait_timeout: None,
             min_validity: Duration::ZERO,
-        }
-    }
-}
-
-impl Default for Builder {
-    fn default() -> Self {
-        Builder {
-            urls: Vec::new(),
-            options: Options::default(),
         }
     }
 }

@@ -10,9 +10,11 @@
 //!
 //! * **Every request is bounded** by the per-node timeout, connection set-up
 //!   included. A frozen node costs a caller at most that much.
-//! * **Nothing is replayed behind our back.** A command that failed is
-//!   reported as failed; it is never sent again on a new connection, where it
-//!   could land after a rollback. A timed-out command is *not* a reason to
+//! * **Nothing is replayed behind our back.** We use a plain multiplexed
+//!   connection, not a connection manager that resends commands after a
+//!   reconnect, where they could land after a rollback. The one retry we make
+//!   ourselves, on a connection that went stale, happens before the vote is
+//!   counted (see `Inner::run`). A timed-out command is *not* a reason to
 //!   drop the connection: a later rollback on the same connection is ordered
 //!   after it by Redis itself.
 //! * **Errors are sorted** into [`NodeFailure`]s a user can act on.
@@ -87,50 +89,46 @@ impl Voter for Node {
 }
 
 impl Inner {
+    /// Sends `request`, on a new connection if the live one turns out to be
+    /// dead. That one retry is safe for all three requests, because it is
+    /// made before the vote is counted and so before any rollback: a `SET`
+    /// that did land on the old connection makes the retry answer "held"
+    /// (a vote against, rolled back with the rest), and the scripts compare
+    /// the token, so running them twice changes nothing.
     async fn run(self: &Arc<Self>, request: &Request) -> Vote {
-        let (generation, mut conn) = self.connection().await?;
-        let reply = match request {
-            Request::Acquire { key, token, ttl_ms } => redis::cmd("SET")
-                .arg(&**key)
-                .arg(&**token)
-                .arg("NX")
-                .arg("PX")
-                .arg(*ttl_ms)
-                .query_async(&mut conn)
-                .await
-                .map(|v| match v {
-                    Value::Nil => Err(NodeFailure::Held),
-                    _ => Ok(()),
-                }),
-            Request::Release { key, token } => {
-                eval(&mut conn, &scripts::RELEASE, key, &[token]).await
-            }
-            Request::Extend { key, token, ttl_ms } => {
-                eval(
-                    &mut conn,
-                    &scripts::EXTEND,
-                    key,
-                    &[token, &ttl_ms.to_string()],
-                )
-                .await
-            }
-        };
-        reply.unwrap_or_else(|e| {
-            if is_connection_error(&e) {
+        let (generation, conn, fresh) = self.connection().await?;
+        match send(conn, request).await {
+            Err(e) if is_connection_error(&e) => {
                 self.forget(generation);
+                if fresh {
+                    return Err(classify(&e));
+                }
+                // A connection made earlier went stale (the node restarted,
+                // say): make a new one and try once more.
+                let (generation, conn, _) = self.connection().await?;
+                send(conn, request).await.unwrap_or_else(|e| {
+                    if is_connection_error(&e) {
+                        self.forget(generation);
+                    }
+                    Err(classify(&e))
+                })
             }
-            Err(classify(&e))
-        })
+            Err(e) => Err(classify(&e)),
+            Ok(vote) => vote,
+        }
     }
 
     /// The live connection, made if there is none.
-    async fn connection(self: &Arc<Self>) -> Result<(u64, MultiplexedConnection), NodeFailure> {
-        if let Some(live) = self.live_connection() {
-            return Ok(live);
+    /// Also says whether it was made by this call.
+    async fn connection(
+        self: &Arc<Self>,
+    ) -> Result<(u64, MultiplexedConnection, bool), NodeFailure> {
+        if let Some((generation, conn)) = self.live_connection() {
+            return Ok((generation, conn, false));
         }
         let mut made = self.connecting.lock().await;
-        if let Some(live) = self.live_connection() {
-            return Ok(live);
+        if let Some((generation, conn)) = self.live_connection() {
+            return Ok((generation, conn, false));
         }
         // Our own timeout bounds the whole request; the library's would only
         // add a second, different one.
@@ -143,13 +141,12 @@ impl Inner {
             .await
             .map_err(|e| classify(&e))?;
         *made += 1;
-        let live = (*made, conn);
-        *self.live.lock().unwrap_or_else(|p| p.into_inner()) = Some(live.clone());
+        *self.live.lock().unwrap_or_else(|p| p.into_inner()) = Some((*made, conn.clone()));
         tracing::debug!(node = %self.name, generation = *made, "connected");
         if !self.policy_checked.load(Ordering::Relaxed) {
-            tokio::spawn(self.clone().check_eviction_policy(live.1.clone()));
+            tokio::spawn(self.clone().check_eviction_policy(conn.clone()));
         }
-        Ok(live)
+        Ok((*made, conn, true))
     }
 
     fn live_connection(&self) -> Option<(u64, MultiplexedConnection)> {
@@ -197,6 +194,31 @@ impl Inner {
                      set maxmemory-policy noeviction"
                 );
             }
+        }
+    }
+}
+
+/// Sends one request and reads its vote.
+async fn send(mut conn: MultiplexedConnection, request: &Request) -> Result<Vote, RedisError> {
+    match request {
+        Request::Acquire { key, token, ttl_ms } => {
+            let reply: Value = redis::cmd("SET")
+                .arg(&**key)
+                .arg(&**token)
+                .arg("NX")
+                .arg("PX")
+                .arg(*ttl_ms)
+                .query_async(&mut conn)
+                .await?;
+            Ok(match reply {
+                Value::Nil => Err(NodeFailure::Held),
+                _ => Ok(()),
+            })
+        }
+        Request::Release { key, token } => eval(&mut conn, &scripts::RELEASE, key, &[token]).await,
+        Request::Extend { key, token, ttl_ms } => {
+            let ttl = ttl_ms.to_string();
+            eval(&mut conn, &scripts::EXTEND, key, &[token, &ttl]).await
         }
     }
 }

@@ -213,10 +213,7 @@ pub(crate) async fn acquire<V: Voter>(
         token: token.clone(),
         ttl_ms: ttl.as_millis() as u64,
     };
-    // Stragglers are dropped: a `SET` not yet written is then never sent,
-    // and one already written is ordered before our release on its
-    // connection.
-    let (tally, _stragglers) = decide(nodes, &request).await;
+    let (tally, stragglers) = decide(nodes, &request).await;
     let elapsed = start.elapsed();
     let valid = validity(ttl, elapsed, drift).filter(|v| *v > min_validity);
     tracing::debug!(
@@ -227,10 +224,17 @@ pub(crate) async fn acquire<V: Voter>(
         "acquire attempt"
     );
     if tally.has_majority() && valid.is_some() {
+        // The slow nodes still get the key: a lock on more than a bare
+        // majority survives the loss of more nodes.
+        stragglers.finish_in_background();
         return Attempt::Held {
             deadline: start.after(ttl - drift),
         };
     }
+    // Stragglers are dropped: a `SET` not yet written is then never sent,
+    // and one already written is ordered before the rollback on its
+    // connection.
+    drop(stragglers);
     rollback(nodes, key, token, &tally).await;
     Attempt::Failed(tally)
 }

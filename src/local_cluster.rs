@@ -1,0 +1,420 @@
+//! Real `redis-server` processes on this machine, for tests, the quickstart
+//! and the benchmarks (feature `local-cluster`).
+//!
+//! [`LocalCluster::start`] launches N nodes on free loopback ports, each with
+//! no persistence (`--save "" --appendonly no`) in a temp dir of its own, and
+//! waits until each answers `PING`. A node can be killed (SIGKILL), frozen
+//! (SIGSTOP), thawed (SIGCONT) and restarted on the same port, empty. Dropping
+//! the cluster stops every node and removes the temp dirs, also while a test
+//! panics.
+//!
+//! The binary is `$REDQUORUM_REDIS_SERVER` if set, else `redis-server` from
+//! the `PATH`.
+//!
+//! [`command`] is a tiny blocking RESP client, to look at a node's keys or
+//! reconfigure it from a test without going through the lock.
+
+use std::ffi::OsString;
+use std::io::{self, BufRead, BufReader, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long a node may take to answer its first `PING`.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// How many fresh ports to try when a port is lost to a race.
+const PORT_TRIES: usize = 20;
+
+/// A set of local `redis-server` processes; stopped on drop.
+#[derive(Debug)]
+pub struct LocalCluster {
+    binary: PathBuf,
+    extra_args: Vec<String>,
+    nodes: Vec<LocalNode>,
+}
+
+#[derive(Debug)]
+struct LocalNode {
+    port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl LocalCluster {
+    /// Starts `n` nodes and waits until each answers `PING`.
+    ///
+    /// # Errors
+    /// When `redis-server` cannot be found (the message says how to install
+    /// it) or a node does not come up (the message has its log's tail).
+    pub fn start(n: usize) -> io::Result<LocalCluster> {
+        Self::start_with_args(n, &[])
+    }
+
+    /// Like [`start`](Self::start), with extra `redis-server` arguments for
+    /// every node (for example `["--maxmemory", "1mb"]`).
+    ///
+    /// # Errors
+    /// As [`start`](Self::start).
+    pub fn start_with_args(n: usize, extra_args: &[&str]) -> io::Result<LocalCluster> {
+        let binary = find_redis_server(std::env::var_os("REDQUORUM_REDIS_SERVER"))?;
+        let mut cluster = LocalCluster {
+            binary,
+            extra_args: extra_args.iter().map(|s| (*s).to_owned()).collect(),
+            nodes: Vec::with_capacity(n),
+        };
+        for _ in 0..n {
+            let node = cluster.launch_on_free_port()?;
+            cluster.nodes.push(node);
+        }
+        Ok(cluster)
+    }
+
+    /// The number of nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether there are no nodes.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// The URLs of all nodes, in order: `redis://127.0.0.1:PORT`.
+    pub fn urls(&self) -> Vec<String> {
+        (0..self.len()).map(|i| self.url(i)).collect()
+    }
+
+    /// The URL of node `i`.
+    pub fn url(&self, i: usize) -> String {
+        format!("redis://127.0.0.1:{}", self.port(i))
+    }
+
+    /// The port of node `i`; it keeps it across restarts.
+    pub fn port(&self, i: usize) -> u16 {
+        self.nodes[i].port
+    }
+
+    /// The process id of node `i`, `None` while it is killed.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.nodes[i].child.as_ref().map(Child::id)
+    }
+
+    /// Kills node `i` with SIGKILL and reaps it. Does nothing if it is
+    /// already down.
+    pub fn kill(&mut self, i: usize) {
+        self.nodes[i].kill();
+    }
+
+    /// Freezes node `i` with SIGSTOP: its port still accepts connections,
+    /// but nothing is answered.
+    pub fn freeze(&mut self, i: usize) {
+        self.nodes[i].signal(libc::SIGSTOP);
+    }
+
+    /// Thaws node `i` with SIGCONT; it answers what queued up meanwhile.
+    pub fn thaw(&mut self, i: usize) {
+        self.nodes[i].signal(libc::SIGCONT);
+    }
+
+    /// Restarts node `i` on the same port (killing it first if it runs). With
+    /// no persistence it comes back empty.
+    ///
+    /// # Errors
+    /// When it does not answer `PING` again.
+    pub fn restart(&mut self, i: usize) -> io::Result<()> {
+        self.nodes[i].kill();
+        let (port, dir) = (self.nodes[i].port, self.nodes[i].dir.clone());
+        // The port is ours, but the old socket may linger for a moment.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            match self.launch(port, &dir) {
+                Ok(child) => {
+                    self.nodes[i].child = Some(child);
+                    return Ok(());
+                }
+                Err(e) if Instant::now() >= deadline => return Err(e),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    /// Stops every node and removes their temp dirs; also done on drop.
+    pub fn stop(&mut self) {
+        for node in &mut self.nodes {
+            node.kill();
+            let _ = std::fs::remove_dir_all(&node.dir);
+        }
+    }
+
+    fn launch_on_free_port(&self) -> io::Result<LocalNode> {
+        let mut last_error = None;
+        for _ in 0..PORT_TRIES {
+            let port = free_port()?;
+            let dir = node_dir(port)?;
+            match self.launch(port, &dir) {
+                Ok(child) => {
+                    return Ok(LocalNode {
+                        port,
+                        dir,
+                        child: Some(child),
+                    });
+                }
+                Err(e) => {
+                    let _ = std::fs::remove_dir_all(&dir);
+                    last_error = Some(e);
+                }
+            }
+        }
+        Err(last_error.unwrap_or_else(|| io::Error::other("no free port")))
+    }
+
+    /// Starts `redis-server` on `port` and waits until that very process
+    /// answers (a port lost to a race would answer with another pid).
+    fn launch(&self, port: u16, dir: &Path) -> io::Result<Child> {
+        let log = dir.join("redis.log");
+        let mut child = Command::new(&self.binary)
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args(["--protected-mode", "yes", "--loglevel", "warning"])
+            .arg("--dir")
+            .arg(dir)
+            .arg("--logfile")
+            .arg(&log)
+            .args(&self.extra_args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot run {:?}: {e}", self.binary)))?;
+        let started = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait()? {
+                return Err(io::Error::other(format!(
+                    "redis-server on port {port} exited ({status}); its log:\n{}",
+                    log_tail(&log)
+                )));
+            }
+            if answering_pid(port) == Some(child.id()) {
+                return Ok(child);
+            }
+            if started.elapsed() > START_TIMEOUT {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "redis-server on port {port} did not answer within {START_TIMEOUT:?}; its log:\n{}",
+                        log_tail(&log)
+                    ),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl LocalNode {
+    fn signal(&self, signal: libc::c_int) {
+        if let Some(child) = &self.child {
+            // SAFETY: sends a signal to our own child, which we have not
+            // reaped yet, so the pid cannot have been reused.
+            unsafe {
+                libc::kill(child.id() as libc::pid_t, signal);
+            }
+        }
+    }
+
+    /// SIGKILL (which also ends a stopped process) and reap.
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The path of `redis-server`: the override if given, else the first on the
+/// `PATH`.
+fn find_redis_server(override_path: Option<OsString>) -> io::Result<PathBuf> {
+    let not_found = || {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            "redis-server not found (looked for $REDQUORUM_REDIS_SERVER, then PATH): install it, \
+             e.g. `apt-get install -y redis-server` (Debian/Ubuntu) or `brew install redis` (macOS)",
+        )
+    };
+    if let Some(path) = override_path {
+        let path = PathBuf::from(path);
+        return if path.is_file() {
+            Ok(path)
+        } else {
+            Err(not_found())
+        };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("redis-server"))
+        .find(|candidate| candidate.is_file())
+        .ok_or_else(not_found)
+}
+
+/// A port the kernel just handed out; free unless someone races us to it.
+fn free_port() -> io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// A fresh, empty temp dir for the node on `port`.
+fn node_dir(port: u16) -> io::Result<PathBuf> {
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("redquorum-{}-{n}-{port}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// The pid of the Redis server answering on `port`, if one does.
+fn answering_pid(port: u16) -> Option<u32> {
+    let reply = command_with_timeout(port, &["INFO", "server"], Duration::from_millis(500)).ok()?;
+    let Reply::Bulk(Some(info)) = reply else {
+        return None;
+    };
+    String::from_utf8_lossy(&info)
+        .lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .and_then(|pid| pid.trim().parse().ok())
+}
+
+fn log_tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(10)..].join("\n")
+}
+
+/// A Redis reply, as read by [`command`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// `+OK` and the like.
+    Status(String),
+    /// `-ERR …`, with the code.
+    Error(String),
+    /// `:42`.
+    Int(i64),
+    /// `$…`; `None` for nil.
+    Bulk(Option<Vec<u8>>),
+    /// `*…`; `None` for nil.
+    Array(Option<Vec<Reply>>),
+}
+
+/// Sends one command to the node on `127.0.0.1:port` and reads its reply,
+/// with a 2 s bound on connecting and on each read.
+///
+/// # Errors
+/// I/O errors, timeouts, and replies that are not RESP.
+pub fn command(port: u16, args: &[&str]) -> io::Result<Reply> {
+    command_with_timeout(port, args, Duration::from_secs(2))
+}
+
+/// Like [`command`], with the given bound on connecting and on each read.
+///
+/// # Errors
+/// As [`command`].
+pub fn command_with_timeout(port: u16, args: &[&str], timeout: Duration) -> io::Result<Reply> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    let mut request = format!("*{}\r\n", args.len()).into_bytes();
+    for arg in args {
+        request.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        request.extend_from_slice(arg.as_bytes());
+        request.extend_from_slice(b"\r\n");
+    }
+    stream.write_all(&request)?;
+    let reply = read_reply(&mut BufReader::new(&stream))?;
+    let _ = stream.shutdown(Shutdown::Both);
+    Ok(reply)
+}
+
+fn read_reply(r: &mut impl BufRead) -> io::Result<Reply> {
+    let mut line = String::new();
+    if r.read_line(&mut line)? == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "connection closed",
+        ));
+    }
+    let line = line.trim_end_matches(['\r', '\n']);
+    let bad = || {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("bad RESP line {line:?}"),
+        )
+    };
+    let (kind, rest) = line.split_at_checked(1).ok_or_else(bad)?;
+    let number = || rest.parse::<i64>().map_err(|_| bad());
+    Ok(match kind {
+        "+" => Reply::Status(rest.to_owned()),
+        "-" => Reply::Error(rest.to_owned()),
+        ":" => Reply::Int(number()?),
+        "$" => match number()? {
+            n if n < 0 => Reply::Bulk(None),
+            n => {
+                let mut body = vec![0; n as usize + 2];
+                r.read_exact(&mut body)?;
+                body.truncate(n as usize);
+                Reply::Bulk(Some(body))
+            }
+        },
+        "*" => match number()? {
+            n if n < 0 => Reply::Array(None),
+            n => Reply::Array(Some(
+                (0..n).map(|_| read_reply(r)).collect::<io::Result<_>>()?,
+            )),
+        },
+        _ => return Err(bad()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_binary_says_how_to_install_it() {
+        let err = find_redis_server(Some("/nonexistent/redis-server".into())).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::NotFound);
+        assert!(
+            err.to_string().contains("apt-get install -y redis-server"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn parses_resp_replies() {
+        let parse = |s: &str| read_reply(&mut s.as_bytes()).unwrap();
+        assert_eq!(parse("+OK\r\n"), Reply::Status("OK".into()));
+        assert_eq!(parse("-ERR no\r\n"), Reply::Error("ERR no".into()));
+        assert_eq!(parse(":-2\r\n"), Reply::Int(-2));
+        assert_eq!(parse("$-1\r\n"), Reply::Bulk(None));
+        assert_eq!(
+            parse("$3\r\na\r\n\r\n"),
+            Reply::Bulk(Some(b"a\r\n".to_vec()))
+        );
+        assert_eq!(
+            parse("*2\r\n$1\r\nx\r\n:1\r\n"),
+            Reply::Array(Some(vec![Reply::Bulk(Some(b"x".to_vec())), Reply::Int(1)]))
+        );
+        assert_eq!(parse("*-1\r\n"), Reply::Array(None));
+        assert!(read_reply(&mut "?\r\n".as_bytes()).is_err());
+        assert!(read_reply(&mut "".as_bytes()).is_err());
+    }
+}

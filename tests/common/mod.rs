@@ -1,0 +1,117 @@
+//! Shared helpers for the integration tests: a real local cluster and ways to
+//! look at the keys on its nodes.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use redquorum::Redlock;
+use redquorum::local_cluster::{LocalCluster, Reply, command};
+
+/// A per-node timeout large enough that a loaded CI machine never misses it
+/// on a healthy node; tests that need a node to time out freeze it.
+pub const NODE_TIMEOUT: Duration = Duration::from_millis(1_000);
+
+/// Starts `n` local nodes, with a message that says how to install Redis if
+/// it is missing.
+pub fn cluster(n: usize) -> LocalCluster {
+    LocalCluster::start(n).unwrap_or_else(|e| panic!("cannot start a local Redis cluster: {e}"))
+}
+
+/// A lock manager over the cluster with test-friendly options: no retries
+/// unless asked, and a generous node timeout.
+pub fn redlock(cluster: &LocalCluster) -> Redlock {
+    builder(cluster).build().unwrap()
+}
+
+pub fn builder(cluster: &LocalCluster) -> redquorum::Builder {
+    Redlock::builder()
+        .nodes(cluster.urls())
+        .node_timeout(NODE_TIMEOUT)
+        .retry_count(0)
+        .retry_delay(Duration::from_millis(20))
+        .retry_jitter(Duration::from_millis(10))
+}
+
+/// For tests of short TTLs (a few hundred ms): a node timeout below them,
+/// and retries so that one slow answer on a loaded machine costs a retry,
+/// not the test.
+pub fn short_ttl(cluster: &LocalCluster) -> Redlock {
+    builder(cluster)
+        .node_timeout(Duration::from_millis(100))
+        .retry_count(10)
+        .build()
+        .unwrap()
+}
+
+/// How many nodes of a report failed in a way that matches `pred`.
+pub fn count(report: &redquorum::Report, pred: impl Fn(&redquorum::NodeFailure) -> bool) -> usize {
+    report.failures().iter().filter(|(_, f)| pred(f)).count()
+}
+
+/// The value of `key` on node `i`, `None` if it is missing.
+pub fn get(cluster: &LocalCluster, i: usize, key: &str) -> Option<String> {
+    match command(cluster.port(i), &["GET", key]).expect("GET") {
+        Reply::Bulk(v) => v.map(|b| String::from_utf8(b).unwrap()),
+        other => panic!("GET {key} on node {i}: {other:?}"),
+    }
+}
+
+/// The remaining TTL of `key` on node `i` in milliseconds (-2 if missing).
+pub fn pttl(cluster: &LocalCluster, i: usize, key: &str) -> i64 {
+    match command(cluster.port(i), &["PTTL", key]).expect("PTTL") {
+        Reply::Int(n) => n,
+        other => panic!("PTTL on node {i}: {other:?}"),
+    }
+}
+
+/// Sends a command to node `i` and expects it not to be an error.
+pub fn run(cluster: &LocalCluster, i: usize, args: &[&str]) -> Reply {
+    let reply = command(cluster.port(i), args).expect("command");
+    assert!(
+        !matches!(reply, Reply::Error(_)),
+        "{args:?} on node {i}: {reply:?}"
+    );
+    reply
+}
+
+/// How many of the given nodes hold `key`.
+pub fn holders(cluster: &LocalCluster, nodes: &[usize], key: &str) -> usize {
+    nodes
+        .iter()
+        .filter(|&&i| get(cluster, i, key).is_some())
+        .count()
+}
+
+/// Waits (bounded) until exactly `n` of `nodes` hold `key`: requests to the
+/// nodes beyond the majority finish in the background after a call returns.
+/// Panics after `limit`.
+pub async fn await_holders(
+    cluster: &LocalCluster,
+    nodes: &[usize],
+    key: &str,
+    n: usize,
+    limit: Duration,
+) {
+    let start = std::time::Instant::now();
+    loop {
+        let held = holders(cluster, nodes, key);
+        if held == n {
+            return;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "{key} held on {held} nodes, not {n}, after {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits (bounded) until no node among `nodes` holds `key`.
+pub async fn await_gone(cluster: &LocalCluster, nodes: &[usize], key: &str, limit: Duration) {
+    await_holders(cluster, nodes, key, 0, limit).await;
+}
+
+/// The Redis key of a resource under the default prefix.
+pub fn key(resource: &str) -> String {
+    format!("redquorum:{resource}")
+}
