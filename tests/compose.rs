@@ -61,7 +61,10 @@ fn image() -> String {
         return image;
     }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-local-image.sh");
-    let out = Command::new("bash").arg(script).output().expect("cannot run bash");
+    let out = Command::new("bash")
+        .arg(script)
+        .output()
+        .expect("cannot run bash");
     assert!(
         out.status.success(),
         "building the local image failed: {}",
@@ -78,7 +81,10 @@ fn ping(port: u16) -> bool {
 fn await_ping(ports: &[u16]) {
     let start = Instant::now();
     while !ports.iter().all(|&p| ping(p)) {
-        assert!(start.elapsed() < Duration::from_secs(60), "compose nodes never answered PING");
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "compose nodes never answered PING"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -113,7 +119,10 @@ fn the_compose_cluster_grants_locks_through_a_kill_and_a_pause() {
     compose.run(&["up", "-d"]);
     await_ping(&PORTS);
 
-    let urls: Vec<String> = PORTS.iter().map(|p| format!("redis://127.0.0.1:{p}")).collect();
+    let urls: Vec<String> = PORTS
+        .iter()
+        .map(|p| format!("redis://127.0.0.1:{p}"))
+        .collect();
     let node_timeout = Duration::from_secs(2);
     let redlock = Redlock::builder()
         .nodes(&urls)
@@ -123,7 +132,10 @@ fn the_compose_cluster_grants_locks_through_a_kill_and_a_pause() {
         .unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let mut lock = redlock.lock("compose", Duration::from_secs(10)).await.unwrap();
+        let mut lock = redlock
+            .lock("compose", Duration::from_secs(10))
+            .await
+            .unwrap();
         lock.extend(Duration::from_secs(10)).await.unwrap();
         assert!(holders_at(&PORTS, &key("compose")) >= 3);
         lock.release().await.unwrap();
@@ -133,14 +145,24 @@ fn the_compose_cluster_grants_locks_through_a_kill_and_a_pause() {
         compose.run(&["kill", "redis3"]);
         compose.run(&["pause", "redis4"]);
         let started = Instant::now();
-        let lock = redlock.lock("compose", Duration::from_secs(10)).await.unwrap();
-        assert!(started.elapsed() < node_timeout / 2, "{:?}", started.elapsed());
+        let lock = redlock
+            .lock("compose", Duration::from_secs(10))
+            .await
+            .unwrap();
+        assert!(
+            started.elapsed() < node_timeout / 2,
+            "{:?}",
+            started.elapsed()
+        );
         assert_eq!(holders_at(&[7001, 7002, 7005], &key("compose")), 3);
         lock.release().await.unwrap();
 
         // A third node down: a clear error, nothing held on the live ones.
         compose.run(&["kill", "redis5"]);
-        let err = redlock.lock("compose", Duration::from_secs(10)).await.unwrap_err();
+        let err = redlock
+            .lock("compose", Duration::from_secs(10))
+            .await
+            .unwrap_err();
         assert_eq!(err.report().unwrap().needed(), 3, "{err}");
         assert_eq!(holders_at(&[7001, 7002], &key("compose")), 0, "{err}");
 
@@ -148,7 +170,10 @@ fn the_compose_cluster_grants_locks_through_a_kill_and_a_pause() {
         compose.run(&["unpause", "redis4"]);
         compose.run(&["start", "redis3", "redis5"]);
         await_ping(&PORTS);
-        let lock = redlock.lock("compose", Duration::from_secs(10)).await.unwrap();
+        let lock = redlock
+            .lock("compose", Duration::from_secs(10))
+            .await
+            .unwrap();
         lock.release().await.unwrap();
     });
 }
