@@ -1,0 +1,82 @@
+//! The eviction-policy warning: once per node whose `maxmemory-policy` could
+//! evict lock keys, and never for a safe node.
+
+mod common;
+
+use std::fmt::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing::{Event, Level, Metadata, Subscriber};
+
+/// Collects the text of every WARN (or worse) event.
+#[derive(Clone, Default)]
+struct Warnings(Arc<Mutex<Vec<String>>>);
+
+impl Subscriber for Warnings {
+    fn enabled(&self, metadata: &Metadata<'_>) -> bool {
+        *metadata.level() <= Level::WARN
+    }
+    fn new_span(&self, _: &Attributes<'_>) -> Id {
+        Id::from_u64(1)
+    }
+    fn record(&self, _: &Id, _: &Record<'_>) {}
+    fn record_follows_from(&self, _: &Id, _: &Id) {}
+    fn event(&self, event: &Event<'_>) {
+        struct Text(String);
+        impl Visit for Text {
+            fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+                let _ = write!(self.0, "{}={:?} ", field.name(), value);
+            }
+        }
+        let mut text = Text(String::new());
+        event.record(&mut text);
+        self.0.lock().unwrap().push(text.0);
+    }
+    fn enter(&self, _: &Id) {}
+    fn exit(&self, _: &Id) {}
+}
+
+// One thread, so that the tasks the lock spawns see the subscriber too.
+#[tokio::test(flavor = "current_thread")]
+async fn warns_once_per_node_that_may_evict_lock_keys() {
+    let c = cluster(3);
+    for (i, policy) in [(0, "volatile-lru"), (1, "allkeys-random")] {
+        run(&c, i, &["CONFIG", "SET", "maxmemory", "100mb"]);
+        run(&c, i, &["CONFIG", "SET", "maxmemory-policy", policy]);
+    }
+    // Node 2 has a policy that could evict, but no maxmemory: it never evicts.
+    run(&c, 2, &["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
+
+    let warnings = Warnings::default();
+    let _guard = tracing::subscriber::set_default(warnings.clone());
+    let redlock = redlock(&c);
+    for _ in 0..3 {
+        redlock
+            .lock("r", Duration::from_secs(10))
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    let start = std::time::Instant::now();
+    while warnings.0.lock().unwrap().len() < 2 && start.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Longer than the checks take, to catch a second warning for a node.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let seen = warnings.0.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2, "{seen:#?}");
+    for (i, policy) in [(0, "volatile-lru"), (1, "allkeys-random")] {
+        let port = format!(":{}", c.port(i));
+        assert!(
+            seen.iter()
+                .any(|w| w.contains(&port) && w.contains(policy) && w.contains("noeviction")),
+            "no warning for node {i}: {seen:#?}"
+        );
+    }
+}
