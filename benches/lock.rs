@@ -1,0 +1,703 @@
+//! redquorum against rslock and against the physical floor, side by side in
+//! one run, interleaved (A B A B …) so that drift hits all alike.
+//!
+//! ```text
+//! cargo bench --bench lock     # the full run (about a minute of measuring), prints the table
+//! cargo test  --bench lock     # the smoke run (seconds): same code, tiny counts
+//! ```
+//!
+//! It starts its own five-node cluster, or uses `REDQUORUM_NODES` (then the
+//! frozen and dead node scenarios, which need to signal the nodes, are
+//! skipped). The table also goes to `target/bench-report.json`.
+//!
+//! Scenarios: `uncontended` (one task, lock + unlock of fresh resources),
+//! `throughput64` (64 tasks, distinct resources), `frozen_node` and
+//! `dead_node` (uncontended with one of five nodes SIGSTOPped / killed),
+//! `handoff` (8 tasks on one resource, 2 ms hold, 2 ms elsewhere, waiting
+//! with each library's own blocking lock), `floor` / `floor64` (the same redis
+//! client doing the bare minimum, `SET NX PX` then the release script, on one
+//! node) and `ceiling` (redis-benchmark driving all five nodes at once,
+//! pipelined: no lock can beat N nodes × 2 commands). Then memory: the RSS
+//! growth of a process holding 100 000 locks at once.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
+use redquorum::Redlock;
+use redquorum::local_cluster::LocalCluster;
+
+const TTL: Duration = Duration::from_secs(10);
+
+/// How much to measure.
+#[derive(Clone, Copy)]
+struct Scale {
+    /// Uncontended iterations per implementation, in `rounds` interleaved rounds.
+    iterations: usize,
+    rounds: usize,
+    /// Seconds per implementation for the timed scenarios, split into rounds.
+    timed_secs: f64,
+    /// The most a peer may spend on the frozen-node scenario.
+    peer_budget: Duration,
+    /// Locks held at once for the memory figure.
+    held_locks: usize,
+    /// Requests per node for redis-benchmark.
+    ceiling_requests: usize,
+}
+
+const FULL: Scale = Scale {
+    iterations: 3_000,
+    rounds: 10,
+    timed_secs: 4.0,
+    peer_budget: Duration::from_secs(12),
+    held_locks: 100_000,
+    ceiling_requests: 400_000,
+};
+
+const SMOKE: Scale = Scale {
+    iterations: 40,
+    rounds: 2,
+    timed_secs: 0.2,
+    peer_budget: Duration::from_secs(2),
+    held_locks: 500,
+    ceiling_requests: 2_000,
+};
+
+/// One implementation under test.
+#[derive(Clone)]
+enum Client {
+    Redquorum(Redlock),
+    Rslock(rslock::LockManager),
+    /// The same redis client on one node: `SET NX PX`, then the release script.
+    Floor(MultiplexedConnection, Arc<str>),
+}
+
+impl Client {
+    fn name(&self) -> &'static str {
+        match self {
+            Client::Redquorum(_) => "redquorum",
+            Client::Rslock(_) => "rslock",
+            Client::Floor(..) => "floor",
+        }
+    }
+
+    /// One lock + unlock of `resource`.
+    async fn cycle(&self, resource: &str) -> Result<(), String> {
+        match self {
+            Client::Redquorum(r) => {
+                let lock = r.lock(resource, TTL).await.map_err(|e| e.to_string())?;
+                lock.release().await.map_err(|e| e.to_string())
+            }
+            Client::Rslock(m) => {
+                let lock = m.lock(resource, TTL).await.map_err(|e| e.to_string())?;
+                m.unlock(&lock).await;
+                Ok(())
+            }
+            Client::Floor(conn, sha) => {
+                let mut conn = conn.clone();
+                let mut token = [0u8; 20];
+                rand::fill(&mut token);
+                let token = hex::encode(token);
+                let set: redis::Value = redis::cmd("SET")
+                    .arg(resource)
+                    .arg(&token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(TTL.as_millis() as u64)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if set == redis::Value::Nil {
+                    return Err("held".into());
+                }
+                let _: i64 = redis::cmd("EVALSHA")
+                    .arg(&**sha)
+                    .arg(1)
+                    .arg(resource)
+                    .arg(&token)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Waits until `resource` is held (each library's own blocking call),
+    /// holds it for `hold`, and releases it. Returns when it was acquired.
+    async fn hold(&self, resource: &str, hold: Duration) -> Result<Instant, String> {
+        match self {
+            Client::Redquorum(r) => {
+                let lock = r.lock(resource, TTL).await.map_err(|e| e.to_string())?;
+                let got = Instant::now();
+                tokio::time::sleep(hold).await;
+                lock.release().await.map_err(|e| e.to_string())?;
+                Ok(got)
+            }
+            Client::Rslock(m) => {
+                let lock = m.acquire(resource, TTL).await.map_err(|e| e.to_string())?;
+                let got = Instant::now();
+                tokio::time::sleep(hold).await;
+                lock.release().await;
+                Ok(got)
+            }
+            Client::Floor(..) => Err("the floor has no blocking lock".into()),
+        }
+    }
+}
+
+/// What one implementation did in one scenario.
+#[derive(Default)]
+struct Sample {
+    latencies: Vec<Duration>,
+    ops: u64,
+    busy: Duration,
+    errors: u64,
+    extra: BTreeMap<&'static str, f64>,
+}
+
+impl Sample {
+    fn percentile_us(&mut self, p: f64) -> f64 {
+        if self.latencies.is_empty() {
+            return f64::NAN;
+        }
+        self.latencies.sort_unstable();
+        let i = ((self.latencies.len() - 1) as f64 * p).round() as usize;
+        self.latencies[i].as_secs_f64() * 1e6
+    }
+
+    fn ops_per_s(&self) -> f64 {
+        self.ops as f64 / self.busy.as_secs_f64()
+    }
+}
+
+/// One line of the report.
+struct Row {
+    scenario: &'static str,
+    imp: &'static str,
+    p50_us: f64,
+    p99_us: f64,
+    ops_per_s: f64,
+    errors: u64,
+    extra: BTreeMap<&'static str, f64>,
+}
+
+fn row(scenario: &'static str, imp: &'static str, mut s: Sample) -> Row {
+    Row {
+        scenario,
+        imp,
+        p50_us: s.percentile_us(0.50),
+        p99_us: s.percentile_us(0.99),
+        ops_per_s: s.ops_per_s(),
+        errors: s.errors,
+        extra: std::mem::take(&mut s.extra),
+    }
+}
+
+/// Uncontended lock + unlock, interleaved in rounds; a client stops once it
+/// has spent `budget`.
+async fn uncontended(clients: &[Client], scale: Scale, tag: &str, budget: Duration) -> Vec<Sample> {
+    let mut samples: Vec<Sample> = clients.iter().map(|_| Sample::default()).collect();
+    let per_round = scale.iterations.div_ceil(scale.rounds);
+    let mut n = 0u64;
+    for _ in 0..scale.rounds {
+        for (client, sample) in clients.iter().zip(&mut samples) {
+            for _ in 0..per_round {
+                if sample.busy >= budget {
+                    break;
+                }
+                n += 1;
+                let resource = format!("bench:{tag}:{}:{n}", client.name());
+                let started = Instant::now();
+                let ok = client.cycle(&resource).await.is_ok();
+                let took = started.elapsed();
+                sample.busy += took;
+                if ok {
+                    sample.latencies.push(took);
+                    sample.ops += 1;
+                } else {
+                    sample.errors += 1;
+                }
+            }
+        }
+    }
+    samples
+}
+
+/// `tasks` concurrent tasks on distinct resources, for `secs` per client,
+/// interleaved in rounds.
+async fn throughput(clients: &[Client], tasks: usize, scale: Scale) -> Vec<Sample> {
+    let mut samples: Vec<Sample> = clients.iter().map(|_| Sample::default()).collect();
+    let round = Duration::from_secs_f64(scale.timed_secs / scale.rounds.min(4) as f64);
+    for r in 0..scale.rounds.min(4) {
+        for (client, sample) in clients.iter().zip(&mut samples) {
+            let started = Instant::now();
+            let handles: Vec<_> = (0..tasks)
+                .map(|t| {
+                    let client = client.clone();
+                    tokio::spawn(async move {
+                        let mut lat = Vec::new();
+                        let mut errors = 0;
+                        let mut i = 0u64;
+                        while started.elapsed() < round {
+                            i += 1;
+                            let resource = format!("bench:tp:{}:{r}:{t}:{i}", client.name());
+                            let s = Instant::now();
+                            match client.cycle(&resource).await {
+                                Ok(()) => lat.push(s.elapsed()),
+                                Err(_) => errors += 1,
+                            }
+                        }
+                        (lat, errors)
+                    })
+                })
+                .collect();
+            for h in handles {
+                let (lat, errors) = h.await.unwrap();
+                sample.ops += lat.len() as u64;
+                sample.latencies.extend(lat);
+                sample.errors += errors;
+            }
+            sample.busy += started.elapsed();
+        }
+    }
+    samples
+}
+
+/// 8 tasks want one resource: hold 2 ms, release, 2 ms elsewhere, again.
+async fn handoff(clients: &[Client], scale: Scale) -> Vec<Sample> {
+    const TASKS: usize = 8;
+    const HOLD: Duration = Duration::from_millis(2);
+    const ELSEWHERE: Duration = Duration::from_millis(2);
+    let mut samples: Vec<Sample> = clients.iter().map(|_| Sample::default()).collect();
+    let rounds = scale.rounds.min(2);
+    let round = Duration::from_secs_f64(scale.timed_secs / rounds as f64);
+    for r in 0..rounds {
+        for (client, sample) in clients.iter().zip(&mut samples) {
+            let resource: Arc<str> = format!("bench:handoff:{}:{r}", client.name()).into();
+            let stop = Arc::new(AtomicBool::new(false));
+            let held_us = Arc::new(AtomicU64::new(0));
+            let started = Instant::now();
+            let handles: Vec<_> = (0..TASKS)
+                .map(|_| {
+                    let (client, resource, stop, held_us) = (
+                        client.clone(),
+                        resource.clone(),
+                        stop.clone(),
+                        held_us.clone(),
+                    );
+                    tokio::spawn(async move {
+                        let mut waits = Vec::new();
+                        let mut errors = 0;
+                        while !stop.load(Ordering::Relaxed) {
+                            let asked = Instant::now();
+                            match client.hold(&resource, HOLD).await {
+                                Ok(got) => {
+                                    waits.push(got - asked);
+                                    held_us.fetch_add(
+                                        got.elapsed().as_micros() as u64,
+                                        Ordering::Relaxed,
+                                    );
+                                }
+                                Err(_) => errors += 1,
+                            }
+                            tokio::time::sleep(ELSEWHERE).await;
+                        }
+                        (waits, errors)
+                    })
+                })
+                .collect();
+            tokio::time::sleep(round).await;
+            stop.store(true, Ordering::Relaxed);
+            for h in handles {
+                let (waits, errors) = h.await.unwrap();
+                sample.ops += waits.len() as u64;
+                sample.latencies.extend(waits);
+                sample.errors += errors;
+            }
+            let wall = started.elapsed();
+            sample.busy += wall;
+            *sample.extra.entry("held_us").or_default() += held_us.load(Ordering::Relaxed) as f64;
+        }
+    }
+    for s in &mut samples {
+        let held = s.extra.remove("held_us").unwrap_or_default() / 1e6;
+        s.extra.insert("held_share", held / s.busy.as_secs_f64());
+    }
+    samples
+}
+
+/// redis-benchmark on all nodes at once, pipelined: the most commands per
+/// second the machine serves, and the lock+unlock pairs that allows (each
+/// pair costs two commands on every node).
+fn ceiling(ports: &[u16], scale: Scale) -> Option<Row> {
+    let handles: Vec<_> = ports
+        .iter()
+        .map(|&p| std::thread::spawn(move || commands_per_s(p, scale)))
+        .collect();
+    let mut commands = 0.0;
+    for h in handles {
+        commands += h.join().ok()??;
+    }
+    let mut extra = BTreeMap::new();
+    extra.insert("commands_per_s", commands);
+    Some(Row {
+        scenario: "ceiling",
+        imp: "ceiling",
+        p50_us: f64::NAN,
+        p99_us: f64::NAN,
+        ops_per_s: commands / (2.0 * ports.len() as f64),
+        errors: 0,
+        extra,
+    })
+}
+
+/// `SET`s per second that redis-benchmark gets from one node, pipelined.
+fn commands_per_s(port: u16, scale: Scale) -> Option<f64> {
+    let out = Command::new("redis-benchmark")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-t",
+            "set",
+            "-P",
+            "16",
+            "-c",
+            "8",
+        ])
+        .args(["-n", &scale.ceiling_requests.to_string(), "-q", "--csv"])
+        .output()
+        .ok()?;
+    // "SET","123456.79",…
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| l.starts_with("\"SET\""))?
+        .split(',')
+        .nth(1)?
+        .trim_matches('"')
+        .parse()
+        .ok()
+}
+
+/// The memory figure: this program again, in a child process that takes
+/// `n` locks with one implementation and holds them all at once.
+fn memory(imp: &str, urls: &[String], n: usize) -> Option<(f64, f64)> {
+    let out = Command::new(std::env::current_exe().ok()?)
+        .args(["--memory-child", imp, &n.to_string()])
+        .args(urls)
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().find(|l| l.starts_with("memory "))?;
+    let mut words = line
+        .split_whitespace()
+        .skip(1)
+        .map(|w| w.parse::<f64>().ok());
+    let (before, peak) = (words.next()??, words.next()??);
+    Some((peak, (peak - before) / n as f64))
+}
+
+fn rss_kib(field: &str) -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+/// The child side of [`memory`].
+fn memory_child(args: &[String]) {
+    let (imp, n, urls) = (&args[0], args[1].parse::<usize>().unwrap(), &args[2..]);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let client = match imp.as_str() {
+            "redquorum" => Client::Redquorum(Redlock::new(urls).unwrap()),
+            _ => Client::Rslock(rslock::LockManager::new(urls.to_vec())),
+        };
+        client.cycle("bench:mem:warm").await.unwrap();
+        let before = rss_kib("VmRSS:");
+        let mut redquorum_locks = Vec::with_capacity(n);
+        let mut rslock_locks = Vec::with_capacity(n);
+        for chunk in (0..n).collect::<Vec<_>>().chunks(64) {
+            let futs = chunk.iter().map(|i| {
+                let client = client.clone();
+                async move {
+                    let resource = format!("bench:mem:{imp}:{i}");
+                    match &client {
+                        Client::Redquorum(r) => (
+                            Some(r.lock(&resource, Duration::from_secs(120)).await.unwrap()),
+                            None,
+                        ),
+                        Client::Rslock(m) => (
+                            None,
+                            Some(m.lock(&*resource, Duration::from_secs(120)).await.unwrap()),
+                        ),
+                        Client::Floor(..) => unreachable!(),
+                    }
+                }
+            });
+            for (a, b) in futures::future::join_all(futs).await {
+                redquorum_locks.extend(a);
+                rslock_locks.extend(b);
+            }
+        }
+        let peak = rss_kib("VmHWM:");
+        println!("memory {} {}", before * 1024.0, peak * 1024.0);
+        // Release everything, 64 at a time.
+        while !redquorum_locks.is_empty() {
+            let batch: Vec<_> = redquorum_locks
+                .drain(..redquorum_locks.len().min(64))
+                .collect();
+            futures::future::join_all(batch.into_iter().map(|l| l.release())).await;
+        }
+        if let Client::Rslock(m) = &client {
+            for batch in rslock_locks.chunks(64) {
+                futures::future::join_all(batch.iter().map(|l| m.unlock(l))).await;
+            }
+        }
+    });
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!("{cores} cores, {cpu}, Linux {}", kernel.trim())
+}
+
+fn fmt_num(x: f64, decimals: usize) -> String {
+    if x.is_finite() {
+        format!("{x:.decimals$}")
+    } else {
+        "-".into()
+    }
+}
+
+fn print_table(rows: &[Row]) {
+    let find =
+        |scenario: &str, imp: &str| rows.iter().find(|r| r.scenario == scenario && r.imp == imp);
+    println!(
+        "\n{:<13} {:<10} {:>9} {:>9} {:>10} {:>7} {:>10} {:>10} {:>10} {:>10}  extra",
+        "scenario",
+        "impl",
+        "p50 µs",
+        "p99 µs",
+        "ops/s",
+        "errors",
+        "p50/rslock",
+        "ops/rslock",
+        "p50/floor",
+        "ops/floor"
+    );
+    for r in rows {
+        let peer = find(r.scenario, "rslock");
+        let floor = match r.scenario {
+            "throughput64" => find("floor64", "floor"),
+            "handoff" | "ceiling" => None,
+            _ => find("floor", "floor"),
+        };
+        let ratio = |a: f64, b: Option<f64>| b.map_or(f64::NAN, |b| a / b);
+        let extra: String = r
+            .extra
+            .iter()
+            .map(|(k, v)| format!("{k}={v:.3} "))
+            .collect();
+        println!(
+            "{:<13} {:<10} {:>9} {:>9} {:>10} {:>7} {:>10} {:>10} {:>10} {:>10}  {}",
+            r.scenario,
+            r.imp,
+            fmt_num(r.p50_us, 0),
+            fmt_num(r.p99_us, 0),
+            fmt_num(r.ops_per_s, 0),
+            r.errors,
+            fmt_num(ratio(r.p50_us, peer.map(|p| p.p50_us)), 2),
+            fmt_num(ratio(r.ops_per_s, peer.map(|p| p.ops_per_s)), 2),
+            fmt_num(ratio(r.p50_us, floor.map(|p| p.p50_us)), 2),
+            fmt_num(ratio(r.ops_per_s, floor.map(|p| p.ops_per_s)), 2),
+            extra.trim_end()
+        );
+    }
+}
+
+fn json(machine: &str, rows: &[Row], memory: &[(String, f64, f64)]) -> String {
+    let num = |x: f64| {
+        if x.is_finite() {
+            format!("{x:.3}")
+        } else {
+            "null".into()
+        }
+    };
+    let mut s = format!("{{\"machine\": {machine:?}, \"scenarios\": [");
+    for (i, r) in rows.iter().enumerate() {
+        let _ = write!(
+            s,
+            "{}\n  {{\"name\": {:?}, \"impl\": {:?}, \"p50_us\": {}, \"p99_us\": {}, \"ops_per_s\": {}, \"errors\": {}",
+            if i == 0 { "" } else { "," },
+            r.scenario,
+            r.imp,
+            num(r.p50_us),
+            num(r.p99_us),
+            num(r.ops_per_s),
+            r.errors
+        );
+        for (k, v) in &r.extra {
+            let _ = write!(s, ", {k:?}: {}", num(*v));
+        }
+        s.push('}');
+    }
+    s.push_str("\n], \"memory\": [");
+    for (i, (imp, peak, per_lock)) in memory.iter().enumerate() {
+        let _ = write!(
+            s,
+            "{}\n  {{\"impl\": {imp:?}, \"peak_rss_bytes\": {}, \"bytes_per_lock\": {}}}",
+            if i == 0 { "" } else { "," },
+            num(*peak),
+            num(*per_lock)
+        );
+    }
+    s.push_str("\n]}\n");
+    s
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--memory-child") {
+        return memory_child(&args[1..]);
+    }
+    // `cargo bench` passes --bench; `cargo test --bench lock` does not.
+    let full = args.iter().any(|a| a == "--bench");
+    let scale = if full { FULL } else { SMOKE };
+    let started = Instant::now();
+
+    let mut local = None;
+    let urls: Vec<String> = match std::env::var("REDQUORUM_NODES") {
+        Ok(nodes) => nodes.split(',').map(str::to_owned).collect(),
+        Err(_) => {
+            let cluster = LocalCluster::start(5).expect("cannot start a local cluster");
+            let urls = cluster.urls();
+            local = Some(cluster);
+            urls
+        }
+    };
+    let ports: Vec<u16> = urls
+        .iter()
+        .filter_map(|u| u.rsplit(':').next()?.trim_end_matches('/').parse().ok())
+        .collect();
+    println!(
+        "redquorum benchmark ({} run) on {}; nodes: {}",
+        if full { "full" } else { "smoke" },
+        machine(),
+        urls.join(", ")
+    );
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut rows = Vec::new();
+    rt.block_on(async {
+        let redquorum = Client::Redquorum(Redlock::new(&urls).unwrap());
+        let rslock = Client::Rslock(rslock::LockManager::new(urls.clone()));
+        let floor = {
+            let client = redis::Client::open(urls[0].as_str()).unwrap();
+            let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+            let sha: String = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            Client::Floor(conn, sha.into())
+        };
+        let all = [redquorum.clone(), rslock.clone(), floor.clone()];
+        let locks = [redquorum.clone(), rslock.clone()];
+        // Warm up every connection.
+        for c in &all {
+            c.cycle("bench:warm").await.unwrap();
+        }
+
+        let scenario = |name: &'static str, samples: Vec<Sample>, clients: &[Client], rows: &mut Vec<Row>| {
+            for (c, s) in clients.iter().zip(samples) {
+                let name = if c.name() == "floor" && name == "throughput64" {
+                    "floor64"
+                } else if c.name() == "floor" {
+                    "floor"
+                } else {
+                    name
+                };
+                rows.push(row(name, c.name(), s));
+            }
+        };
+        println!("uncontended …");
+        let s = uncontended(&all, scale, "u", Duration::MAX).await;
+        scenario("uncontended", s, &all, &mut rows);
+        println!("throughput64 …");
+        let s = throughput(&all, 64, scale).await;
+        scenario("throughput64", s, &all, &mut rows);
+        println!("handoff …");
+        let s = handoff(&locks, scale).await;
+        scenario("handoff", s, &locks, &mut rows);
+
+        if let Some(cluster) = local.as_mut() {
+            println!("frozen_node …");
+            cluster.freeze(4);
+            let s = uncontended(&locks, scale, "f", scale.peer_budget).await;
+            scenario("frozen_node", s, &locks, &mut rows);
+            cluster.thaw(4);
+            println!("dead_node …");
+            cluster.kill(4);
+            let s = uncontended(&locks, scale, "d", scale.peer_budget).await;
+            scenario("dead_node", s, &locks, &mut rows);
+            cluster.restart(4).unwrap();
+        } else {
+            println!("frozen_node, dead_node: skipped (REDQUORUM_NODES given; they need a local cluster)");
+        }
+    });
+    drop(rt);
+    println!("ceiling …");
+    rows.extend(ceiling(&ports, scale));
+    println!("memory …");
+    let mut mem = Vec::new();
+    for imp in ["redquorum", "rslock"] {
+        if let Some((peak, per_lock)) = memory(imp, &urls, scale.held_locks) {
+            mem.push((imp.to_owned(), peak, per_lock));
+        }
+    }
+
+    print_table(&rows);
+    println!("\nmemory, {} locks held at once:", scale.held_locks);
+    for (imp, peak, per_lock) in &mem {
+        println!(
+            "  {imp:<10} peak RSS {:>7.1} MiB, {:>6.0} bytes per held lock",
+            peak / 1048576.0,
+            per_lock
+        );
+    }
+    let machine = machine();
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/target/bench-report.json");
+    match std::fs::write(path, json(&machine, &rows, &mem)) {
+        Ok(()) => println!("\nwrote {path}"),
+        Err(e) => println!("\ncould not write {path}: {e}"),
+    }
+    println!("took {:.1} s", started.elapsed().as_secs_f64());
+    assert!(!rows.is_empty());
+}
