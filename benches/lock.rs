@@ -10,6 +10,10 @@
 //! frozen and dead node scenarios, which need to signal the nodes, are
 //! skipped). The table also goes to `target/bench-report.json`.
 //!
+//! For profiling, `REDQUORUM_BENCH_ONLY=throughput64,uncontended` runs only
+//! the named scenarios, and `REDQUORUM_BENCH_IMPLS=redquorum` only the named
+//! implementations (the floor always runs where it belongs).
+//!
 //! Scenarios: `uncontended` (one task, lock + unlock of fresh resources),
 //! `throughput64` (64 tasks, distinct resources), `frozen_node` and
 //! `dead_node` (uncontended with one of five nodes SIGSTOPped / killed),
@@ -628,8 +632,15 @@ fn main() {
                 .unwrap();
             Client::Floor(conn, sha.into())
         };
-        let all = [redquorum.clone(), rslock.clone(), floor.clone()];
-        let locks = [redquorum.clone(), rslock.clone()];
+        let picked = |c: &Client| {
+            c.name() == "floor"
+                || std::env::var("REDQUORUM_BENCH_IMPLS").map_or(true, |v| v.split(',').any(|i| i == c.name()))
+        };
+        let wanted = |scenario: &str| {
+            std::env::var("REDQUORUM_BENCH_ONLY").map_or(true, |v| v.split(',').any(|s| s == scenario))
+        };
+        let all: Vec<Client> = [redquorum, rslock, floor].into_iter().filter(picked).collect();
+        let locks: Vec<Client> = all.iter().filter(|c| c.name() != "floor").cloned().collect();
         // Warm up every connection.
         for c in &all {
             c.cycle("bench:warm").await.unwrap();
@@ -647,17 +658,24 @@ fn main() {
                 rows.push(row(name, c.name(), s));
             }
         };
-        println!("uncontended …");
-        let s = uncontended(&all, scale, "u", Duration::MAX).await;
-        scenario("uncontended", s, &all, &mut rows);
-        println!("throughput64 …");
-        let s = throughput(&all, 64, scale).await;
-        scenario("throughput64", s, &all, &mut rows);
-        println!("handoff …");
-        let s = handoff(&locks, scale).await;
-        scenario("handoff", s, &locks, &mut rows);
-
-        if let Some(cluster) = local.as_mut() {
+        if wanted("uncontended") {
+            println!("uncontended …");
+            let s = uncontended(&all, scale, "u", Duration::MAX).await;
+            scenario("uncontended", s, &all, &mut rows);
+        }
+        if wanted("throughput64") {
+            println!("throughput64 …");
+            let s = throughput(&all, 64, scale).await;
+            scenario("throughput64", s, &all, &mut rows);
+        }
+        if wanted("handoff") {
+            println!("handoff …");
+            let s = handoff(&locks, scale).await;
+            scenario("handoff", s, &locks, &mut rows);
+        }
+        if !wanted("frozen_node") && !wanted("dead_node") {
+            // Skipped for profiling.
+        } else if let Some(cluster) = local.as_mut() {
             println!("frozen_node …");
             cluster.freeze(4);
             let s = uncontended(&locks, scale, "f", scale.peer_budget).await;
@@ -673,11 +691,16 @@ fn main() {
         }
     });
     drop(rt);
-    println!("ceiling …");
-    rows.extend(ceiling(&ports, scale));
-    println!("memory …");
     let mut mem = Vec::new();
-    for imp in ["redquorum", "rslock"] {
+    if std::env::var("REDQUORUM_BENCH_ONLY").is_err() {
+        println!("ceiling …");
+        rows.extend(ceiling(&ports, scale));
+        println!("memory …");
+    }
+    for imp in ["redquorum", "rslock"]
+        .into_iter()
+        .filter(|_| std::env::var("REDQUORUM_BENCH_ONLY").is_err())
+    {
         if let Some((peak, per_lock)) = memory(imp, &urls, scale.held_locks) {
             mem.push((imp.to_owned(), peak, per_lock));
         }

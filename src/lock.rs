@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use crate::clock::Moment;
 use crate::error::{Error, NodeFailure, Report};
-use crate::quorum::{self, Request};
+use crate::quorum::{self, LockId, Request};
 use crate::redlock::Core;
 
 /// A held lock. Release it with [`release`](Lock::release); dropping it
@@ -25,26 +25,16 @@ use crate::redlock::Core;
 #[must_use = "dropping a Lock releases it at once"]
 pub struct Lock {
     core: Arc<Core>,
-    resource: String,
-    key: Arc<str>,
-    token: Arc<str>,
+    id: Arc<LockId>,
     deadline: Moment,
     released: bool,
 }
 
 impl Lock {
-    pub(crate) fn new(
-        core: Arc<Core>,
-        resource: String,
-        key: Arc<str>,
-        token: Arc<str>,
-        deadline: Moment,
-    ) -> Lock {
+    pub(crate) fn new(core: Arc<Core>, id: Arc<LockId>, deadline: Moment) -> Lock {
         Lock {
             core,
-            resource,
-            key,
-            token,
+            id,
             deadline,
             released: false,
         }
@@ -52,12 +42,13 @@ impl Lock {
 
     /// The resource this lock is on.
     pub fn resource(&self) -> &str {
-        &self.resource
+        // The key is the prefix followed by the resource.
+        &self.id.key[self.core.options.key_prefix.len()..]
     }
 
     /// The random token that marks this holder on the nodes (40 hex digits).
     pub fn token(&self) -> &str {
-        &self.token
+        self.id.token()
     }
 
     /// How long the lock is still valid: the TTL of the last acquisition or
@@ -98,8 +89,7 @@ impl Lock {
         }
         let start = Moment::now();
         let request = Request::Extend {
-            key: self.key.clone(),
-            token: self.token.clone(),
+            id: self.id.clone(),
             ttl_ms: plan.ttl_ms,
         };
         let (tally, stragglers) = quorum::decide(&self.core.nodes, &request).await;
@@ -109,7 +99,7 @@ impl Lock {
         let valid = quorum::validity(plan.ttl, start.elapsed(), plan.drift)
             .filter(|v| *v > self.core.options.min_validity);
         tracing::debug!(
-            resource = %self.resource,
+            resource = %self.resource(),
             agreed = tally.agreed(),
             needed = tally.needed(),
             "extend"
@@ -135,14 +125,13 @@ impl Lock {
     pub async fn release(mut self) -> Result<(), Error> {
         let expired = self.is_expired();
         let request = Request::Release {
-            key: self.key.clone(),
-            token: self.token.clone(),
+            id: self.id.clone(),
         };
         let (tally, stragglers) = quorum::decide(&self.core.nodes, &request).await;
         stragglers.finish_in_background();
         self.released = true;
         tracing::debug!(
-            resource = %self.resource,
+            resource = %self.resource(),
             agreed = tally.agreed(),
             needed = tally.needed(),
             "release"
@@ -157,7 +146,7 @@ impl Lock {
 
     /// The error for a report without a majority.
     fn classify(&self, report: Report) -> Error {
-        let resource = self.resource.clone();
+        let resource = self.resource().to_owned();
         if report.held_by_others() > 0 {
             Error::Taken { resource, report }
         } else if report.count(|f| *f == NodeFailure::Missing) > 0 {
@@ -169,7 +158,7 @@ impl Lock {
 
     fn expired(&self, report: Report) -> Error {
         Error::Expired {
-            resource: self.resource.clone(),
+            resource: self.resource().to_owned(),
             report,
         }
     }
@@ -178,8 +167,8 @@ impl Lock {
 impl Drop for Lock {
     fn drop(&mut self) {
         if !self.released {
-            tracing::debug!(resource = %self.resource, "lock dropped: releasing in the background");
-            quorum::release_in_background(&self.core.nodes, self.key.clone(), self.token.clone());
+            tracing::debug!(resource = %self.resource(), "lock dropped: releasing in the background");
+            quorum::release_in_background(&self.core.nodes, self.id.clone());
         }
     }
 }
@@ -187,7 +176,7 @@ impl Drop for Lock {
 impl fmt::Debug for Lock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lock")
-            .field("resource", &self.resource)
+            .field("resource", &self.resource())
             .field("remaining", &self.remaining())
             .finish_non_exhaustive()
     }

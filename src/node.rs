@@ -201,10 +201,10 @@ impl Inner {
 /// Sends one request and reads its vote.
 async fn send(mut conn: MultiplexedConnection, request: &Request) -> Result<Vote, RedisError> {
     match request {
-        Request::Acquire { key, token, ttl_ms } => {
+        Request::Acquire { id, ttl_ms } => {
             let reply: Value = redis::cmd("SET")
-                .arg(&**key)
-                .arg(&**token)
+                .arg(&*id.key)
+                .arg(id.token())
                 .arg("NX")
                 .arg("PX")
                 .arg(*ttl_ms)
@@ -215,10 +215,10 @@ async fn send(mut conn: MultiplexedConnection, request: &Request) -> Result<Vote
                 _ => Ok(()),
             })
         }
-        Request::Release { key, token } => eval(&mut conn, &scripts::RELEASE, key, &[token]).await,
-        Request::Extend { key, token, ttl_ms } => {
+        Request::Release { id } => eval(&mut conn, &scripts::RELEASE, &id.key, &[id.token()]).await,
+        Request::Extend { id, ttl_ms } => {
             let ttl = ttl_ms.to_string();
-            eval(&mut conn, &scripts::EXTEND, key, &[token, &ttl]).await
+            eval(&mut conn, &scripts::EXTEND, &id.key, &[id.token(), &ttl]).await
         }
     }
 }

@@ -34,23 +34,42 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use crate::clock::Moment;
 use crate::error::{NodeFailure, Report};
 
+/// Which lock: the Redis key and the owner's token. One allocation per
+/// lock, shared by every request about it.
+#[derive(Debug)]
+pub(crate) struct LockId {
+    pub(crate) key: Box<str>,
+    token: [u8; 40],
+}
+
+impl LockId {
+    /// A lock on `key` with a fresh token: 20 bytes from the thread's
+    /// CSPRNG, in hex.
+    pub(crate) fn new(key: Box<str>) -> Arc<LockId> {
+        let mut bytes = [0u8; 20];
+        rand::fill(&mut bytes);
+        let mut token = [0u8; 40];
+        // Cannot fail: the output is exactly twice the input.
+        let _ = hex::encode_to_slice(bytes, &mut token);
+        Arc::new(LockId { key, token })
+    }
+
+    /// The token, 40 hex digits.
+    pub(crate) fn token(&self) -> &str {
+        // Hex digits are ASCII.
+        std::str::from_utf8(&self.token).unwrap_or_default()
+    }
+}
+
 /// One request of the protocol, sent to every node.
 #[derive(Debug, Clone)]
 pub(crate) enum Request {
     /// `SET key token NX PX ttl_ms`.
-    Acquire {
-        key: Arc<str>,
-        token: Arc<str>,
-        ttl_ms: u64,
-    },
+    Acquire { id: Arc<LockId>, ttl_ms: u64 },
     /// Compare-and-delete.
-    Release { key: Arc<str>, token: Arc<str> },
+    Release { id: Arc<LockId> },
     /// Compare-and-pexpire.
-    Extend {
-        key: Arc<str>,
-        token: Arc<str>,
-        ttl_ms: u64,
-    },
+    Extend { id: Arc<LockId>, ttl_ms: u64 },
 }
 
 /// One node's answer: agreed, or why not.
@@ -201,16 +220,14 @@ pub(crate) enum Attempt {
 /// the first majority, the validity check, and on failure the rollback.
 pub(crate) async fn acquire<V: Voter>(
     nodes: &[V],
-    key: &Arc<str>,
-    token: &Arc<str>,
+    id: &Arc<LockId>,
     ttl: Duration,
     drift: Duration,
     min_validity: Duration,
 ) -> Attempt {
     let start = Moment::now();
     let request = Request::Acquire {
-        key: key.clone(),
-        token: token.clone(),
+        id: id.clone(),
         ttl_ms: ttl.as_millis() as u64,
     };
     let (tally, stragglers) = decide(nodes, &request).await;
@@ -235,17 +252,14 @@ pub(crate) async fn acquire<V: Voter>(
     // and one already written is ordered before the rollback on its
     // connection.
     drop(stragglers);
-    rollback(nodes, key, token, &tally).await;
+    rollback(nodes, id, &tally).await;
     Attempt::Failed(tally)
 }
 
 /// Releases on every node: waits for the nodes that answered the acquisition
 /// and leaves the others to finish in the background.
-async fn rollback<V: Voter>(nodes: &[V], key: &Arc<str>, token: &Arc<str>, tally: &Tally) {
-    let request = Request::Release {
-        key: key.clone(),
-        token: token.clone(),
-    };
+async fn rollback<V: Voter>(nodes: &[V], id: &Arc<LockId>, tally: &Tally) {
+    let request = Request::Release { id: id.clone() };
     let mut waited = FuturesUnordered::new();
     for (i, node) in nodes.iter().enumerate() {
         let release = node.ask(&request);
@@ -261,12 +275,12 @@ async fn rollback<V: Voter>(nodes: &[V], key: &Arc<str>, token: &Arc<str>, tally
 /// Fires a release on every node and forgets about it: for guards dropped
 /// without `release()` and acquisitions cancelled mid-flight. Does nothing
 /// (the keys then expire at their TTL) outside a tokio runtime.
-pub(crate) fn release_in_background<V: Voter>(nodes: &[V], key: Arc<str>, token: Arc<str>) {
+pub(crate) fn release_in_background<V: Voter>(nodes: &[V], id: Arc<LockId>) {
     if tokio::runtime::Handle::try_current().is_err() {
-        tracing::debug!(%key, "no tokio runtime: lock keys expire at their TTL");
+        tracing::debug!(key = %id.key, "no tokio runtime: lock keys expire at their TTL");
         return;
     }
-    let request = Request::Release { key, token };
+    let request = Request::Release { id };
     for node in nodes {
         detach(node.ask(&request));
     }
@@ -353,8 +367,16 @@ mod tests {
             .sum()
     }
 
-    fn key() -> (Arc<str>, Arc<str>) {
-        ("k".into(), "t".into())
+    fn id() -> Arc<LockId> {
+        LockId::new("k".into())
+    }
+
+    #[test]
+    fn tokens_are_40_hex_digits_and_fresh() {
+        let (a, b) = (id(), id());
+        assert_eq!(a.token().len(), 40);
+        assert!(a.token().bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a.token(), b.token());
     }
 
     const YES: Vote = Ok(());
@@ -389,8 +411,8 @@ mod tests {
         // the third fast yes, at 3 ms, not at the stragglers' 10 s.
         let nodes = cluster(&[(1, YES), (2, YES), (10_000, YES), (3, YES), (10_000, YES)]);
         let t = tokio::time::Instant::now();
-        let (key, token) = key();
-        match acquire(&nodes, &key, &token, ms(1_000), ms(12), Duration::ZERO).await {
+        let id = id();
+        match acquire(&nodes, &id, ms(1_000), ms(12), Duration::ZERO).await {
             Attempt::Held { deadline } => {
                 assert!(deadline.remaining() <= ms(1_000 - 12));
             }
@@ -404,9 +426,8 @@ mod tests {
     async fn fails_as_soon_as_a_majority_is_out_of_reach() {
         let nodes = cluster(&[(1, HELD), (2, YES), (3, HELD), (4, HELD), (10_000, YES)]);
         let t = tokio::time::Instant::now();
-        let (key, token) = key();
-        let Attempt::Failed(tally) =
-            acquire(&nodes, &key, &token, ms(1_000), ms(12), Duration::ZERO).await
+        let id = id();
+        let Attempt::Failed(tally) = acquire(&nodes, &id, ms(1_000), ms(12), Duration::ZERO).await
         else {
             panic!("held without a majority")
         };
@@ -430,8 +451,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_even_split_is_a_failure_not_a_hang() {
         let nodes = cluster(&[(1, YES), (1, HELD), (2, YES), (2, HELD)]);
-        let (key, token) = key();
-        let attempt = acquire(&nodes, &key, &token, ms(1_000), ms(12), Duration::ZERO);
+        let id = id();
+        let attempt = acquire(&nodes, &id, ms(1_000), ms(12), Duration::ZERO);
         let attempt = tokio::time::timeout(ms(100), attempt).await.expect("hung");
         assert!(matches!(attempt, Attempt::Failed(_)));
     }
@@ -441,13 +462,13 @@ mod tests {
         // Majority reached after 95 ms of a 100 ms TTL with 3 ms drift: 2 ms
         // of validity left, below the 5 ms minimum.
         let nodes = cluster(&[(95, YES), (95, YES), (95, YES)]);
-        let (key, token) = key();
-        let attempt = acquire(&nodes, &key, &token, ms(100), ms(3), ms(5)).await;
+        let id = id();
+        let attempt = acquire(&nodes, &id, ms(100), ms(3), ms(5)).await;
         assert!(matches!(&attempt, Attempt::Failed(t) if t.has_majority()));
         assert_eq!(asked(&nodes, "release"), 3);
         // With no minimum, the same 2 ms suffice.
         let nodes = cluster(&[(95, YES), (95, YES), (95, YES)]);
-        let attempt = acquire(&nodes, &key, &token, ms(100), ms(3), Duration::ZERO).await;
+        let attempt = acquire(&nodes, &id, ms(100), ms(3), Duration::ZERO).await;
         assert!(matches!(attempt, Attempt::Held { .. }));
     }
 
@@ -460,9 +481,8 @@ mod tests {
             (2, Err(NodeFailure::OutOfMemory("OOM".into()))),
             (1, YES),
         ]);
-        let (key, token) = key();
-        let Attempt::Failed(tally) =
-            acquire(&nodes, &key, &token, ms(1_000), ms(12), Duration::ZERO).await
+        let id = id();
+        let Attempt::Failed(tally) = acquire(&nodes, &id, ms(1_000), ms(12), Duration::ZERO).await
         else {
             panic!("held on two of five")
         };
@@ -474,10 +494,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn stragglers_finish_in_the_background() {
         let nodes = cluster(&[(1, YES), (1, YES), (500, YES)]);
-        let request = Request::Release {
-            key: "k".into(),
-            token: "t".into(),
-        };
+        let request = Request::Release { id: id() };
         let (tally, stragglers) = decide(&nodes, &request).await;
         assert!(tally.has_majority());
         stragglers.finish_in_background();
@@ -489,7 +506,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn background_release_reaches_every_node() {
         let nodes = cluster(&[(1, YES), (300, YES), (2, YES)]);
-        release_in_background(&nodes, "k".into(), "t".into());
+        release_in_background(&nodes, id());
         tokio::time::sleep(ms(400)).await;
         assert_eq!(asked(&nodes, "release"), 3);
         let done: usize = nodes.iter().map(|n| n.done.load(Ordering::SeqCst)).sum();
@@ -499,7 +516,7 @@ mod tests {
     #[test]
     fn background_release_without_a_runtime_does_nothing_and_does_not_panic() {
         let nodes = cluster(&[(1, YES)]);
-        release_in_background(&nodes, "k".into(), "t".into());
+        release_in_background(&nodes, id());
         assert_eq!(asked(&nodes, "release"), 0);
     }
 }

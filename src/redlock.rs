@@ -19,7 +19,7 @@ use crate::config::{Builder, Options};
 use crate::error::{Error, GaveUp};
 use crate::lock::Lock;
 use crate::node::Node;
-use crate::quorum::{self, Attempt};
+use crate::quorum::{self, Attempt, LockId};
 
 /// A distributed lock manager over N independent Redis nodes.
 ///
@@ -130,21 +130,19 @@ impl Redlock {
         let options = &self.core.options;
         let plan = options.plan(ttl)?;
         let started = Moment::now();
-        let key: Arc<str> = format!("{}{resource}", options.key_prefix).into();
+        let key = format!("{}{resource}", options.key_prefix);
         let mut attempts = 0;
         loop {
             attempts += 1;
-            let token = new_token();
+            let id = LockId::new(key.as_str().into());
             let cancel_guard = CancelGuard {
                 core: &self.core,
-                key: &key,
-                token: &token,
+                id: &id,
             };
             let span = tracing::debug_span!("redquorum.acquire", resource, attempt = attempts);
             let attempt = quorum::acquire(
                 &self.core.nodes,
-                &key,
-                &token,
+                &id,
                 plan.ttl,
                 plan.drift,
                 options.min_validity,
@@ -155,13 +153,7 @@ impl Redlock {
             std::mem::forget(cancel_guard);
             let tally = match attempt {
                 Attempt::Held { deadline } => {
-                    return Ok(Lock::new(
-                        self.core.clone(),
-                        resource.to_owned(),
-                        key,
-                        token,
-                        deadline,
-                    ));
+                    return Ok(Lock::new(self.core.clone(), id, deadline));
                 }
                 Attempt::Failed(tally) => tally,
             };
@@ -189,22 +181,14 @@ impl Redlock {
 /// before it completes. Completed attempts `forget` it.
 struct CancelGuard<'a> {
     core: &'a Arc<Core>,
-    key: &'a Arc<str>,
-    token: &'a Arc<str>,
+    id: &'a Arc<LockId>,
 }
 
 impl Drop for CancelGuard<'_> {
     fn drop(&mut self) {
-        tracing::debug!(key = %self.key, "acquire cancelled: rolling back in the background");
-        quorum::release_in_background(&self.core.nodes, self.key.clone(), self.token.clone());
+        tracing::debug!(key = %self.id.key, "acquire cancelled: rolling back in the background");
+        quorum::release_in_background(&self.core.nodes, self.id.clone());
     }
-}
-
-/// A fresh owner token: 20 bytes from the thread's CSPRNG, in hex.
-fn new_token() -> Arc<str> {
-    let mut bytes = [0u8; 20];
-    rand::fill(&mut bytes);
-    hex::encode(bytes).into()
 }
 
 impl fmt::Debug for Redlock {
@@ -224,15 +208,6 @@ impl fmt::Debug for Redlock {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tokens_are_40_hex_chars_and_unique() {
-        let a = new_token();
-        let b = new_token();
-        assert_eq!(a.len(), 40);
-        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
-        assert_ne!(a, b);
-    }
 
     #[tokio::test]
     async fn bad_ttls_fail_before_any_io() {
