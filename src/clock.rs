@@ -40,6 +40,16 @@ impl Moment {
     pub(crate) fn after(self, d: Duration) -> Moment {
         Moment(self.0.saturating_add(d))
     }
+
+    /// As nanoseconds, to keep in an atomic.
+    pub(crate) fn as_nanos(self) -> u64 {
+        self.0.as_nanos() as u64
+    }
+
+    /// Back from [`as_nanos`](Self::as_nanos).
+    pub(crate) fn from_nanos(nanos: u64) -> Moment {
+        Moment(Duration::from_nanos(nanos))
+    }
 }
 
 #[cfg(any(target_os = "linux", target_os = "android"))]

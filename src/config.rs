@@ -16,6 +16,7 @@
 //! | [`retry_jitter`](Builder::retry_jitter) | 100 ms | the pause is drawn uniformly from `delay ± jitter` |
 //! | [`wait_timeout`](Builder::wait_timeout) | none | overall deadline for [`lock`](crate::Redlock::lock) |
 //! | [`min_validity`](Builder::min_validity) | 0 | an acquisition with less validity left counts as failed |
+//! | [`keep_alive_fraction`](Builder::keep_alive_fraction) | 1/3 | the watchdog extends every `ttl × fraction` |
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -62,6 +63,7 @@ pub(crate) struct Options {
     pub(crate) retry_jitter: Duration,
     pub(crate) wait_timeout: Option<Duration>,
     pub(crate) min_validity: Duration,
+    pub(crate) keep_alive_fraction: f64,
 }
 
 impl Default for Options {
@@ -75,6 +77,7 @@ impl Default for Options {
             retry_jitter: Duration::from_millis(100),
             wait_timeout: None,
             min_validity: Duration::ZERO,
+            keep_alive_fraction: 1.0 / 3.0,
         }
     }
 }
@@ -160,6 +163,15 @@ impl Builder {
         self
     }
 
+    /// How often the watchdog of [`Lock::keep_alive`](crate::Lock::keep_alive)
+    /// and [`Redlock::with_lock`] extends a lock: every `ttl × fraction`, in
+    /// `(0.0, 1.0)`. Default a third, as Redisson's watchdog: two extensions
+    /// can fail before the lock runs out.
+    pub fn keep_alive_fraction(mut self, fraction: f64) -> Self {
+        self.options.keep_alive_fraction = fraction;
+        self
+    }
+
     /// Checks the configuration and builds the [`Redlock`]. Does no I/O.
     pub fn build(self) -> Result<Redlock, Error> {
         let o = &self.options;
@@ -168,6 +180,9 @@ impl Builder {
         }
         if !(o.drift_factor.is_finite() && (0.0..1.0).contains(&o.drift_factor)) {
             return Err(ConfigError::InvalidDriftFactor(o.drift_factor).into());
+        }
+        if !(o.keep_alive_fraction > 0.0 && o.keep_alive_fraction < 1.0) {
+            return Err(ConfigError::InvalidKeepAliveFraction(o.keep_alive_fraction).into());
         }
         if o.node_timeout.is_zero() {
             return Err(ConfigError::ZeroNodeTimeout.into());

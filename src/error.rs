@@ -181,6 +181,8 @@ pub enum ConfigError {
     InvalidDriftFactor(f64),
     /// The per-node timeout is zero.
     ZeroNodeTimeout,
+    /// The keep-alive fraction is not in `(0.0, 1.0)`.
+    InvalidKeepAliveFraction(f64),
     /// A TTL of zero (or below one millisecond, which Redis cannot express).
     ZeroTtl,
     /// A TTL larger than Redis accepts for `PX`.
@@ -229,6 +231,10 @@ impl fmt::Display for ConfigError {
                     "drift factor {x} must be a number in 0.0..1.0 (default 0.01)"
                 )
             }
+            ConfigError::InvalidKeepAliveFraction(x) => write!(
+                f,
+                "keep-alive fraction {x} must be a number between 0.0 and 1.0 (default 1/3)"
+            ),
             ConfigError::ZeroNodeTimeout => {
                 write!(f, "the per-node timeout must be greater than zero")
             }

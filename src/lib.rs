@@ -44,6 +44,8 @@
 //! * `node`: one Redis connection, its commands and their timeout.
 //! * `scripts`: the Lua scripts for release and extension.
 //! * `lock`: the guard, [`Lock`]: remaining validity, extend, release, drop.
+//! * `keep_alive`: the watchdog that extends a lock in the background, and
+//!   the [`Held`] handle that says when it is lost.
 //! * [`error`]: [`Error`], [`Report`] and [`NodeFailure`]: what went wrong
 //!   and what to fix.
 //! * `clock`: the suspend-aware monotonic clock.
@@ -55,6 +57,7 @@
 mod clock;
 pub mod config;
 pub mod error;
+mod keep_alive;
 mod lock;
 mod node;
 mod quorum;
@@ -66,5 +69,6 @@ pub mod local_cluster;
 
 pub use config::{Builder, MAX_TTL};
 pub use error::{ConfigError, Error, GaveUp, NodeFailure, Report};
+pub use keep_alive::Held;
 pub use lock::Lock;
 pub use redlock::Redlock;

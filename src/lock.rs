@@ -10,13 +10,18 @@
 //!
 //! Dropping a lock without releasing it releases it in the background (when a
 //! tokio runtime is running; otherwise its keys expire at their TTL).
+//!
+//! [`keep_alive`](Lock::keep_alive) hands the extending to a watchdog task
+//! (see [`crate::keep_alive`]).
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::Moment;
+use crate::config::TtlPlan;
 use crate::error::{Error, NodeFailure, Report};
+use crate::keep_alive::{self, Held, Watch};
 use crate::quorum::{self, LockId, Request};
 use crate::redlock::Core;
 
@@ -26,16 +31,27 @@ use crate::redlock::Core;
 pub struct Lock {
     core: Arc<Core>,
     id: Arc<LockId>,
+    /// The TTL it was acquired with, for the watchdog.
+    plan: TtlPlan,
     deadline: Moment,
+    /// The watchdog, once started.
+    keeper: Option<Keeper>,
     released: bool,
 }
 
+struct Keeper {
+    watch: Arc<Watch>,
+    task: tokio::task::JoinHandle<()>,
+}
+
 impl Lock {
-    pub(crate) fn new(core: Arc<Core>, id: Arc<LockId>, deadline: Moment) -> Lock {
+    pub(crate) fn new(core: Arc<Core>, id: Arc<LockId>, plan: TtlPlan, deadline: Moment) -> Lock {
         Lock {
             core,
             id,
+            plan,
             deadline,
+            keeper: None,
             released: false,
         }
     }
@@ -59,7 +75,51 @@ impl Lock {
     /// between the check and the act is not covered (see
     /// [`Redlock`](crate::Redlock) on pauses and fencing).
     pub fn remaining(&self) -> Duration {
-        self.deadline.remaining()
+        self.deadline().remaining()
+    }
+
+    fn deadline(&self) -> Moment {
+        self.keeper
+            .as_ref()
+            .map_or(self.deadline, |k| k.watch.deadline())
+    }
+
+    /// Stops the watchdog, keeping the validity it reached (none if lost).
+    fn stop_keeper(&mut self) {
+        if let Some(keeper) = self.keeper.take() {
+            keeper.task.abort();
+            self.deadline = keeper.watch.deadline();
+        }
+    }
+
+    /// Keeps the lock alive in the background: a watchdog task extends it by
+    /// its TTL every `ttl × keep_alive_fraction`
+    /// ([`Builder::keep_alive_fraction`](crate::Builder::keep_alive_fraction),
+    /// a third by default) until it is released or dropped.
+    ///
+    /// The returned [`Held`] says when the lock has been lost (another owner
+    /// took it, its keys were lost, or validity ran out before an extension
+    /// got through): check it, or `select!` on [`Held::lost`], and stop
+    /// touching the protected resource then. Nothing is cancelled for you.
+    /// Calling it again returns a handle on the same watchdog.
+    ///
+    /// Must be called within a tokio runtime.
+    pub fn keep_alive(&mut self) -> Held {
+        if let Some(keeper) = &self.keeper {
+            return Held::new(keeper.watch.clone());
+        }
+        let watch = Watch::new(self.deadline);
+        let task = tokio::spawn(keep_alive::run(
+            self.core.clone(),
+            self.id.clone(),
+            self.plan,
+            watch.clone(),
+        ));
+        self.keeper = Some(Keeper {
+            watch: watch.clone(),
+            task,
+        });
+        Held::new(watch)
     }
 
     /// Whether the validity has run out.
@@ -87,28 +147,14 @@ impl Lock {
         if self.is_expired() {
             return Err(self.expired(Report::default()));
         }
-        let start = Moment::now();
-        let request = Request::Extend {
-            id: self.id.clone(),
-            ttl_ms: plan.ttl_ms,
-        };
-        let (tally, stragglers) = quorum::decide(&self.core.nodes, &request).await;
-        // Slow nodes still get the extension, so that they agree with the
-        // majority for as long as they can.
-        stragglers.finish_in_background();
-        let valid = quorum::validity(plan.ttl, start.elapsed(), plan.drift)
-            .filter(|v| *v > self.core.options.min_validity);
-        tracing::debug!(
-            resource = %self.resource(),
-            agreed = tally.agreed(),
-            needed = tally.needed(),
-            "extend"
-        );
-        if tally.has_majority() && valid.is_some() {
-            self.deadline = start.after(plan.ttl - plan.drift);
-            return Ok(());
+        let deadline = extend_on_nodes(&self.core, &self.id, plan)
+            .await
+            .map_err(|report| self.classify(report))?;
+        self.deadline = deadline;
+        if let Some(keeper) = &self.keeper {
+            keeper.watch.set_deadline(deadline);
         }
-        Err(self.classify(tally.report(&self.core.nodes)))
+        Ok(())
     }
 
     /// Releases the lock on every node: one bounded attempt, in parallel.
@@ -123,6 +169,7 @@ impl Lock {
     /// * [`Error::Taken`] if another owner holds the key on some nodes.
     /// * [`Error::NoQuorum`] if too few nodes answered.
     pub async fn release(mut self) -> Result<(), Error> {
+        self.stop_keeper();
         let expired = self.is_expired();
         let request = Request::Release {
             id: self.id.clone(),
@@ -164,8 +211,35 @@ impl Lock {
     }
 }
 
+/// Extends `id` by the TTL of `plan` on a majority of nodes: the new validity
+/// deadline, or the votes that did not suffice. Never creates a key.
+pub(crate) async fn extend_on_nodes(
+    core: &Core,
+    id: &Arc<LockId>,
+    plan: TtlPlan,
+) -> Result<Moment, Report> {
+    let start = Moment::now();
+    let request = Request::Extend {
+        id: id.clone(),
+        ttl_ms: plan.ttl_ms,
+    };
+    let (tally, stragglers) = quorum::decide(&core.nodes, &request).await;
+    // Slow nodes still get the extension, so that they agree with the
+    // majority for as long as they can.
+    stragglers.finish_in_background();
+    let valid = quorum::validity(plan.ttl, start.elapsed(), plan.drift)
+        .filter(|v| *v > core.options.min_validity);
+    tracing::debug!(key = %id.key, agreed = tally.agreed(), needed = tally.needed(), "extend");
+    if tally.has_majority() && valid.is_some() {
+        Ok(start.after(plan.ttl - plan.drift))
+    } else {
+        Err(tally.report(&core.nodes))
+    }
+}
+
 impl Drop for Lock {
     fn drop(&mut self) {
+        self.stop_keeper();
         if !self.released {
             tracing::debug!(resource = %self.resource(), "lock dropped: releasing in the background");
             quorum::release_in_background(&self.core.nodes, self.id.clone());

@@ -12,11 +12,16 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+
+use futures::FutureExt;
 use tracing::Instrument;
 
 use crate::clock::Moment;
 use crate::config::{Builder, Options};
 use crate::error::{Error, GaveUp};
+use crate::keep_alive::Held;
 use crate::lock::Lock;
 use crate::node::Node;
 use crate::quorum::{self, Attempt, LockId};
@@ -126,6 +131,55 @@ impl Redlock {
         self.acquire(resource, ttl, 0).await
     }
 
+    /// Runs `work` while holding the lock on `resource`: acquires it like
+    /// [`lock`](Self::lock), keeps it alive in the background
+    /// ([`Lock::keep_alive`]) however long `work` takes, and releases it when
+    /// `work` returns or panics (the panic then goes on).
+    ///
+    /// `work` gets a [`Held`] handle that tells it when the lock has been
+    /// lost: it is not cancelled, it is told, and must stop touching the
+    /// protected resource. Returns what `work` returned; a failure to release
+    /// at the end is logged, not returned (the keys expire at their TTL).
+    ///
+    /// ```no_run
+    /// # async fn run(redlock: redquorum::Redlock) -> Result<(), redquorum::Error> {
+    /// use std::time::Duration;
+    /// let rows = redlock
+    ///     .with_lock("reindex", Duration::from_secs(10), |held| async move {
+    ///         let mut rows = 0;
+    ///         while rows < 1_000_000 && !held.is_lost() {
+    ///             rows += 1; // one batch of work
+    ///         }
+    ///         rows
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock), when the lock could not be acquired.
+    pub async fn with_lock<F, Fut, T>(
+        &self,
+        resource: &str,
+        ttl: Duration,
+        work: F,
+    ) -> Result<T, Error>
+    where
+        F: FnOnce(Held) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let mut lock = self.lock(resource, ttl).await?;
+        let held = lock.keep_alive();
+        let outcome = AssertUnwindSafe(work(held)).catch_unwind().await;
+        if let Err(e) = lock.release().await {
+            tracing::warn!(resource, error = %e, "with_lock: release at the end failed");
+        }
+        match outcome {
+            Ok(value) => Ok(value),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+
     async fn acquire(&self, resource: &str, ttl: Duration, retries: u32) -> Result<Lock, Error> {
         let options = &self.core.options;
         let plan = options.plan(ttl)?;
@@ -153,7 +207,7 @@ impl Redlock {
             std::mem::forget(cancel_guard);
             let tally = match attempt {
                 Attempt::Held { deadline } => {
-                    return Ok(Lock::new(self.core.clone(), id, deadline));
+                    return Ok(Lock::new(self.core.clone(), id, plan, deadline));
                 }
                 Attempt::Failed(tally) => tally,
             };

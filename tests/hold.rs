@@ -1,0 +1,202 @@
+//! Holding a lock for longer than its TTL: the watchdog of `keep_alive` and
+//! `with_lock`, and the lost signal, against a real five-node cluster.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+use redquorum::Redlock;
+
+const ALL: [usize; 5] = [0, 1, 2, 3, 4];
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// Short TTLs, so that five of them pass quickly; a node timeout well below.
+fn keeper(c: &redquorum::local_cluster::LocalCluster) -> Redlock {
+    builder(c)
+        .node_timeout(ms(150))
+        .retry_count(20)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn with_lock_keeps_the_lock_for_five_ttls_and_releases_at_the_end() {
+    let c = cluster(5);
+    let redlock = keeper(&c);
+    let other = redlock.clone();
+    let ttl = ms(600);
+    let stolen = Arc::new(AtomicBool::new(false));
+    let stolen_in = stolen.clone();
+    let out = redlock
+        .with_lock("job", ttl, |held| async move {
+            let started = Instant::now();
+            while started.elapsed() < ttl * 5 {
+                // Another client never gets it meanwhile.
+                if other.try_lock("job", ttl).await.is_ok() {
+                    stolen_in.store(true, Ordering::SeqCst);
+                }
+                assert!(!held.is_lost());
+                assert!(held.remaining() > Duration::ZERO);
+                tokio::time::sleep(ms(100)).await;
+            }
+            held.is_lost()
+        })
+        .await
+        .unwrap();
+    assert!(!out, "lost while kept alive");
+    assert!(
+        !stolen.load(Ordering::SeqCst),
+        "another client took a kept lock"
+    );
+    // Released at the end: free at once.
+    await_gone(&c, &ALL, &key("job"), ms(5_000)).await;
+    redlock
+        .try_lock("job", ttl)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_panic_inside_with_lock_releases_the_lock() {
+    let c = cluster(5);
+    let redlock = keeper(&c);
+    let task = {
+        let redlock = redlock.clone();
+        tokio::spawn(async move {
+            redlock
+                .with_lock("job", Duration::from_secs(30), |_held| async move {
+                    tokio::time::sleep(ms(50)).await;
+                    panic!("the work failed");
+                })
+                .await
+        })
+    };
+    let err = task.await.unwrap_err();
+    assert!(err.is_panic());
+    await_gone(&c, &ALL, &key("job"), ms(5_000)).await;
+    redlock
+        .try_lock("job", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn keep_alive_on_a_guard_outlives_the_ttl_and_stops_on_release() {
+    let c = cluster(5);
+    let redlock = keeper(&c);
+    let mut lock = redlock.lock("r", ms(600)).await.unwrap();
+    let held = lock.keep_alive();
+    tokio::time::sleep(ms(2_000)).await;
+    assert!(!held.is_lost());
+    assert!(lock.remaining() > ms(200), "{:?}", lock.remaining());
+    assert!(holders(&c, &ALL, &key("r")) >= 3);
+    lock.release().await.unwrap();
+    await_gone(&c, &ALL, &key("r"), ms(5_000)).await;
+    // The watchdog is gone with the lock: nothing comes back.
+    tokio::time::sleep(ms(700)).await;
+    assert_eq!(holders(&c, &ALL, &key("r")), 0);
+}
+
+#[tokio::test]
+async fn the_lost_signal_fires_when_another_owner_takes_the_keys() {
+    let c = cluster(5);
+    let redlock = keeper(&c);
+    let mut lock = redlock.lock("r", ms(900)).await.unwrap();
+    let held = lock.keep_alive();
+    await_holders(&c, &ALL, &key("r"), 5, ms(5_000)).await;
+    // An operator (or a bug) hands the key to someone else on every node.
+    for i in ALL {
+        run(&c, i, &["SET", &key("r"), "someone-else", "PX", "60000"]);
+    }
+    tokio::time::timeout(ms(900), held.lost())
+        .await
+        .expect("lost signal did not fire within one TTL");
+    assert!(held.is_lost());
+    assert_eq!(held.remaining(), Duration::ZERO);
+    // Dropping the guard releases nothing of the other owner's.
+    drop(lock);
+    tokio::time::sleep(ms(100)).await;
+    assert_eq!(get(&c, 0, &key("r")).as_deref(), Some("someone-else"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_majority_fires_the_lost_signal_before_validity_ends() {
+    let mut c = cluster(5);
+    let node_timeout = ms(200);
+    let redlock = builder(&c).node_timeout(node_timeout).build().unwrap();
+    let ttl = ms(1_500);
+    let mut lock = redlock.lock("r", ttl).await.unwrap();
+    let held = lock.keep_alive();
+    await_holders(&c, &ALL, &key("r"), 5, ms(5_000)).await;
+    // Let one extension go through, then freeze a majority.
+    tokio::time::sleep(ttl / 2).await;
+    for i in [0, 1, 2] {
+        c.freeze(i);
+    }
+    // Watch the validity as the holder sees it until the signal fires.
+    let mut deadline = Instant::now() + held.remaining();
+    let lost_at = loop {
+        if held.is_lost() {
+            break Instant::now();
+        }
+        deadline = deadline.min(Instant::now() + held.remaining());
+        assert!(
+            Instant::now() < deadline + ms(1),
+            "validity ran out with no lost signal"
+        );
+        tokio::time::sleep(ms(5)).await;
+    };
+    assert!(
+        lost_at < deadline,
+        "lost {:?} after the deadline",
+        lost_at - deadline
+    );
+    for i in [0, 1, 2] {
+        c.thaw(i);
+    }
+    // Another client cannot take it before the validity the holder was
+    // promised has run out, and can after the TTL (bounded wait).
+    let other = builder(&c).node_timeout(node_timeout).build().unwrap();
+    let started = Instant::now();
+    let taken_at = loop {
+        if let Ok(lock) = other.try_lock("r", ttl).await {
+            drop(lock);
+            break Instant::now();
+        }
+        assert!(started.elapsed() < ttl * 6, "never became free");
+        tokio::time::sleep(ms(20)).await;
+    };
+    assert!(
+        taken_at >= deadline,
+        "taken {:?} before the deadline",
+        deadline - taken_at
+    );
+    drop(lock);
+}
+
+#[tokio::test]
+async fn keep_alive_fraction_is_checked() {
+    for bad in [0.0, 1.0, -1.0, f64::NAN] {
+        let err = Redlock::builder()
+            .node("redis://127.0.0.1:1")
+            .keep_alive_fraction(bad)
+            .build()
+            .unwrap_err();
+        assert!(matches!(
+            err,
+            redquorum::Error::Config(redquorum::ConfigError::InvalidKeepAliveFraction(_))
+        ));
+    }
+}
