@@ -17,6 +17,7 @@
 //! | [`wait_timeout`](Builder::wait_timeout) | none | overall deadline for [`lock`](crate::Redlock::lock) |
 //! | [`min_validity`](Builder::min_validity) | 0 | an acquisition with less validity left counts as failed |
 //! | [`keep_alive_fraction`](Builder::keep_alive_fraction) | 1/3 | the watchdog extends every `ttl × fraction` |
+//! | [`wake_on_release`](Builder::wake_on_release) | on | waiters sleep until a release is announced instead of polling |
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -64,6 +65,7 @@ pub(crate) struct Options {
     pub(crate) wait_timeout: Option<Duration>,
     pub(crate) min_validity: Duration,
     pub(crate) keep_alive_fraction: f64,
+    pub(crate) wake_on_release: bool,
 }
 
 impl Default for Options {
@@ -78,6 +80,7 @@ impl Default for Options {
             wait_timeout: None,
             min_validity: Duration::ZERO,
             keep_alive_fraction: 1.0 / 3.0,
+            wake_on_release: true,
         }
     }
 }
@@ -127,7 +130,10 @@ impl Builder {
 
     /// How many times [`lock`](crate::Redlock::lock) tries again after a
     /// failed attempt. Default 10; `0` makes it behave like
-    /// [`try_lock`](crate::Redlock::try_lock).
+    /// [`try_lock`](crate::Redlock::try_lock). With
+    /// [`wake_on_release`](Self::wake_on_release), attempts prompted by an
+    /// announced release are not counted (another waiter won: progress);
+    /// [`wait_timeout`](Self::wait_timeout) bounds those.
     pub fn retry_count(mut self, retries: u32) -> Self {
         self.options.retry_count = retries;
         self
@@ -169,6 +175,25 @@ impl Builder {
     /// can fail before the lock runs out.
     pub fn keep_alive_fraction(mut self, fraction: f64) -> Self {
         self.options.keep_alive_fraction = fraction;
+        self
+    }
+
+    /// Whether [`lock`](crate::Redlock::lock) waits for releases to be
+    /// announced rather than polling. Default on.
+    ///
+    /// On: a waiter subscribes (Redis pub/sub, one connection per node per
+    /// `Redlock`, shared by all its waiters) to the resource's release
+    /// channel, which the release script publishes to; it tries again as
+    /// soon as a release is announced, or when the holder's keys expire,
+    /// and makes no requests in between. Where too few subscriptions work,
+    /// it falls back to the retry pause. Releases are announced whatever
+    /// this says, so waiters in other processes are woken either way.
+    ///
+    /// Off: it polls, trying again every
+    /// [`retry_delay`](Self::retry_delay) ± [`retry_jitter`](Self::retry_jitter),
+    /// as most Redlock clients do.
+    pub fn wake_on_release(mut self, on: bool) -> Self {
+        self.options.wake_on_release = on;
         self
     }
 

@@ -44,6 +44,8 @@
 //! * `node`: one Redis connection, its commands and their timeout.
 //! * `scripts`: the Lua scripts for release and extension.
 //! * `lock`: the guard, [`Lock`]: remaining validity, extend, release, drop.
+//! * `waiters`: waiting without polling: waiters subscribe to a release
+//!   channel and are woken when the holder lets go.
 //! * `keep_alive`: the watchdog that extends a lock in the background, and
 //!   the [`Held`] handle that says when it is lost.
 //! * [`error`]: [`Error`], [`Report`] and [`NodeFailure`]: what went wrong
@@ -63,6 +65,7 @@ mod node;
 mod quorum;
 mod redlock;
 mod scripts;
+mod waiters;
 
 #[cfg(feature = "local-cluster")]
 pub mod local_cluster;

@@ -173,6 +173,7 @@ impl Lock {
         let expired = self.is_expired();
         let request = Request::Release {
             id: self.id.clone(),
+            announce: true,
         };
         let (tally, stragglers) = quorum::decide(&self.core.nodes, &request).await;
         stragglers.finish_in_background();

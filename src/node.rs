@@ -32,7 +32,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ErrorKind, RedisError, ServerErrorKind, Value};
 
 use crate::error::NodeFailure;
-use crate::quorum::{Request, Vote, Voter};
+use crate::quorum::{Answer, Holder, Request, Vote, Voter};
 use crate::scripts::{self, Script};
 
 /// A handle on one node; clones share the connection.
@@ -76,13 +76,14 @@ impl Voter for Node {
         &self.inner.name
     }
 
-    fn ask(&self, request: &Request) -> BoxFuture<'static, Vote> {
+    fn ask(&self, request: &Request) -> BoxFuture<'static, Answer> {
         let inner = self.inner.clone();
         let request = request.clone();
         Box::pin(async move {
             match tokio::time::timeout(inner.timeout, inner.run(&request)).await {
-                Ok(vote) => vote,
-                Err(_) => Err(NodeFailure::Timeout),
+                Ok(Ok(answer)) => answer,
+                Ok(Err(failure)) => Err(failure).into(),
+                Err(_) => Err(NodeFailure::Timeout).into(),
             }
         })
     }
@@ -95,7 +96,7 @@ impl Inner {
     /// that did land on the old connection makes the retry answer "held"
     /// (a vote against, rolled back with the rest), and the scripts compare
     /// the token, so running them twice changes nothing.
-    async fn run(self: &Arc<Self>, request: &Request) -> Vote {
+    async fn run(self: &Arc<Self>, request: &Request) -> Result<Answer, NodeFailure> {
         let (generation, conn, fresh) = self.connection().await?;
         match send(conn, request).await {
             Err(e) if is_connection_error(&e) => {
@@ -106,15 +107,15 @@ impl Inner {
                 // A connection made earlier went stale (the node restarted,
                 // say): make a new one and try once more.
                 let (generation, conn, _) = self.connection().await?;
-                send(conn, request).await.unwrap_or_else(|e| {
+                send(conn, request).await.map_err(|e| {
                     if is_connection_error(&e) {
                         self.forget(generation);
                     }
-                    Err(classify(&e))
+                    classify(&e)
                 })
             }
             Err(e) => Err(classify(&e)),
-            Ok(vote) => vote,
+            Ok(answer) => Ok(answer),
         }
     }
 
@@ -198,27 +199,64 @@ impl Inner {
     }
 }
 
-/// Sends one request and reads its vote.
-async fn send(mut conn: MultiplexedConnection, request: &Request) -> Result<Vote, RedisError> {
+/// Sends one request and reads its answer.
+async fn send(mut conn: MultiplexedConnection, request: &Request) -> Result<Answer, RedisError> {
     match request {
-        Request::Acquire { id, ttl_ms } => {
-            let reply: Value = redis::cmd("SET")
-                .arg(&*id.key)
+        Request::Acquire {
+            id,
+            ttl_ms,
+            observe,
+        } => {
+            let mut set = redis::cmd("SET");
+            set.arg(&*id.key)
                 .arg(id.token())
                 .arg("NX")
                 .arg("PX")
-                .arg(*ttl_ms)
-                .query_async(&mut conn)
-                .await?;
+                .arg(*ttl_ms);
+            let (reply, holder) = if *observe {
+                // One round trip: the SET, then who holds the key and for
+                // how long (us, if the SET went through).
+                let mut pipe = redis::pipe();
+                pipe.add_command(set)
+                    .cmd("GET")
+                    .arg(&*id.key)
+                    .cmd("PTTL")
+                    .arg(&*id.key);
+                let (reply, token, pttl): (Value, Option<String>, i64) =
+                    pipe.query_async(&mut conn).await?;
+                let holder = token.map(|token| Holder {
+                    token: token.into(),
+                    // -1: no expiry; -2: gone since the GET.
+                    ttl: (pttl != -1).then(|| Duration::from_millis(pttl.max(0) as u64)),
+                });
+                (reply, holder)
+            } else {
+                (set.query_async(&mut conn).await?, None)
+            };
             Ok(match reply {
-                Value::Nil => Err(NodeFailure::Held),
-                _ => Ok(()),
+                Value::Nil => Answer {
+                    vote: Err(NodeFailure::Held),
+                    holder,
+                },
+                _ => Ok(()).into(),
             })
         }
-        Request::Release { id } => eval(&mut conn, &scripts::RELEASE, &id.key, &[id.token()]).await,
+        Request::Release { id, announce } => {
+            let announce = if *announce { "1" } else { "0" };
+            eval(
+                &mut conn,
+                &scripts::RELEASE,
+                &id.key,
+                &[id.token(), announce],
+            )
+            .await
+            .map(Answer::from)
+        }
         Request::Extend { id, ttl_ms } => {
             let ttl = ttl_ms.to_string();
-            eval(&mut conn, &scripts::EXTEND, &id.key, &[id.token(), &ttl]).await
+            eval(&mut conn, &scripts::EXTEND, &id.key, &[id.token(), &ttl])
+                .await
+                .map(Answer::from)
         }
     }
 }

@@ -64,16 +64,49 @@ impl LockId {
 /// One request of the protocol, sent to every node.
 #[derive(Debug, Clone)]
 pub(crate) enum Request {
-    /// `SET key token NX PX ttl_ms`.
-    Acquire { id: Arc<LockId>, ttl_ms: u64 },
-    /// Compare-and-delete.
-    Release { id: Arc<LockId> },
+    /// `SET key token NX PX ttl_ms`; with `observe`, also `GET key` and
+    /// `PTTL key` in the same round trip, so that a waiter learns who holds
+    /// the key and for how long.
+    Acquire {
+        id: Arc<LockId>,
+        ttl_ms: u64,
+        observe: bool,
+    },
+    /// Compare-and-delete; with `announce`, a deletion is published to the
+    /// key's release channel, waking the waiters (see [`crate::waiters`]).
+    /// Rollbacks of failed attempts do not announce: they never held the
+    /// lock, and waking every waiter for them would make the waiters poll
+    /// each other.
+    Release { id: Arc<LockId>, announce: bool },
     /// Compare-and-pexpire.
     Extend { id: Arc<LockId>, ttl_ms: u64 },
 }
 
-/// One node's answer: agreed, or why not.
+/// One node's vote: agreed, or why not.
 pub(crate) type Vote = Result<(), NodeFailure>;
+
+/// One node's answer: its vote, and for a refused acquisition that asked
+/// ([`Request::Acquire`] with `observe`), who holds the key there.
+#[derive(Debug, Clone)]
+pub(crate) struct Answer {
+    pub(crate) vote: Vote,
+    pub(crate) holder: Option<Holder>,
+}
+
+/// Another owner of a key, as one node sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Holder {
+    /// The value of the key: the owner's token.
+    pub(crate) token: Box<str>,
+    /// How long the key has left on that node; `None` if it has no expiry.
+    pub(crate) ttl: Option<Duration>,
+}
+
+impl From<Vote> for Answer {
+    fn from(vote: Vote) -> Answer {
+        Answer { vote, holder: None }
+    }
+}
 
 /// What the counting needs of a node.
 pub(crate) trait Voter: Clone + Send + Sync + 'static {
@@ -81,7 +114,7 @@ pub(crate) trait Voter: Clone + Send + Sync + 'static {
     fn name(&self) -> &str;
     /// Sends `request` and returns the answer. The future owns what it needs
     /// and is bounded by the node's timeout.
-    fn ask(&self, request: &Request) -> BoxFuture<'static, Vote>;
+    fn ask(&self, request: &Request) -> BoxFuture<'static, Answer>;
 }
 
 /// The votes counted so far.
@@ -91,6 +124,8 @@ pub(crate) struct Tally {
     agreed: usize,
     /// `None` while a node has not answered.
     votes: Vec<Option<Vote>>,
+    /// The other owners seen, where the acquisition asked.
+    holders: Vec<Holder>,
 }
 
 impl Tally {
@@ -99,14 +134,37 @@ impl Tally {
             needed,
             agreed: 0,
             votes: vec![None; nodes],
+            holders: Vec::new(),
         }
     }
 
-    fn record(&mut self, node: usize, vote: Vote) {
-        if vote.is_ok() {
+    fn record(&mut self, node: usize, answer: Answer) {
+        if answer.vote.is_ok() {
             self.agreed += 1;
         }
-        self.votes[node] = Some(vote);
+        self.holders.extend(answer.holder);
+        self.votes[node] = Some(answer.vote);
+    }
+
+    /// What a failed acquisition that observed the key saw of its other
+    /// owners.
+    pub(crate) fn seen(&self) -> Seen {
+        for h in &self.holders {
+            let same = || self.holders.iter().filter(|o| o.token == h.token);
+            if same().count() >= self.needed {
+                // The soonest expiry among its keys; `None` only if none expires.
+                let ttl = same()
+                    .map(|o| o.ttl)
+                    .min_by_key(|t| t.unwrap_or(Duration::MAX))
+                    .flatten();
+                return Seen::Holder { ttl };
+            }
+        }
+        if self.agreed + self.holders.len() >= self.needed {
+            Seen::Contended
+        } else {
+            Seen::Unreachable
+        }
     }
 
     fn undecided(&self) -> usize {
@@ -160,10 +218,10 @@ pub(crate) fn quorum(n: usize) -> usize {
 }
 
 /// A node's answer future, tagged with the node's index.
-struct Tagged(usize, BoxFuture<'static, Vote>);
+struct Tagged(usize, BoxFuture<'static, Answer>);
 
 impl Future for Tagged {
-    type Output = (usize, Vote);
+    type Output = (usize, Answer);
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let i = self.0;
         self.1.poll_unpin(cx).map(|vote| (i, vote))
@@ -212,8 +270,9 @@ pub(crate) fn validity(ttl: Duration, elapsed: Duration, drift: Duration) -> Opt
 pub(crate) enum Attempt {
     /// A majority holds the key; the lock is valid until `deadline`.
     Held { deadline: Moment },
-    /// Not held; already rolled back on the nodes that answered.
-    Failed(Tally),
+    /// Not held; already rolled back on the nodes that answered. Also how
+    /// long the attempt took.
+    Failed(Tally, Duration),
 }
 
 /// One acquisition attempt: `SET NX PX` on every node at once, a decision at
@@ -224,11 +283,13 @@ pub(crate) async fn acquire<V: Voter>(
     ttl: Duration,
     drift: Duration,
     min_validity: Duration,
+    observe: bool,
 ) -> Attempt {
     let start = Moment::now();
     let request = Request::Acquire {
         id: id.clone(),
         ttl_ms: ttl.as_millis() as u64,
+        observe,
     };
     let (tally, stragglers) = decide(nodes, &request).await;
     let elapsed = start.elapsed();
@@ -253,13 +314,16 @@ pub(crate) async fn acquire<V: Voter>(
     // connection.
     drop(stragglers);
     rollback(nodes, id, &tally).await;
-    Attempt::Failed(tally)
+    Attempt::Failed(tally, elapsed)
 }
 
 /// Releases on every node: waits for the nodes that answered the acquisition
 /// and leaves the others to finish in the background.
 async fn rollback<V: Voter>(nodes: &[V], id: &Arc<LockId>, tally: &Tally) {
-    let request = Request::Release { id: id.clone() };
+    let request = Request::Release {
+        id: id.clone(),
+        announce: false,
+    };
     let mut waited = FuturesUnordered::new();
     for (i, node) in nodes.iter().enumerate() {
         let release = node.ask(&request);
@@ -280,7 +344,7 @@ pub(crate) fn release_in_background<V: Voter>(nodes: &[V], id: Arc<LockId>) {
         tracing::debug!(key = %id.key, "no tokio runtime: lock keys expire at their TTL");
         return;
     }
-    let request = Request::Release { id };
+    let request = Request::Release { id, announce: true };
     for node in nodes {
         detach(node.ask(&request));
     }
@@ -299,9 +363,64 @@ where
 
 /// The pause before the next attempt: uniform in `delay ± jitter`.
 pub(crate) fn retry_delay(delay: Duration, jitter: Duration) -> Duration {
-    let low = delay.saturating_sub(jitter).as_micros() as u64;
-    let high = delay.saturating_add(jitter).as_micros() as u64;
-    Duration::from_micros(rand::random_range(low..=high))
+    uniform(delay.saturating_sub(jitter), delay.saturating_add(jitter))
+}
+
+fn uniform(low: Duration, high: Duration) -> Duration {
+    let (low, high) = (low.as_micros() as u64, high.as_micros() as u64);
+    Duration::from_micros(rand::random_range(low..=high.max(low)))
+}
+
+/// What a failed acquisition saw of the key's other owners.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Seen {
+    /// One owner holds the key on a majority; its keys expire after `ttl`
+    /// at the soonest (`None`: not known, or no expiry).
+    Holder { ttl: Option<Duration> },
+    /// Enough nodes answered, but their votes were split among several
+    /// contenders (waiters that woke together), none with a majority.
+    Contended,
+    /// Too few nodes answered to tell.
+    Unreachable,
+}
+
+/// The longest a waiter sleeps before it tries again, when it is woken
+/// early by an announced release ([`crate::waiters`]). `listening` says
+/// whether announcements can be relied on: enough nodes are subscribed that
+/// any release that reaches a majority is heard.
+///
+/// * A holder with a known expiry: sleep until its keys expire (a release
+///   wakes the waiter sooner), plus up to `jitter` so that waiters do not
+///   all try at the same instant. No polling while it holds.
+/// * Contenders split the vote: try again after a random pause of up to
+///   two attempts' time, so that one of them wins the next round; the
+///   bound doubles with each split in a row (`streak`, this one included),
+///   so that a split that does not resolve itself (an owner left with a
+///   minority of keys) soon costs no more than polling.
+/// * Otherwise, and whenever announcements could be missed: the ordinary
+///   retry pause, `delay ± jitter`, at the most.
+pub(crate) fn pause(
+    seen: Seen,
+    listening: bool,
+    attempt: Duration,
+    streak: u32,
+    delay: Duration,
+    jitter: Duration,
+) -> Duration {
+    let poll = retry_delay(delay, jitter);
+    let informed = match seen {
+        Seen::Holder { ttl: Some(ttl) } => ttl + uniform(Duration::ZERO, jitter),
+        Seen::Contended => {
+            let bound = attempt.saturating_mul(2u32.saturating_pow(streak));
+            uniform(Duration::ZERO, bound.min(poll))
+        }
+        Seen::Holder { ttl: None } | Seen::Unreachable => poll,
+    };
+    if listening {
+        informed
+    } else {
+        informed.min(poll)
+    }
 }
 
 #[cfg(test)]
@@ -326,7 +445,7 @@ mod tests {
         fn name(&self) -> &str {
             &self.name
         }
-        fn ask(&self, request: &Request) -> BoxFuture<'static, Vote> {
+        fn ask(&self, request: &Request) -> BoxFuture<'static, Answer> {
             let (what, vote) = match request {
                 Request::Acquire { .. } => ("acquire", self.acquire.clone()),
                 Request::Release { .. } => ("release", Ok(())),
@@ -337,7 +456,7 @@ mod tests {
             Box::pin(async move {
                 tokio::time::sleep(delay).await;
                 done.fetch_add(1, Ordering::SeqCst);
-                vote
+                vote.into()
             })
         }
     }
@@ -412,11 +531,11 @@ mod tests {
         let nodes = cluster(&[(1, YES), (2, YES), (10_000, YES), (3, YES), (10_000, YES)]);
         let t = tokio::time::Instant::now();
         let id = id();
-        match acquire(&nodes, &id, ms(1_000), ms(12), Duration::ZERO).await {
+        match acquire(&nodes, &id, ms(1_000), ms(12), Duration::ZERO, false).await {
             Attempt::Held { deadline } => {
                 assert!(deadline.remaining() <= ms(1_000 - 12));
             }
-            Attempt::Failed(t) => panic!("not held: {t:?}"),
+            Attempt::Failed(t, _) => panic!("not held: {t:?}"),
         }
         assert_eq!(t.elapsed(), ms(3));
         assert_eq!(asked(&nodes, "release"), 0);
@@ -427,7 +546,8 @@ mod tests {
         let nodes = cluster(&[(1, HELD), (2, YES), (3, HELD), (4, HELD), (10_000, YES)]);
         let t = tokio::time::Instant::now();
         let id = id();
-        let Attempt::Failed(tally) = acquire(&nodes, &id, ms(1_000), ms(12), Duration::ZERO).await
+        let Attempt::Failed(tally, _) =
+            acquire(&nodes, &id, ms(1_000), ms(12), Duration::ZERO, false).await
         else {
             panic!("held without a majority")
         };
@@ -452,9 +572,9 @@ mod tests {
     async fn an_even_split_is_a_failure_not_a_hang() {
         let nodes = cluster(&[(1, YES), (1, HELD), (2, YES), (2, HELD)]);
         let id = id();
-        let attempt = acquire(&nodes, &id, ms(1_000), ms(12), Duration::ZERO);
+        let attempt = acquire(&nodes, &id, ms(1_000), ms(12), Duration::ZERO, false);
         let attempt = tokio::time::timeout(ms(100), attempt).await.expect("hung");
-        assert!(matches!(attempt, Attempt::Failed(_)));
+        assert!(matches!(attempt, Attempt::Failed(..)));
     }
 
     #[tokio::test(start_paused = true)]
@@ -463,12 +583,12 @@ mod tests {
         // of validity left, below the 5 ms minimum.
         let nodes = cluster(&[(95, YES), (95, YES), (95, YES)]);
         let id = id();
-        let attempt = acquire(&nodes, &id, ms(100), ms(3), ms(5)).await;
-        assert!(matches!(&attempt, Attempt::Failed(t) if t.has_majority()));
+        let attempt = acquire(&nodes, &id, ms(100), ms(3), ms(5), false).await;
+        assert!(matches!(&attempt, Attempt::Failed(t, _) if t.has_majority()));
         assert_eq!(asked(&nodes, "release"), 3);
         // With no minimum, the same 2 ms suffice.
         let nodes = cluster(&[(95, YES), (95, YES), (95, YES)]);
-        let attempt = acquire(&nodes, &id, ms(100), ms(3), Duration::ZERO).await;
+        let attempt = acquire(&nodes, &id, ms(100), ms(3), Duration::ZERO, false).await;
         assert!(matches!(attempt, Attempt::Held { .. }));
     }
 
@@ -482,7 +602,8 @@ mod tests {
             (1, YES),
         ]);
         let id = id();
-        let Attempt::Failed(tally) = acquire(&nodes, &id, ms(1_000), ms(12), Duration::ZERO).await
+        let Attempt::Failed(tally, _) =
+            acquire(&nodes, &id, ms(1_000), ms(12), Duration::ZERO, false).await
         else {
             panic!("held on two of five")
         };
@@ -494,7 +615,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn stragglers_finish_in_the_background() {
         let nodes = cluster(&[(1, YES), (1, YES), (500, YES)]);
-        let request = Request::Release { id: id() };
+        let request = Request::Release {
+            id: id(),
+            announce: true,
+        };
         let (tally, stragglers) = decide(&nodes, &request).await;
         assert!(tally.has_majority());
         stragglers.finish_in_background();
@@ -518,5 +642,96 @@ mod tests {
         let nodes = cluster(&[(1, YES)]);
         release_in_background(&nodes, id());
         assert_eq!(asked(&nodes, "release"), 0);
+    }
+
+    fn tally(needed: usize, agreed: usize, holders: &[(&str, Option<u64>)]) -> Tally {
+        let mut t = Tally::new(agreed + holders.len(), needed);
+        for i in 0..agreed {
+            t.record(i, Ok(()).into());
+        }
+        for (j, (token, ttl)) in holders.iter().enumerate() {
+            let holder = Holder {
+                token: (*token).into(),
+                ttl: ttl.map(ms),
+            };
+            t.record(
+                agreed + j,
+                Answer {
+                    vote: HELD,
+                    holder: Some(holder),
+                },
+            );
+        }
+        t
+    }
+
+    #[test]
+    fn a_failed_attempt_tells_a_holder_from_contenders() {
+        // One owner on a majority: its soonest expiry.
+        let t = tally(
+            3,
+            0,
+            &[("a", Some(900)), ("a", Some(700)), ("a", Some(800))],
+        );
+        assert_eq!(t.seen(), Seen::Holder { ttl: Some(ms(700)) });
+        // Keys without expiry do not hide one that has one.
+        let t = tally(3, 1, &[("a", None), ("a", Some(50)), ("a", None)]);
+        assert_eq!(t.seen(), Seen::Holder { ttl: Some(ms(50)) });
+        let t = tally(3, 0, &[("a", None), ("a", None), ("a", None)]);
+        assert_eq!(t.seen(), Seen::Holder { ttl: None });
+        // Three owners, none on a majority, with our own vote: a split.
+        let t = tally(3, 1, &[("a", Some(9)), ("b", Some(9)), ("c", Some(9))]);
+        assert_eq!(t.seen(), Seen::Contended);
+        let t = tally(3, 2, &[("a", Some(9))]);
+        assert_eq!(t.seen(), Seen::Contended);
+        // Too few answers to tell.
+        let t = tally(3, 1, &[("a", Some(9))]);
+        assert_eq!(t.seen(), Seen::Unreachable);
+        assert_eq!(tally(3, 0, &[]).seen(), Seen::Unreachable);
+    }
+
+    #[test]
+    fn waiters_sleep_until_expiry_split_briefly_and_poll_when_deaf() {
+        let (delay, jitter) = (ms(200), ms(100));
+        let attempt = ms(1);
+        for _ in 0..100 {
+            // A holder whose keys expire in 5 s: no polling meanwhile.
+            let p = pause(
+                Seen::Holder {
+                    ttl: Some(ms(5_000)),
+                },
+                true,
+                attempt,
+                0,
+                delay,
+                jitter,
+            );
+            assert!((ms(5_000)..=ms(5_100)).contains(&p), "{p:?}");
+            // Not listening: never longer than a poll.
+            let p = pause(
+                Seen::Holder {
+                    ttl: Some(ms(5_000)),
+                },
+                false,
+                attempt,
+                0,
+                delay,
+                jitter,
+            );
+            assert!((ms(100)..=ms(300)).contains(&p), "{p:?}");
+            // A split: a few attempts' time, doubling with the streak,
+            // never beyond a poll.
+            let p = pause(Seen::Contended, true, attempt, 1, delay, jitter);
+            assert!(p <= ms(2), "{p:?}");
+            let p = pause(Seen::Contended, true, attempt, 3, delay, jitter);
+            assert!(p <= ms(8), "{p:?}");
+            let p = pause(Seen::Contended, true, attempt, 40, delay, jitter);
+            assert!(p <= ms(300), "{p:?}");
+            // Nodes not answering, or a holder without expiry: poll.
+            for seen in [Seen::Unreachable, Seen::Holder { ttl: None }] {
+                let p = pause(seen, true, attempt, 0, delay, jitter);
+                assert!((ms(100)..=ms(300)).contains(&p), "{p:?}");
+            }
+        }
     }
 }

@@ -7,6 +7,14 @@
 //! `tokio::time::timeout`, or in a `select!`), the guard releases the
 //! attempt's token on every node in the background, so no key is left behind
 //! for its TTL.
+//!
+//! Between attempts, [`lock`](Redlock::lock) waits for its turn. With
+//! [`wake_on_release`](crate::Builder::wake_on_release) on (the default),
+//! the first failed attempt subscribes to the resource's release channel
+//! ([`crate::waiters`]) and tries once more at once; later failures sleep
+//! until a release is announced or the holder's keys expire, whichever
+//! comes first ([`quorum::pause`]): no polling while the lock is held, and no
+//! retry pause between a release and the next holder.
 
 use std::fmt;
 use std::sync::Arc;
@@ -24,7 +32,8 @@ use crate::error::{Error, GaveUp};
 use crate::keep_alive::Held;
 use crate::lock::Lock;
 use crate::node::Node;
-use crate::quorum::{self, Attempt, LockId};
+use crate::quorum::{self, Attempt, LockId, Seen};
+use crate::waiters::{Channel, Waiters};
 
 /// A distributed lock manager over N independent Redis nodes.
 ///
@@ -57,10 +66,11 @@ pub struct Redlock {
     core: Arc<Core>,
 }
 
-/// What locks share: the nodes and the options.
+/// What locks share: the nodes, the options, and the waiters' subscriptions.
 pub(crate) struct Core {
     pub(crate) nodes: Vec<Node>,
     pub(crate) options: Options,
+    waiters: Waiters,
 }
 
 impl Redlock {
@@ -89,12 +99,21 @@ impl Redlock {
     }
 
     pub(crate) fn from_parts(clients: Vec<redis::Client>, options: Options) -> Redlock {
+        let waiters = Waiters::new(
+            &clients,
+            options.node_timeout,
+            quorum::quorum(clients.len()),
+        );
         let nodes = clients
             .into_iter()
             .map(|c| Node::new(c, options.node_timeout))
             .collect();
         Redlock {
-            core: Arc::new(Core { nodes, options }),
+            core: Arc::new(Core {
+                nodes,
+                options,
+                waiters,
+            }),
         }
     }
 
@@ -103,9 +122,17 @@ impl Redlock {
         quorum::quorum(self.core.nodes.len())
     }
 
-    /// Acquires the lock on `resource` for `ttl`, retrying after a random
-    /// pause while it is held elsewhere or too few nodes answer, up to the
-    /// retry count and the wait deadline.
+    /// Acquires the lock on `resource` for `ttl`, waiting while it is held
+    /// elsewhere or too few nodes answer, up to the retry count and the wait
+    /// deadline ([`Builder::retry_count`], [`Builder::wait_timeout`]; the
+    /// error says which one ended it).
+    ///
+    /// While the lock is held by another owner it waits for the release to
+    /// be announced, or for the holder's keys to expire, rather than
+    /// polling (see [`Builder::wake_on_release`]). An attempt prompted by an
+    /// announced release does not count as a retry: losing it means another
+    /// waiter got the lock. Under steady contention, bound the wait with
+    /// [`Builder::wait_timeout`].
     ///
     /// The lock is held for [`Lock::remaining`], less than `ttl` by the time
     /// the acquisition took and the drift allowance. Release it with
@@ -183,12 +210,30 @@ impl Redlock {
     async fn acquire(&self, resource: &str, ttl: Duration, retries: u32) -> Result<Lock, Error> {
         let options = &self.core.options;
         let plan = options.plan(ttl)?;
-        let started = Moment::now();
-        let key = format!("{}{resource}", options.key_prefix);
+        let deadline = options.wait_timeout.map(|w| Moment::now().after(w));
+        let key: Box<str> = format!("{}{resource}", options.key_prefix).into();
         let mut attempts = 0;
+        // The attempts that count against the retry limit: all but those
+        // prompted by an announced release, which means that another
+        // waiter got the lock (progress), not that this one polled.
+        let mut counted = 0;
+        let mut announced = false;
+        // The release channel, once an attempt has failed (wake_on_release).
+        let mut channel: Option<Arc<Channel>> = None;
+        // Split votes in a row.
+        let mut streak = 0;
         loop {
             attempts += 1;
-            let id = LockId::new(key.as_str().into());
+            if !announced {
+                counted += 1;
+            }
+            // Listen before the attempt, so that a release during it counts.
+            let listened = channel.clone();
+            let mut released = std::pin::pin!(listened.as_deref().map(Channel::released));
+            if let Some(notified) = released.as_mut().as_pin_mut() {
+                notified.enable();
+            }
+            let id = LockId::new(key.clone());
             let cancel_guard = CancelGuard {
                 core: &self.core,
                 id: &id,
@@ -200,16 +245,17 @@ impl Redlock {
                 plan.ttl,
                 plan.drift,
                 options.min_validity,
+                channel.is_some(),
             )
             .instrument(span)
             .await;
             // Completed: held, or already rolled back.
             std::mem::forget(cancel_guard);
-            let tally = match attempt {
+            let (tally, took) = match attempt {
                 Attempt::Held { deadline } => {
                     return Ok(Lock::new(self.core.clone(), id, plan, deadline));
                 }
-                Attempt::Failed(tally) => tally,
+                Attempt::Failed(tally, took) => (tally, took),
             };
             let give_up = |gave_up| Error::NotAcquired {
                 resource: resource.to_owned(),
@@ -217,16 +263,56 @@ impl Redlock {
                 gave_up,
                 report: tally.report(&self.core.nodes),
             };
-            if attempts > retries {
+            if counted > retries {
                 return Err(give_up(GaveUp::Retries));
             }
-            let pause = quorum::retry_delay(options.retry_delay, options.retry_jitter);
-            if let Some(wait) = options.wait_timeout {
-                if started.elapsed() + pause >= wait {
-                    return Err(give_up(GaveUp::Deadline));
+            let pause = match &channel {
+                None if options.wake_on_release => {
+                    // Listen from now on, and try again at once: a release
+                    // made before the subscription would not be heard.
+                    channel = Some(self.core.waiters.listen(&key).await);
+                    Duration::ZERO
                 }
+                None => quorum::retry_delay(options.retry_delay, options.retry_jitter),
+                Some(channel) => {
+                    let seen = tally.seen();
+                    streak = if seen == Seen::Contended {
+                        streak + 1
+                    } else {
+                        0
+                    };
+                    // Mends subscriptions that broke since the last wait.
+                    channel.ensure().await;
+                    quorum::pause(
+                        seen,
+                        channel.listening(),
+                        took,
+                        streak,
+                        options.retry_delay,
+                        options.retry_jitter,
+                    )
+                }
+            };
+            let left = deadline.map_or(Duration::MAX, Moment::remaining);
+            // Without announcements to hope for, do not sleep into the deadline.
+            if pause >= left && released.is_none() {
+                return Err(give_up(GaveUp::Deadline));
             }
-            tokio::time::sleep(pause).await;
+            let releases = channel.as_ref().map(|c| c.releases());
+            let woken = async {
+                match released.as_mut().as_pin_mut() {
+                    Some(notified) => notified.await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = woken => {}
+                () = tokio::time::sleep(pause.min(left)) => {}
+            }
+            announced = releases != channel.as_ref().map(|c| c.releases());
+            if deadline.is_some_and(|d| d.remaining().is_zero()) {
+                return Err(give_up(GaveUp::Deadline));
+            }
         }
     }
 }

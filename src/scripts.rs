@@ -4,7 +4,8 @@
 //! must touch the key only if it still holds *our* token, atomically, so they
 //! are scripts: compare-and-delete and compare-and-pexpire. Both answer
 //!
-//! * `1`: the key held our token and was deleted / given the new TTL;
+//! * `1`: the key held our token and was deleted / given the new TTL (a
+//!   release may also announce itself to waiters);
 //! * `0`: the key was missing (expired, already released, node restarted);
 //! * `-1`: the key held someone else's token; it was left alone.
 //!
@@ -33,12 +34,18 @@ impl Script {
     }
 }
 
-/// `KEYS[1]` = key, `ARGV[1]` = token.
+/// `KEYS[1]` = key, `ARGV[1]` = token, `ARGV[2]` = `"1"` to announce the
+/// release: the token is published on the channel `<key>:released`, which
+/// waiters listen on (see [`crate::waiters`]). The publication is a
+/// `pcall`: a node whose ACL forbids `PUBLISH` still releases.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
   redis.call('DEL', KEYS[1])
+  if ARGV[2] == '1' then
+    redis.pcall('PUBLISH', KEYS[1] .. ':released', ARGV[1])
+  end
   return 1
 elseif v then
   return -1

@@ -1,0 +1,193 @@
+//! Waiting for a busy lock against a real five-node cluster: waiters are
+//! woken by the release instead of polling, notice an expiry without a
+//! release by timer, and survive their subscriptions being killed.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use redquorum::local_cluster::{LocalCluster, Reply};
+use redquorum::{Error, GaveUp, Lock, Redlock};
+
+const ALL: [usize; 5] = [0, 1, 2, 3, 4];
+const LONG_TTL: Duration = Duration::from_secs(30);
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// A waiter that would poll only every `poll` if it were not woken.
+fn waiter(c: &LocalCluster, poll: Duration) -> Redlock {
+    builder(c)
+        .node_timeout(ms(300))
+        .retry_count(1_000)
+        .retry_delay(poll)
+        .retry_jitter(Duration::ZERO)
+        .wait_timeout(Duration::from_secs(20))
+        .build()
+        .unwrap()
+}
+
+/// Starts `redlock.lock("r")` in a task; returns its handle once the waiter
+/// has had time to fail, subscribe and settle into its wait.
+async fn start_waiting(
+    redlock: &Redlock,
+) -> tokio::task::JoinHandle<(Result<Lock, Error>, Instant)> {
+    let redlock = redlock.clone();
+    let task = tokio::spawn(async move {
+        let result = redlock.lock("r", LONG_TTL).await;
+        (result, Instant::now())
+    });
+    tokio::time::sleep(ms(400)).await;
+    assert!(!task.is_finished(), "the waiter did not wait");
+    task
+}
+
+fn set_calls(c: &LocalCluster, i: usize) -> u64 {
+    let Reply::Bulk(Some(text)) = run(c, i, &["INFO", "commandstats"]) else {
+        panic!("INFO")
+    };
+    String::from_utf8(text)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_set:calls="))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+}
+
+#[tokio::test]
+async fn a_waiter_takes_over_within_milliseconds_of_the_release_with_a_node_frozen() {
+    let mut c = cluster(5);
+    let holder = redlock(&c);
+    let waiting = waiter(&c, Duration::from_secs(5));
+    c.freeze(4);
+    let lock = holder.lock("r", LONG_TTL).await.unwrap();
+    let task = start_waiting(&waiting).await;
+    let released_at = Instant::now();
+    lock.release().await.unwrap();
+    let (result, got_at) = tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("the waiter never got the lock")
+        .unwrap();
+    let gap = got_at - released_at;
+    println!("release to next holder: {gap:?}");
+    // Polling would take the 5 s retry pause, a timer the 30 s TTL; the
+    // announcement takes a few round trips (the bound is generous for a
+    // loaded machine).
+    assert!(gap < ms(500), "took {gap:?} after the release");
+    result.unwrap().release().await.unwrap();
+    c.thaw(4);
+}
+
+#[tokio::test]
+async fn a_waiter_does_not_poll_while_the_lock_is_held_and_a_polling_one_does() {
+    let c = cluster(5);
+    let holder = redlock(&c);
+    for wake in [true, false] {
+        let waiting = builder(&c)
+            .retry_count(1_000)
+            .retry_delay(ms(20))
+            .retry_jitter(Duration::ZERO)
+            .wake_on_release(wake)
+            .build()
+            .unwrap();
+        let lock = holder.lock("r", LONG_TTL).await.unwrap();
+        run(&c, 0, &["CONFIG", "RESETSTAT"]);
+        let task = start_waiting(&waiting).await;
+        tokio::time::sleep(ms(600)).await;
+        let attempts = set_calls(&c, 0);
+        lock.release().await.unwrap();
+        let (result, _) = task.await.unwrap();
+        result.unwrap().release().await.unwrap();
+        println!("wake_on_release({wake}): {attempts} attempts in 1 s of waiting");
+        if wake {
+            // The first attempt, and the one right after subscribing.
+            assert!(attempts <= 3, "{attempts} attempts while held");
+        } else {
+            // A poll every 20 ms.
+            assert!(attempts >= 20, "only {attempts} polls");
+        }
+    }
+}
+
+#[tokio::test]
+async fn expiry_without_release_is_noticed_by_timer_with_subscriptions_killed() {
+    let c = cluster(5);
+    // Polling would take 10 s; the holder's keys expire after 1.5 s and are
+    // never released.
+    let waiting = waiter(&c, Duration::from_secs(10));
+    for i in ALL {
+        run(&c, i, &["SET", &key("r"), "someone-else", "PX", "1500"]);
+    }
+    let started = Instant::now();
+    let task = start_waiting(&waiting).await;
+    let mut killed = 0;
+    for i in ALL {
+        match run(&c, i, &["CLIENT", "KILL", "TYPE", "pubsub"]) {
+            Reply::Int(n) => killed += n,
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(killed >= 3, "only {killed} subscriber connections to kill");
+    let (result, got_at) = tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("the waiter never got the lock")
+        .unwrap();
+    let waited = got_at - started;
+    println!("expired after 1.5 s, taken after {waited:?}");
+    assert!(
+        waited >= ms(1_400),
+        "taken before the keys expired: {waited:?}"
+    );
+    assert!(waited < Duration::from_secs(5), "waited {waited:?}");
+    result.unwrap().release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_release_after_the_subscriptions_were_killed_still_wakes_the_waiter() {
+    let c = cluster(5);
+    let holder = redlock(&c);
+    let waiting = waiter(&c, Duration::from_secs(5));
+    let lock = holder.lock("r", LONG_TTL).await.unwrap();
+    let task = start_waiting(&waiting).await;
+    for i in ALL {
+        run(&c, i, &["CLIENT", "KILL", "TYPE", "pubsub"]);
+    }
+    // The waiter notices, tries once, subscribes again and waits on.
+    tokio::time::sleep(ms(400)).await;
+    assert!(!task.is_finished());
+    let released_at = Instant::now();
+    lock.release().await.unwrap();
+    let (result, got_at) = tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("the waiter never got the lock")
+        .unwrap();
+    let gap = got_at - released_at;
+    println!("release to next holder, after resubscribing: {gap:?}");
+    assert!(gap < ms(500), "took {gap:?} after the release");
+    result.unwrap().release().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_retry_limit_still_ends_a_wait_and_says_so() {
+    let c = cluster(5);
+    // A key with no expiry (not a lock of ours): nothing to wait for but
+    // polls, and each poll counts.
+    for i in ALL {
+        run(&c, i, &["SET", &key("r"), "someone-else"]);
+    }
+    let waiting = builder(&c).retry_count(2).build().unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(10), waiting.lock("r", LONG_TTL))
+        .await
+        .expect("hung")
+        .unwrap_err();
+    match &err {
+        Error::NotAcquired {
+            gave_up: GaveUp::Retries,
+            attempts: 3,
+            report,
+            ..
+        } => assert!(report.held_by_others() >= 3, "{err}"),
+        other => panic!("{other}"),
+    }
+}
