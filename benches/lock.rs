@@ -17,8 +17,11 @@
 //! Scenarios: `uncontended` (one task, lock + unlock of fresh resources),
 //! `throughput64` (64 tasks, distinct resources), `frozen_node` and
 //! `dead_node` (uncontended with one of five nodes SIGSTOPped / killed),
-//! `handoff` (8 tasks on one resource, 2 ms hold, 2 ms elsewhere, waiting
-//! with each library's own blocking lock), `floor` / `floor64` (the same redis
+//! `handoff` (8 waiters on one resource, each with a client of its own as
+//! separate processes would have, 2 ms hold, 2 ms elsewhere, waiting with
+//! each library's own blocking lock: redquorum woken by releases, redquorum
+//! polling, rslock; it also reports the share of time the lock was held and
+//! the gap from a release to the next acquire), `floor` / `floor64` (the same redis
 //! client doing the bare minimum, `SET NX PX` then the release script, on one
 //! node) and `ceiling` (redis-benchmark driving all five nodes at once,
 //! pipelined: no lock can beat N nodes × 2 commands). Then memory: the RSS
@@ -28,7 +31,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::process::Command;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
@@ -132,22 +135,25 @@ impl Client {
     }
 
     /// Waits until `resource` is held (each library's own blocking call),
-    /// holds it for `hold`, and releases it. Returns when it was acquired.
-    async fn hold(&self, resource: &str, hold: Duration) -> Result<Instant, String> {
+    /// holds it for `hold`, and releases it. Returns when it was acquired
+    /// and when the release started.
+    async fn hold(&self, resource: &str, hold: Duration) -> Result<(Instant, Instant), String> {
         match self {
             Client::Redquorum(r) => {
                 let lock = r.lock(resource, TTL).await.map_err(|e| e.to_string())?;
                 let got = Instant::now();
                 tokio::time::sleep(hold).await;
+                let letting_go = Instant::now();
                 lock.release().await.map_err(|e| e.to_string())?;
-                Ok(got)
+                Ok((got, letting_go))
             }
             Client::Rslock(m) => {
                 let lock = m.acquire(resource, TTL).await.map_err(|e| e.to_string())?;
                 let got = Instant::now();
                 tokio::time::sleep(hold).await;
+                let letting_go = Instant::now();
                 lock.release().await;
-                Ok(got)
+                Ok((got, letting_go))
             }
             Client::Floor(..) => Err("the floor has no blocking lock".into()),
         }
@@ -183,6 +189,8 @@ impl Sample {
 struct Row {
     scenario: &'static str,
     imp: &'static str,
+    /// How waiters wait, where it matters (hand-off): "wake" or "poll".
+    mode: Option<&'static str>,
     p50_us: f64,
     p99_us: f64,
     ops_per_s: f64,
@@ -194,6 +202,7 @@ fn row(scenario: &'static str, imp: &'static str, mut s: Sample) -> Row {
     Row {
         scenario,
         imp,
+        mode: None,
         p50_us: s.percentile_us(0.50),
         p99_us: s.percentile_us(0.99),
         ops_per_s: s.ops_per_s(),
@@ -272,65 +281,127 @@ async fn throughput(clients: &[Client], tasks: usize, scale: Scale) -> Vec<Sampl
     samples
 }
 
-/// 8 tasks want one resource: hold 2 ms, release, 2 ms elsewhere, again.
-async fn handoff(clients: &[Client], scale: Scale) -> Vec<Sample> {
+/// How a hand-off waiter waits: redquorum woken by releases, redquorum
+/// polling, or rslock (which polls).
+#[derive(Clone, Copy, PartialEq)]
+enum Waiting {
+    Wake,
+    Poll,
+    Rslock,
+}
+
+impl Waiting {
+    fn imp(self) -> &'static str {
+        match self {
+            Waiting::Wake | Waiting::Poll => "redquorum",
+            Waiting::Rslock => "rslock",
+        }
+    }
+
+    fn mode(self) -> &'static str {
+        match self {
+            Waiting::Wake => "wake",
+            Waiting::Poll | Waiting::Rslock => "poll",
+        }
+    }
+
+    /// A client of its own for one waiter, as a separate process would
+    /// have: its own connections (and subscriptions). redquorum waits
+    /// without a retry limit, as rslock's `acquire` does; everything else
+    /// is the libraries' defaults.
+    fn client(self, urls: &[String]) -> Client {
+        let redquorum = |wake| {
+            let redlock = Redlock::builder()
+                .nodes(urls)
+                .retry_count(u32::MAX)
+                .wake_on_release(wake)
+                .build()
+                .unwrap();
+            Client::Redquorum(redlock)
+        };
+        match self {
+            Waiting::Wake => redquorum(true),
+            Waiting::Poll => redquorum(false),
+            Waiting::Rslock => Client::Rslock(rslock::LockManager::new(urls.to_vec())),
+        }
+    }
+}
+
+/// 8 waiters want one resource: hold 2 ms, release, 2 ms elsewhere, again.
+/// Besides the wait from asking to holding (the p50/p99), it measures the
+/// share of the time the lock was held (from acquired to released) and the
+/// gap from a holder starting its release to the next holder's acquire.
+async fn handoff(kinds: &[Waiting], urls: &[String], scale: Scale) -> Vec<Sample> {
     const TASKS: usize = 8;
     const HOLD: Duration = Duration::from_millis(2);
     const ELSEWHERE: Duration = Duration::from_millis(2);
-    let mut samples: Vec<Sample> = clients.iter().map(|_| Sample::default()).collect();
+    let mut samples: Vec<Sample> = kinds.iter().map(|_| Sample::default()).collect();
+    let mut gaps: Vec<Vec<Duration>> = kinds.iter().map(|_| Vec::new()).collect();
     let rounds = scale.rounds.min(2);
     let round = Duration::from_secs_f64(scale.timed_secs / rounds as f64);
     for r in 0..rounds {
-        for (client, sample) in clients.iter().zip(&mut samples) {
-            let resource: Arc<str> = format!("bench:handoff:{}:{r}", client.name()).into();
+        for (k, (kind, sample)) in kinds.iter().zip(&mut samples).enumerate() {
+            let resource: Arc<str> = format!("bench:handoff:{}:{k}:{r}", kind.imp()).into();
+            let clients: Vec<Client> = (0..TASKS).map(|_| kind.client(urls)).collect();
+            // Connect (and for the waking kind, subscribe) before timing.
+            for c in &clients {
+                c.hold(&resource, Duration::ZERO).await.unwrap();
+            }
             let stop = Arc::new(AtomicBool::new(false));
-            let held_us = Arc::new(AtomicU64::new(0));
             let started = Instant::now();
-            let handles: Vec<_> = (0..TASKS)
-                .map(|_| {
-                    let (client, resource, stop, held_us) = (
-                        client.clone(),
-                        resource.clone(),
-                        stop.clone(),
-                        held_us.clone(),
-                    );
+            let handles: Vec<_> = clients
+                .into_iter()
+                .map(|client| {
+                    let (resource, stop) = (resource.clone(), stop.clone());
                     tokio::spawn(async move {
-                        let mut waits = Vec::new();
+                        // (asked, acquired, release started, released)
+                        let mut turns = Vec::new();
                         let mut errors = 0;
                         while !stop.load(Ordering::Relaxed) {
                             let asked = Instant::now();
                             match client.hold(&resource, HOLD).await {
-                                Ok(got) => {
-                                    waits.push(got - asked);
-                                    held_us.fetch_add(
-                                        got.elapsed().as_micros() as u64,
-                                        Ordering::Relaxed,
-                                    );
+                                Ok((got, letting_go)) => {
+                                    turns.push((asked, got, letting_go, Instant::now()))
                                 }
                                 Err(_) => errors += 1,
                             }
                             tokio::time::sleep(ELSEWHERE).await;
                         }
-                        (waits, errors)
+                        (turns, errors)
                     })
                 })
                 .collect();
             tokio::time::sleep(round).await;
             stop.store(true, Ordering::Relaxed);
+            let mut turns = Vec::new();
             for h in handles {
-                let (waits, errors) = h.await.unwrap();
-                sample.ops += waits.len() as u64;
-                sample.latencies.extend(waits);
+                let (t, errors) = h.await.unwrap();
+                turns.extend(t);
                 sample.errors += errors;
             }
-            let wall = started.elapsed();
-            sample.busy += wall;
-            *sample.extra.entry("held_us").or_default() += held_us.load(Ordering::Relaxed) as f64;
+            sample.busy += started.elapsed();
+            turns.sort_by_key(|t| t.1);
+            for (asked, got, _, released) in &turns {
+                sample.latencies.push(*got - *asked);
+                *sample.extra.entry("held_us").or_default() +=
+                    (*released - *got).as_secs_f64() * 1e6;
+            }
+            sample.ops += turns.len() as u64;
+            for pair in turns.windows(2) {
+                gaps[k].push(pair[1].1.saturating_duration_since(pair[0].2));
+            }
         }
     }
-    for s in &mut samples {
+    for (s, mut gaps) in samples.iter_mut().zip(gaps) {
         let held = s.extra.remove("held_us").unwrap_or_default() / 1e6;
         s.extra.insert("held_share", held / s.busy.as_secs_f64());
+        gaps.sort_unstable();
+        let pct = |p: f64| {
+            gaps.get(((gaps.len().max(1) - 1) as f64 * p).round() as usize)
+                .map_or(f64::NAN, |d| d.as_secs_f64() * 1e6)
+        };
+        s.extra.insert("gap_p50_us", pct(0.5));
+        s.extra.insert("gap_p99_us", pct(0.99));
     }
     samples
 }
@@ -352,6 +423,7 @@ fn ceiling(ports: &[u16], scale: Scale) -> Option<Row> {
     Some(Row {
         scenario: "ceiling",
         imp: "ceiling",
+        mode: None,
         p50_us: f64::NAN,
         p99_us: f64::NAN,
         ops_per_s: commands / (2.0 * ports.len() as f64),
@@ -499,7 +571,7 @@ fn print_table(rows: &[Row]) {
     let find =
         |scenario: &str, imp: &str| rows.iter().find(|r| r.scenario == scenario && r.imp == imp);
     println!(
-        "\n{:<13} {:<10} {:>9} {:>9} {:>10} {:>7} {:>10} {:>10} {:>10} {:>10}  extra",
+        "\n{:<13} {:<14} {:>9} {:>9} {:>10} {:>7} {:>10} {:>10} {:>10} {:>10}  extra",
         "scenario",
         "impl",
         "p50 µs",
@@ -524,10 +596,14 @@ fn print_table(rows: &[Row]) {
             .iter()
             .map(|(k, v)| format!("{k}={v:.3} "))
             .collect();
+        let imp = match r.mode {
+            Some(mode) if r.imp == "redquorum" => format!("{}/{mode}", r.imp),
+            _ => r.imp.to_owned(),
+        };
         println!(
-            "{:<13} {:<10} {:>9} {:>9} {:>10} {:>7} {:>10} {:>10} {:>10} {:>10}  {}",
+            "{:<13} {:<14} {:>9} {:>9} {:>10} {:>7} {:>10} {:>10} {:>10} {:>10}  {}",
             r.scenario,
-            r.imp,
+            imp,
             fmt_num(r.p50_us, 0),
             fmt_num(r.p99_us, 0),
             fmt_num(r.ops_per_s, 0),
@@ -562,6 +638,9 @@ fn json(machine: &str, rows: &[Row], memory: &[(String, f64, f64)]) -> String {
             num(r.ops_per_s),
             r.errors
         );
+        if let Some(mode) = r.mode {
+            let _ = write!(s, ", \"mode\": {mode:?}");
+        }
         for (k, v) in &r.extra {
             let _ = write!(s, ", {k:?}: {}", num(*v));
         }
@@ -632,10 +711,11 @@ fn main() {
                 .unwrap();
             Client::Floor(conn, sha.into())
         };
-        let picked = |c: &Client| {
-            c.name() == "floor"
-                || std::env::var("REDQUORUM_BENCH_IMPLS").map_or(true, |v| v.split(',').any(|i| i == c.name()))
+        let picked_name = |name: &str| {
+            name == "floor"
+                || std::env::var("REDQUORUM_BENCH_IMPLS").map_or(true, |v| v.split(',').any(|i| i == name))
         };
+        let picked = |c: &Client| picked_name(c.name());
         let wanted = |scenario: &str| {
             std::env::var("REDQUORUM_BENCH_ONLY").map_or(true, |v| v.split(',').any(|s| s == scenario))
         };
@@ -670,8 +750,16 @@ fn main() {
         }
         if wanted("handoff") {
             println!("handoff …");
-            let s = handoff(&locks, scale).await;
-            scenario("handoff", s, &locks, &mut rows);
+            let kinds: Vec<Waiting> = [Waiting::Wake, Waiting::Poll, Waiting::Rslock]
+                .into_iter()
+                .filter(|k| picked_name(k.imp()))
+                .collect();
+            let s = handoff(&kinds, &urls, scale).await;
+            for (kind, s) in kinds.iter().zip(s) {
+                let mut r = row("handoff", kind.imp(), s);
+                r.mode = Some(kind.mode());
+                rows.push(r);
+            }
         }
         if !wanted("frozen_node") && !wanted("dead_node") {
             // Skipped for profiling.
