@@ -132,7 +132,8 @@ impl Builder {
     /// failed attempt. Default 10; `0` makes it behave like
     /// [`try_lock`](crate::Redlock::try_lock). With
     /// [`wake_on_release`](Self::wake_on_release), attempts prompted by an
-    /// announced release are not counted (another waiter won: progress);
+    /// announced release are not counted (another waiter won: progress),
+    /// nor are the quick retries that settle a vote split among waiters;
     /// [`wait_timeout`](Self::wait_timeout) bounds those.
     pub fn retry_count(mut self, retries: u32) -> Self {
         self.options.retry_count = retries;

@@ -384,10 +384,20 @@ pub(crate) enum Seen {
     Unreachable,
 }
 
-/// The longest a waiter sleeps before it tries again, when it is woken
-/// early by an announced release ([`crate::waiters`]). `listening` says
-/// whether announcements can be relied on: enough nodes are subscribed that
-/// any release that reaches a majority is heard.
+/// How long a waiter sleeps before it tries again (an announced release
+/// wakes it sooner, see [`crate::waiters`]), and whether that next attempt
+/// counts against the retry limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Pause {
+    pub(crate) sleep: Duration,
+    /// False for the quick retries that settle a split vote: contention
+    /// among waiters, not polling.
+    pub(crate) counted: bool,
+}
+
+/// The pause of a waiter after a failed attempt that observed the key.
+/// `listening` says whether announcements can be relied on: enough nodes
+/// are subscribed that any release that reaches a majority is heard.
 ///
 /// * A holder with a known expiry: sleep until its keys expire (a release
 ///   wakes the waiter sooner), plus up to `jitter` so that waiters do not
@@ -396,7 +406,8 @@ pub(crate) enum Seen {
 ///   two attempts' time, so that one of them wins the next round; the
 ///   bound doubles with each split in a row (`streak`, this one included),
 ///   so that a split that does not resolve itself (an owner left with a
-///   minority of keys) soon costs no more than polling.
+///   minority of keys) soon costs what polling does. These retries are
+///   not counted until they are as slow as polling.
 /// * Otherwise, and whenever announcements could be missed: the ordinary
 ///   retry pause, `delay ± jitter`, at the most.
 pub(crate) fn pause(
@@ -406,20 +417,23 @@ pub(crate) fn pause(
     streak: u32,
     delay: Duration,
     jitter: Duration,
-) -> Duration {
+) -> Pause {
     let poll = retry_delay(delay, jitter);
-    let informed = match seen {
-        Seen::Holder { ttl: Some(ttl) } => ttl + uniform(Duration::ZERO, jitter),
+    let (informed, counted) = match seen {
+        Seen::Holder { ttl: Some(ttl) } => (ttl + uniform(Duration::ZERO, jitter), true),
         Seen::Contended => {
             let bound = attempt.saturating_mul(2u32.saturating_pow(streak));
-            uniform(Duration::ZERO, bound.min(poll))
+            (uniform(Duration::ZERO, bound.min(poll)), bound >= poll)
         }
-        Seen::Holder { ttl: None } | Seen::Unreachable => poll,
+        Seen::Holder { ttl: None } | Seen::Unreachable => (poll, true),
     };
-    if listening {
-        informed
-    } else {
-        informed.min(poll)
+    Pause {
+        sleep: if listening {
+            informed
+        } else {
+            informed.min(poll)
+        },
+        counted,
     }
 }
 
@@ -706,7 +720,10 @@ mod tests {
                 delay,
                 jitter,
             );
-            assert!((ms(5_000)..=ms(5_100)).contains(&p), "{p:?}");
+            assert!(
+                (ms(5_000)..=ms(5_100)).contains(&p.sleep) && p.counted,
+                "{p:?}"
+            );
             // Not listening: never longer than a poll.
             let p = pause(
                 Seen::Holder {
@@ -718,19 +735,19 @@ mod tests {
                 delay,
                 jitter,
             );
-            assert!((ms(100)..=ms(300)).contains(&p), "{p:?}");
+            assert!((ms(100)..=ms(300)).contains(&p.sleep), "{p:?}");
             // A split: a few attempts' time, doubling with the streak,
-            // never beyond a poll.
+            // never beyond a poll, and not counted until as slow as one.
             let p = pause(Seen::Contended, true, attempt, 1, delay, jitter);
-            assert!(p <= ms(2), "{p:?}");
+            assert!(p.sleep <= ms(2) && !p.counted, "{p:?}");
             let p = pause(Seen::Contended, true, attempt, 3, delay, jitter);
-            assert!(p <= ms(8), "{p:?}");
+            assert!(p.sleep <= ms(8) && !p.counted, "{p:?}");
             let p = pause(Seen::Contended, true, attempt, 40, delay, jitter);
-            assert!(p <= ms(300), "{p:?}");
+            assert!(p.sleep <= ms(300) && p.counted, "{p:?}");
             // Nodes not answering, or a holder without expiry: poll.
             for seen in [Seen::Unreachable, Seen::Holder { ttl: None }] {
                 let p = pause(seen, true, attempt, 0, delay, jitter);
-                assert!((ms(100)..=ms(300)).contains(&p), "{p:?}");
+                assert!((ms(100)..=ms(300)).contains(&p.sleep) && p.counted, "{p:?}");
             }
         }
     }

@@ -130,9 +130,10 @@ impl Redlock {
     /// While the lock is held by another owner it waits for the release to
     /// be announced, or for the holder's keys to expire, rather than
     /// polling (see [`Builder::wake_on_release`]). An attempt prompted by an
-    /// announced release does not count as a retry: losing it means another
-    /// waiter got the lock. Under steady contention, bound the wait with
-    /// [`Builder::wait_timeout`].
+    /// announced release does not count as a retry (losing it means another
+    /// waiter got the lock), nor do the quick retries that settle a vote
+    /// split among waiters that woke together. Under steady contention,
+    /// bound the wait with [`Builder::wait_timeout`].
     ///
     /// The lock is held for [`Lock::remaining`], less than `ttl` by the time
     /// the acquisition took and the drift allowance. Release it with
@@ -214,17 +215,18 @@ impl Redlock {
         let key: Box<str> = format!("{}{resource}", options.key_prefix).into();
         let mut attempts = 0;
         // The attempts that count against the retry limit: all but those
-        // prompted by an announced release, which means that another
-        // waiter got the lock (progress), not that this one polled.
+        // prompted by an announced release (another waiter got the lock:
+        // progress, not polling) and the quick ones that settle a split
+        // vote among waiters.
         let mut counted = 0;
-        let mut announced = false;
+        let mut free = false;
         // The release channel, once an attempt has failed (wake_on_release).
         let mut channel: Option<Arc<Channel>> = None;
         // Split votes in a row.
         let mut streak = 0;
         loop {
             attempts += 1;
-            if !announced {
+            if !free {
                 counted += 1;
             }
             // Listen before the attempt, so that a release during it counts.
@@ -271,9 +273,15 @@ impl Redlock {
                     // Listen from now on, and try again at once: a release
                     // made before the subscription would not be heard.
                     channel = Some(self.core.waiters.listen(&key).await);
-                    Duration::ZERO
+                    quorum::Pause {
+                        sleep: Duration::ZERO,
+                        counted: true,
+                    }
                 }
-                None => quorum::retry_delay(options.retry_delay, options.retry_jitter),
+                None => quorum::Pause {
+                    sleep: quorum::retry_delay(options.retry_delay, options.retry_jitter),
+                    counted: true,
+                },
                 Some(channel) => {
                     let seen = tally.seen();
                     streak = if seen == Seen::Contended {
@@ -295,7 +303,7 @@ impl Redlock {
             };
             let left = deadline.map_or(Duration::MAX, Moment::remaining);
             // Without announcements to hope for, do not sleep into the deadline.
-            if pause >= left && released.is_none() {
+            if pause.sleep >= left && released.is_none() {
                 return Err(give_up(GaveUp::Deadline));
             }
             let releases = channel.as_ref().map(|c| c.releases());
@@ -307,9 +315,10 @@ impl Redlock {
             };
             tokio::select! {
                 () = woken => {}
-                () = tokio::time::sleep(pause.min(left)) => {}
+                () = tokio::time::sleep(pause.sleep.min(left)) => {}
             }
-            announced = releases != channel.as_ref().map(|c| c.releases());
+            let announced = releases != channel.as_ref().map(|c| c.releases());
+            free = announced || !pause.counted;
             if deadline.is_some_and(|d| d.remaining().is_zero()) {
                 return Err(give_up(GaveUp::Deadline));
             }

@@ -327,11 +327,28 @@ async fn scripts_survive_script_flush() {
     let c = cluster(5);
     let redlock = redlock(&c);
     let mut lock = redlock.lock("r", Duration::from_secs(10)).await.unwrap();
-    lock.extend(Duration::from_secs(10)).await.unwrap();
+    // Each extension returns at a majority; the flushes below wait until
+    // the stragglers are through too, or a late EVAL would cache its script
+    // after a flush.
+    let extended = async |lock: &mut redquorum::Lock, secs: u64| {
+        lock.extend(Duration::from_secs(secs)).await.unwrap();
+        let started = std::time::Instant::now();
+        while !ALL
+            .iter()
+            .all(|&i| pttl(&c, i, &key("r")) > (secs as i64 - 5) * 1000)
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "extension never reached every node"
+            );
+            tokio::time::sleep(ms(10)).await;
+        }
+    };
+    extended(&mut lock, 20).await;
     for i in ALL {
         run(&c, i, &["SCRIPT", "FLUSH"]);
     }
-    lock.extend(Duration::from_secs(10)).await.unwrap();
+    extended(&mut lock, 30).await;
     for i in ALL {
         run(&c, i, &["SCRIPT", "FLUSH"]);
         assert_eq!(info_field(&c, i, "memory", "number_of_cached_scripts"), "0");
@@ -342,8 +359,10 @@ async fn scripts_survive_script_flush() {
     // next release goes by EVALSHA alone.
     assert_eq!(info_field(&c, 0, "memory", "number_of_cached_scripts"), "1");
     let lock = redlock.lock("r", Duration::from_secs(10)).await.unwrap();
+    await_holders(&c, &ALL, &key("r"), 5, Duration::from_secs(5)).await;
     run(&c, 0, &["CONFIG", "RESETSTAT"]);
     lock.release().await.unwrap();
+    await_gone(&c, &ALL, &key("r"), Duration::from_secs(5)).await;
     let stats = info(&c, 0, "commandstats");
     assert!(stats.contains("cmdstat_evalsha:calls=1,"), "{stats}");
     assert!(!stats.contains("cmdstat_eval:"), "{stats}");

@@ -191,3 +191,89 @@ async fn the_retry_limit_still_ends_a_wait_and_says_so() {
         other => panic!("{other}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn independent_clients_hand_a_busy_lock_round_without_polling_or_overlap() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    const CLIENTS: usize = 8;
+    const ROUNDS: usize = 5;
+    let c = cluster(5);
+    let inside = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    // Each client is a process of its own as far as the nodes can tell (its
+    // own connections and subscriptions), with the default retry limit and
+    // a retry pause that would show if anyone fell back to polling.
+    let tasks: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let redlock = Redlock::builder()
+                .nodes(c.urls())
+                .node_timeout(ms(300))
+                .retry_delay(Duration::from_secs(3))
+                .retry_jitter(Duration::ZERO)
+                .wait_timeout(Duration::from_secs(30))
+                .build()
+                .unwrap();
+            let (inside, overlaps) = (inside.clone(), overlaps.clone());
+            tokio::spawn(async move {
+                let mut longest = Duration::ZERO;
+                for _ in 0..ROUNDS {
+                    let asked = Instant::now();
+                    let lock = redlock.lock("busy", LONG_TTL).await.unwrap();
+                    longest = longest.max(asked.elapsed());
+                    if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    tokio::time::sleep(ms(2)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    lock.release().await.unwrap();
+                    tokio::time::sleep(ms(2)).await;
+                }
+                longest
+            })
+        })
+        .collect();
+    let mut longest = Duration::ZERO;
+    for t in tasks {
+        longest = longest.max(t.await.unwrap());
+    }
+    println!("{CLIENTS} clients × {ROUNDS} turns; longest wait {longest:?}");
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two holders at once");
+    // Every turn came from a release, a brief back-off after a split vote or
+    // an expiry: none waited out the 3 s retry pause.
+    assert!(longest < Duration::from_secs(3), "longest wait {longest:?}");
+    await_gone(&c, &ALL, &key("busy"), Duration::from_secs(5)).await;
+}
+
+/// How many client connections node `i` has, this test's own query aside.
+fn clients(c: &LocalCluster, i: usize) -> usize {
+    let Reply::Bulk(Some(list)) = run(c, i, &["CLIENT", "LIST"]) else {
+        panic!("CLIENT LIST")
+    };
+    String::from_utf8(list).unwrap().lines().count() - 1
+}
+
+#[tokio::test]
+async fn dropping_a_redlock_closes_its_connections_subscribers_included() {
+    let c = cluster(5);
+    let before = clients(&c, 0);
+    {
+        let holder = redlock(&c);
+        let waiting = waiter(&c, Duration::from_secs(5));
+        let lock = holder.lock("r", LONG_TTL).await.unwrap();
+        let task = start_waiting(&waiting).await;
+        // The holder's connection, the waiter's, and its subscriber.
+        assert_eq!(clients(&c, 0), before + 3);
+        lock.release().await.unwrap();
+        task.await.unwrap().0.unwrap().release().await.unwrap();
+    }
+    let started = Instant::now();
+    while clients(&c, 0) != before {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{} connections left open",
+            clients(&c, 0) - before
+        );
+        tokio::time::sleep(ms(20)).await;
+    }
+}
