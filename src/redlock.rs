@@ -235,6 +235,7 @@ impl Redlock {
             if let Some(notified) = released.as_mut().as_pin_mut() {
                 notified.enable();
             }
+            let releases = listened.as_deref().map(Channel::releases);
             let id = LockId::new(key.clone());
             let cancel_guard = CancelGuard {
                 core: &self.core,
@@ -306,7 +307,6 @@ impl Redlock {
             if pause.sleep >= left && released.is_none() {
                 return Err(give_up(GaveUp::Deadline));
             }
-            let releases = channel.as_ref().map(|c| c.releases());
             let woken = async {
                 match released.as_mut().as_pin_mut() {
                     Some(notified) => notified.await,
@@ -317,7 +317,9 @@ impl Redlock {
                 () = woken => {}
                 () = tokio::time::sleep(pause.sleep.min(left)) => {}
             }
-            let announced = releases != channel.as_ref().map(|c| c.releases());
+            // Announced during the attempt or the pause.
+            let announced =
+                releases.is_some_and(|n| Some(n) != listened.as_deref().map(Channel::releases));
             free = announced || !pause.counted;
             if deadline.is_some_and(|d| d.remaining().is_zero()) {
                 return Err(give_up(GaveUp::Deadline));

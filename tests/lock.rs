@@ -35,6 +35,8 @@ async fn lock_sets_the_token_on_every_node_and_release_removes_it() {
         lock.remaining()
     );
     assert!(lock.remaining() > ms(5_000), "{:?}", lock.remaining());
+    // Returned at a majority; the other SETs follow.
+    await_holders(&c, &ALL, &key("report"), 5, Duration::from_secs(5)).await;
     for i in ALL {
         assert_eq!(get(&c, i, &key("report")).as_deref(), Some(lock.token()));
         let ttl = pttl(&c, i, &key("report"));
@@ -51,6 +53,7 @@ async fn a_held_lock_is_refused_to_others_and_their_rollback_spares_it() {
     let c = cluster(5);
     let redlock = redlock(&c);
     let first = redlock.lock("job", Duration::from_secs(10)).await.unwrap();
+    await_holders(&c, &ALL, &key("job"), 5, Duration::from_secs(5)).await;
     let err = redlock
         .try_lock("job", Duration::from_secs(10))
         .await
@@ -180,6 +183,7 @@ async fn release_never_deletes_another_owners_key() {
     let stale = short.lock("r", ms(200)).await.unwrap();
     tokio::time::sleep(ms(300)).await;
     let fresh = redlock.lock("r", Duration::from_secs(10)).await.unwrap();
+    await_holders(&c, &ALL, &key("r"), 5, Duration::from_secs(5)).await;
     let err = stale.release().await.unwrap_err();
     assert!(
         matches!(&err, Error::Taken { report, .. } if report.held_by_others() >= 3),
