@@ -708,45 +708,32 @@ mod tests {
     fn waiters_sleep_until_expiry_split_briefly_and_poll_when_deaf() {
         let (delay, jitter) = (ms(200), ms(100));
         let attempt = ms(1);
+        let pause =
+            |seen, listening, streak| pause(seen, listening, attempt, streak, delay, jitter);
+        let holder = Seen::Holder {
+            ttl: Some(ms(5_000)),
+        };
         for _ in 0..100 {
             // A holder whose keys expire in 5 s: no polling meanwhile.
-            let p = pause(
-                Seen::Holder {
-                    ttl: Some(ms(5_000)),
-                },
-                true,
-                attempt,
-                0,
-                delay,
-                jitter,
-            );
+            let p = pause(holder, true, 0);
             assert!(
                 (ms(5_000)..=ms(5_100)).contains(&p.sleep) && p.counted,
                 "{p:?}"
             );
             // Not listening: never longer than a poll.
-            let p = pause(
-                Seen::Holder {
-                    ttl: Some(ms(5_000)),
-                },
-                false,
-                attempt,
-                0,
-                delay,
-                jitter,
-            );
+            let p = pause(holder, false, 0);
             assert!((ms(100)..=ms(300)).contains(&p.sleep), "{p:?}");
             // A split: a few attempts' time, doubling with the streak,
             // never beyond a poll, and not counted until as slow as one.
-            let p = pause(Seen::Contended, true, attempt, 1, delay, jitter);
+            let p = pause(Seen::Contended, true, 1);
             assert!(p.sleep <= ms(2) && !p.counted, "{p:?}");
-            let p = pause(Seen::Contended, true, attempt, 3, delay, jitter);
+            let p = pause(Seen::Contended, true, 3);
             assert!(p.sleep <= ms(8) && !p.counted, "{p:?}");
-            let p = pause(Seen::Contended, true, attempt, 40, delay, jitter);
+            let p = pause(Seen::Contended, true, 40);
             assert!(p.sleep <= ms(300) && p.counted, "{p:?}");
             // Nodes not answering, or a holder without expiry: poll.
             for seen in [Seen::Unreachable, Seen::Holder { ttl: None }] {
-                let p = pause(seen, true, attempt, 0, delay, jitter);
+                let p = pause(seen, true, 0);
                 assert!((ms(100)..=ms(300)).contains(&p.sleep) && p.counted, "{p:?}");
             }
         }

@@ -44,6 +44,27 @@ async fn start_waiting(
     task
 }
 
+type Waiting = tokio::task::JoinHandle<(Result<Lock, Error>, Instant)>;
+
+/// Waits (bounded) until the waiter holds the lock, releases it, and
+/// returns when it was acquired.
+async fn take(waiting: Waiting) -> Instant {
+    let (result, got_at) = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the waiter never got the lock")
+        .unwrap();
+    result.unwrap().release().await.unwrap();
+    got_at
+}
+
+/// Releases `lock` and returns how long after the release call the waiter
+/// held it.
+async fn hand_over(lock: Lock, waiting: Waiting) -> Duration {
+    let released_at = Instant::now();
+    lock.release().await.unwrap();
+    take(waiting).await - released_at
+}
+
 fn set_calls(c: &LocalCluster, i: usize) -> u64 {
     let Reply::Bulk(Some(text)) = run(c, i, &["INFO", "commandstats"]) else {
         panic!("INFO")
@@ -63,19 +84,12 @@ async fn a_waiter_takes_over_within_milliseconds_of_the_release_with_a_node_froz
     c.freeze(4);
     let lock = holder.lock("r", LONG_TTL).await.unwrap();
     let task = start_waiting(&waiting).await;
-    let released_at = Instant::now();
-    lock.release().await.unwrap();
-    let (result, got_at) = tokio::time::timeout(Duration::from_secs(10), task)
-        .await
-        .expect("the waiter never got the lock")
-        .unwrap();
-    let gap = got_at - released_at;
+    let gap = hand_over(lock, task).await;
     println!("release to next holder: {gap:?}");
     // Polling would take the 5 s retry pause, a timer the 30 s TTL; the
     // announcement takes a few round trips (the bound is generous for a
     // loaded machine).
     assert!(gap < ms(500), "took {gap:?} after the release");
-    result.unwrap().release().await.unwrap();
     c.thaw(4);
 }
 
@@ -96,9 +110,7 @@ async fn a_waiter_does_not_poll_while_the_lock_is_held_and_a_polling_one_does() 
         let task = start_waiting(&waiting).await;
         tokio::time::sleep(ms(600)).await;
         let attempts = set_calls(&c, 0);
-        lock.release().await.unwrap();
-        let (result, _) = task.await.unwrap();
-        result.unwrap().release().await.unwrap();
+        hand_over(lock, task).await;
         println!("wake_on_release({wake}): {attempts} attempts in 1 s of waiting");
         if wake {
             // The first attempt, and the one right after subscribing.
@@ -129,18 +141,13 @@ async fn expiry_without_release_is_noticed_by_timer_with_subscriptions_killed() 
         }
     }
     assert!(killed >= 3, "only {killed} subscriber connections to kill");
-    let (result, got_at) = tokio::time::timeout(Duration::from_secs(10), task)
-        .await
-        .expect("the waiter never got the lock")
-        .unwrap();
-    let waited = got_at - started;
+    let waited = take(task).await - started;
     println!("expired after 1.5 s, taken after {waited:?}");
     assert!(
         waited >= ms(1_400),
         "taken before the keys expired: {waited:?}"
     );
     assert!(waited < Duration::from_secs(5), "waited {waited:?}");
-    result.unwrap().release().await.unwrap();
 }
 
 #[tokio::test]
@@ -156,16 +163,9 @@ async fn a_release_after_the_subscriptions_were_killed_still_wakes_the_waiter() 
     // The waiter notices, tries once, subscribes again and waits on.
     tokio::time::sleep(ms(400)).await;
     assert!(!task.is_finished());
-    let released_at = Instant::now();
-    lock.release().await.unwrap();
-    let (result, got_at) = tokio::time::timeout(Duration::from_secs(10), task)
-        .await
-        .expect("the waiter never got the lock")
-        .unwrap();
-    let gap = got_at - released_at;
+    let gap = hand_over(lock, task).await;
     println!("release to next holder, after resubscribing: {gap:?}");
     assert!(gap < ms(500), "took {gap:?} after the release");
-    result.unwrap().release().await.unwrap();
 }
 
 #[tokio::test]
@@ -264,8 +264,7 @@ async fn dropping_a_redlock_closes_its_connections_subscribers_included() {
         let task = start_waiting(&waiting).await;
         // The holder's connection, the waiter's, and its subscriber.
         assert_eq!(clients(&c, 0), before + 3);
-        lock.release().await.unwrap();
-        task.await.unwrap().0.unwrap().release().await.unwrap();
+        hand_over(lock, task).await;
     }
     let started = Instant::now();
     while clients(&c, 0) != before {
