@@ -19,6 +19,12 @@
 //! `SET`. The caller waits for the rollback only on the nodes that answered
 //! (they are fast); the others are rolled back in the background.
 //!
+//! A waiter's failed attempt can also *observe* the key (who holds it, for
+//! how long); [`Tally::seen`] sorts that into one holder on a majority, a
+//! vote split among contenders, or too few answers, and [`pause`] turns it
+//! into how long to sleep before the next attempt (see [`crate::waiters`]
+//! for the announcements that cut the sleep short).
+//!
 //! The nodes are reached through the small [`Voter`] trait, so that the unit
 //! tests below drive all of this with scripted answers and delays.
 

@@ -32,7 +32,7 @@ use crate::error::{Error, GaveUp};
 use crate::keep_alive::Held;
 use crate::lock::Lock;
 use crate::node::Node;
-use crate::quorum::{self, Attempt, LockId, Seen};
+use crate::quorum::{self, Attempt, LockId, Pause, Seen, Tally};
 use crate::waiters::{Channel, Waiters};
 
 /// A distributed lock manager over N independent Redis nodes.
@@ -220,17 +220,14 @@ impl Redlock {
         // vote among waiters.
         let mut counted = 0;
         let mut free = false;
-        // The release channel, once an attempt has failed (wake_on_release).
-        let mut channel: Option<Arc<Channel>> = None;
-        // Split votes in a row.
-        let mut streak = 0;
+        let mut waiting = Waiting::default();
         loop {
             attempts += 1;
             if !free {
                 counted += 1;
             }
             // Listen before the attempt, so that a release during it counts.
-            let listened = channel.clone();
+            let listened = waiting.channel.clone();
             let mut released = std::pin::pin!(listened.as_deref().map(Channel::released));
             if let Some(notified) = released.as_mut().as_pin_mut() {
                 notified.enable();
@@ -248,7 +245,7 @@ impl Redlock {
                 plan.ttl,
                 plan.drift,
                 options.min_validity,
-                channel.is_some(),
+                listened.is_some(),
             )
             .instrument(span)
             .await;
@@ -269,39 +266,7 @@ impl Redlock {
             if counted > retries {
                 return Err(give_up(GaveUp::Retries));
             }
-            let pause = match &channel {
-                None if options.wake_on_release => {
-                    // Listen from now on, and try again at once: a release
-                    // made before the subscription would not be heard.
-                    channel = Some(self.core.waiters.listen(&key).await);
-                    quorum::Pause {
-                        sleep: Duration::ZERO,
-                        counted: true,
-                    }
-                }
-                None => quorum::Pause {
-                    sleep: quorum::retry_delay(options.retry_delay, options.retry_jitter),
-                    counted: true,
-                },
-                Some(channel) => {
-                    let seen = tally.seen();
-                    streak = if seen == Seen::Contended {
-                        streak + 1
-                    } else {
-                        0
-                    };
-                    // Mends subscriptions that broke since the last wait.
-                    channel.ensure().await;
-                    quorum::pause(
-                        seen,
-                        channel.listening(),
-                        took,
-                        streak,
-                        options.retry_delay,
-                        options.retry_jitter,
-                    )
-                }
-            };
+            let pause = waiting.pause(&self.core, &key, &tally, took).await;
             let left = deadline.map_or(Duration::MAX, Moment::remaining);
             // Without announcements to hope for, do not sleep into the deadline.
             if pause.sleep >= left && released.is_none() {
@@ -325,6 +290,55 @@ impl Redlock {
                 return Err(give_up(GaveUp::Deadline));
             }
         }
+    }
+}
+
+/// What one `lock()` call keeps between its attempts.
+#[derive(Default)]
+struct Waiting {
+    /// The release channel, once an attempt has failed (with
+    /// `wake_on_release`).
+    channel: Option<Arc<Channel>>,
+    /// Split votes in a row.
+    streak: u32,
+}
+
+impl Waiting {
+    /// How long to wait after a failed attempt, and whether the next one
+    /// counts as a retry.
+    async fn pause(&mut self, core: &Core, key: &str, tally: &Tally, took: Duration) -> Pause {
+        let options = &core.options;
+        let Some(channel) = &self.channel else {
+            if options.wake_on_release {
+                // Listen from now on, and try again at once: a release made
+                // before the subscription would not be heard.
+                self.channel = Some(core.waiters.listen(key).await);
+                return Pause {
+                    sleep: Duration::ZERO,
+                    counted: true,
+                };
+            }
+            return Pause {
+                sleep: quorum::retry_delay(options.retry_delay, options.retry_jitter),
+                counted: true,
+            };
+        };
+        let seen = tally.seen();
+        self.streak = if seen == Seen::Contended {
+            self.streak + 1
+        } else {
+            0
+        };
+        // Mends subscriptions that broke since the last wait.
+        channel.ensure().await;
+        quorum::pause(
+            seen,
+            channel.listening(),
+            took,
+            self.streak,
+            options.retry_delay,
+            options.retry_jitter,
+        )
     }
 }
 
