@@ -155,8 +155,11 @@ impl Builder {
     }
 
     /// An overall deadline for [`lock`](crate::Redlock::lock): it gives up
-    /// rather than start an attempt that would end after it. Default: none
-    /// (only the retry count bounds the wait).
+    /// rather than start an attempt that could end after it (one that
+    /// starts less than a node timeout before the deadline). The first
+    /// attempt is always made; the rollback of a failed attempt may add up
+    /// to one node timeout. Default: none (only the retry count bounds the
+    /// wait).
     pub fn wait_timeout(mut self, timeout: Duration) -> Self {
         self.options.wait_timeout = Some(timeout);
         self

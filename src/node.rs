@@ -53,6 +53,8 @@ struct Inner {
     connecting: tokio::sync::Mutex<u64>,
     /// Whether the eviction policy has been looked at.
     policy_checked: AtomicBool,
+    /// Whether the node has refused a release's announcement (`PUBLISH`).
+    publish_refused: AtomicBool,
 }
 
 impl Node {
@@ -66,6 +68,7 @@ impl Node {
                 live: Mutex::new(None),
                 connecting: tokio::sync::Mutex::new(0),
                 policy_checked: AtomicBool::new(false),
+                publish_refused: AtomicBool::new(false),
             }),
         }
     }
@@ -98,7 +101,7 @@ impl Inner {
     /// the token, so running them twice changes nothing.
     async fn run(self: &Arc<Self>, request: &Request) -> Result<Answer, NodeFailure> {
         let (generation, conn, fresh) = self.connection().await?;
-        match send(conn, request).await {
+        match self.send(conn, request).await {
             Err(e) if is_connection_error(&e) => {
                 self.forget(generation);
                 if fresh {
@@ -107,7 +110,7 @@ impl Inner {
                 // A connection made earlier went stale (the node restarted,
                 // say): make a new one and try once more.
                 let (generation, conn, _) = self.connection().await?;
-                send(conn, request).await.map_err(|e| {
+                self.send(conn, request).await.map_err(|e| {
                     if is_connection_error(&e) {
                         self.forget(generation);
                     }
@@ -197,96 +200,115 @@ impl Inner {
             }
         }
     }
-}
 
-/// Sends one request and reads its answer.
-async fn send(mut conn: MultiplexedConnection, request: &Request) -> Result<Answer, RedisError> {
-    match request {
-        Request::Acquire {
-            id,
-            ttl_ms,
-            observe,
-        } => {
-            let mut set = redis::cmd("SET");
-            set.arg(&*id.key)
-                .arg(id.token())
-                .arg("NX")
-                .arg("PX")
-                .arg(*ttl_ms);
-            let (reply, holder) = if *observe {
-                // One round trip: the SET, then who holds the key and for
-                // how long (us, if the SET went through).
-                let mut pipe = redis::pipe();
-                pipe.add_command(set)
-                    .cmd("GET")
-                    .arg(&*id.key)
-                    .cmd("PTTL")
-                    .arg(&*id.key);
-                let (reply, token, pttl): (Value, Option<String>, i64) =
-                    pipe.query_async(&mut conn).await?;
-                let holder = token.map(|token| Holder {
-                    token: token.into(),
-                    // -1: no expiry; -2: gone since the GET.
-                    ttl: (pttl != -1).then(|| Duration::from_millis(pttl.max(0) as u64)),
-                });
-                (reply, holder)
-            } else {
-                (set.query_async(&mut conn).await?, None)
-            };
-            Ok(match reply {
-                Value::Nil => Answer {
-                    vote: Err(NodeFailure::Held),
-                    holder,
-                },
-                _ => Ok(()).into(),
-            })
-        }
-        Request::Release { id, announce } => {
-            let announce = if *announce { "1" } else { "0" };
-            eval(
-                &mut conn,
-                &scripts::RELEASE,
-                &id.key,
-                &[id.token(), announce],
-            )
-            .await
-            .map(Answer::from)
-        }
-        Request::Extend { id, ttl_ms } => {
-            let ttl = ttl_ms.to_string();
-            eval(&mut conn, &scripts::EXTEND, &id.key, &[id.token(), &ttl])
-                .await
-                .map(Answer::from)
+    /// Sends one request and reads its answer.
+    async fn send(
+        &self,
+        mut conn: MultiplexedConnection,
+        request: &Request,
+    ) -> Result<Answer, RedisError> {
+        match request {
+            Request::Acquire {
+                id,
+                ttl_ms,
+                observe,
+            } => {
+                let mut set = redis::cmd("SET");
+                set.arg(&*id.key)
+                    .arg(id.token())
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(*ttl_ms);
+                let (reply, holder) = if *observe {
+                    // One round trip: the SET, then who holds the key and for
+                    // how long (us, if the SET went through).
+                    let mut pipe = redis::pipe();
+                    pipe.add_command(set)
+                        .cmd("GET")
+                        .arg(&*id.key)
+                        .cmd("PTTL")
+                        .arg(&*id.key);
+                    let (reply, token, pttl): (Value, Option<String>, i64) =
+                        pipe.query_async(&mut conn).await?;
+                    let holder = token.map(|token| Holder {
+                        token: token.into(),
+                        // -1: no expiry; -2: gone since the GET.
+                        ttl: (pttl != -1).then(|| Duration::from_millis(pttl.max(0) as u64)),
+                    });
+                    (reply, holder)
+                } else {
+                    (set.query_async(&mut conn).await?, None)
+                };
+                Ok(match reply {
+                    Value::Nil => Answer {
+                        vote: Err(NodeFailure::Held),
+                        holder,
+                    },
+                    _ => Ok(()).into(),
+                })
+            }
+            Request::Release { id, announce } => {
+                let announce = if *announce { "1" } else { "0" };
+                let code = eval(
+                    &mut conn,
+                    &scripts::RELEASE,
+                    &id.key,
+                    &[id.token(), announce],
+                )
+                .await?;
+                if code == scripts::RELEASED_UNANNOUNCED
+                    && !self.publish_refused.swap(true, Ordering::Relaxed)
+                {
+                    tracing::warn!(
+                        node = %self.name,
+                        "this node refuses PUBLISH to lock channels: waiters elsewhere are not \
+                         woken by releases and wait for the keys to expire; allow PUBLISH on \
+                         <key prefix>*:released in the ACL"
+                    );
+                }
+                Ok(vote(code).into())
+            }
+            Request::Extend { id, ttl_ms } => {
+                let ttl = ttl_ms.to_string();
+                let code = eval(&mut conn, &scripts::EXTEND, &id.key, &[id.token(), &ttl]).await?;
+                Ok(vote(code).into())
+            }
         }
     }
 }
 
-/// Runs a script by `EVALSHA`, falling back to `EVAL` on `NOSCRIPT`.
+/// Runs a script by `EVALSHA`, falling back to `EVAL` on `NOSCRIPT`; its
+/// answer code (see [`crate::scripts`]).
 async fn eval(
     conn: &mut MultiplexedConnection,
     script: &Script,
     key: &str,
     args: &[&str],
-) -> Result<Vote, RedisError> {
+) -> Result<i64, RedisError> {
     let call = |command: &str, body: &str| {
         let mut cmd = redis::cmd(command);
         cmd.arg(body).arg(1).arg(key).arg(args);
         cmd
     };
-    let reply: i64 = match call("EVALSHA", &script.sha1).query_async(conn).await {
+    match call("EVALSHA", &script.sha1).query_async(conn).await {
         Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-            call("EVAL", script.source).query_async(conn).await?
+            call("EVAL", script.source).query_async(conn).await
         }
-        other => other?,
-    };
-    Ok(match reply {
-        1 => Ok(()),
-        0 => Err(NodeFailure::Missing),
-        _ => Err(NodeFailure::Held),
-    })
+        other => other,
+    }
 }
 
-fn is_connection_error(e: &RedisError) -> bool {
+/// The vote of a script's answer code.
+fn vote(code: i64) -> Vote {
+    match code {
+        scripts::DONE | scripts::RELEASED_UNANNOUNCED => Ok(()),
+        scripts::MISSING => Err(NodeFailure::Missing),
+        _ => Err(NodeFailure::Held),
+    }
+}
+
+/// Whether `e` means the connection is gone (as opposed to an error answer).
+pub(crate) fn is_connection_error(e: &RedisError) -> bool {
     e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error()
 }
 

@@ -80,9 +80,10 @@ pub(crate) enum Request {
     },
     /// Compare-and-delete; with `announce`, a deletion is published to the
     /// key's release channel, waking the waiters (see [`crate::waiters`]).
-    /// Rollbacks of failed attempts do not announce: they never held the
-    /// lock, and waking every waiter for them would make the waiters poll
-    /// each other.
+    /// Rollbacks of failed attempts announce only when the attempt may have
+    /// reached a majority: a vote split among waiters is settled by their
+    /// own back-off, and announcing it would make the waiters poll each
+    /// other.
     Release { id: Arc<LockId>, announce: bool },
     /// Compare-and-pexpire.
     Extend { id: Arc<LockId>, ttl_ms: u64 },
@@ -163,7 +164,10 @@ impl Tally {
                     .map(|o| o.ttl)
                     .min_by_key(|t| t.unwrap_or(Duration::MAX))
                     .flatten();
-                return Seen::Holder { ttl };
+                return Seen::Holder {
+                    ttl,
+                    token: h.token.clone(),
+                };
             }
         }
         if self.agreed + self.holders.len() >= self.needed {
@@ -187,6 +191,25 @@ impl Tally {
 
     pub(crate) fn has_majority(&self) -> bool {
         self.agreed >= self.needed
+    }
+
+    /// Whether our key may be on a majority of nodes although the attempt
+    /// failed: the yes votes and the nodes whose answer is unknown (timed
+    /// out, connection failed, not waited for) could make one. The rollback
+    /// of such an attempt is announced, since a waiter may have seen our
+    /// token on a majority and be waiting for it to go.
+    fn might_hold_majority(&self) -> bool {
+        let unknown = self
+            .votes
+            .iter()
+            .filter(|v| {
+                matches!(
+                    v,
+                    None | Some(Err(NodeFailure::Timeout | NodeFailure::Connection(_)))
+                )
+            })
+            .count();
+        self.agreed + unknown >= self.needed
     }
 
     /// Whether the outcome no longer depends on the nodes still out.
@@ -328,7 +351,7 @@ pub(crate) async fn acquire<V: Voter>(
 async fn rollback<V: Voter>(nodes: &[V], id: &Arc<LockId>, tally: &Tally) {
     let request = Request::Release {
         id: id.clone(),
-        announce: false,
+        announce: tally.might_hold_majority(),
     };
     let mut waited = FuturesUnordered::new();
     for (i, node) in nodes.iter().enumerate() {
@@ -378,11 +401,14 @@ fn uniform(low: Duration, high: Duration) -> Duration {
 }
 
 /// What a failed acquisition saw of the key's other owners.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Seen {
-    /// One owner holds the key on a majority; its keys expire after `ttl`
-    /// at the soonest (`None`: not known, or no expiry).
-    Holder { ttl: Option<Duration> },
+    /// One owner, `token`, holds the key on a majority; its keys expire
+    /// after `ttl` at the soonest (`None`: not known, or no expiry).
+    Holder {
+        ttl: Option<Duration>,
+        token: Box<str>,
+    },
     /// Enough nodes answered, but their votes were split among several
     /// contenders (waiters that woke together), none with a majority.
     Contended,
@@ -417,7 +443,7 @@ pub(crate) struct Pause {
 /// * Otherwise, and whenever announcements could be missed: the ordinary
 ///   retry pause, `delay ± jitter`, at the most.
 pub(crate) fn pause(
-    seen: Seen,
+    seen: &Seen,
     listening: bool,
     attempt: Duration,
     streak: u32,
@@ -426,12 +452,12 @@ pub(crate) fn pause(
 ) -> Pause {
     let poll = retry_delay(delay, jitter);
     let (informed, counted) = match seen {
-        Seen::Holder { ttl: Some(ttl) } => (ttl + uniform(Duration::ZERO, jitter), true),
+        Seen::Holder { ttl: Some(ttl), .. } => (*ttl + uniform(Duration::ZERO, jitter), true),
         Seen::Contended => {
             let bound = attempt.saturating_mul(2u32.saturating_pow(streak));
             (uniform(Duration::ZERO, bound.min(poll)), bound >= poll)
         }
-        Seen::Holder { ttl: None } | Seen::Unreachable => (poll, true),
+        Seen::Holder { ttl: None, .. } | Seen::Unreachable => (poll, true),
     };
     Pause {
         sleep: if listening {
@@ -693,12 +719,16 @@ mod tests {
             0,
             &[("a", Some(900)), ("a", Some(700)), ("a", Some(800))],
         );
-        assert_eq!(t.seen(), Seen::Holder { ttl: Some(ms(700)) });
+        let holder = |ttl: Option<u64>| Seen::Holder {
+            ttl: ttl.map(ms),
+            token: "a".into(),
+        };
+        assert_eq!(t.seen(), holder(Some(700)));
         // Keys without expiry do not hide one that has one.
         let t = tally(3, 1, &[("a", None), ("a", Some(50)), ("a", None)]);
-        assert_eq!(t.seen(), Seen::Holder { ttl: Some(ms(50)) });
+        assert_eq!(t.seen(), holder(Some(50)));
         let t = tally(3, 0, &[("a", None), ("a", None), ("a", None)]);
-        assert_eq!(t.seen(), Seen::Holder { ttl: None });
+        assert_eq!(t.seen(), holder(None));
         // Three owners, none on a majority, with our own vote: a split.
         let t = tally(3, 1, &[("a", Some(9)), ("b", Some(9)), ("c", Some(9))]);
         assert_eq!(t.seen(), Seen::Contended);
@@ -718,30 +748,62 @@ mod tests {
             |seen, listening, streak| pause(seen, listening, attempt, streak, delay, jitter);
         let holder = Seen::Holder {
             ttl: Some(ms(5_000)),
+            token: "a".into(),
+        };
+        let forever = Seen::Holder {
+            ttl: None,
+            token: "a".into(),
         };
         for _ in 0..100 {
             // A holder whose keys expire in 5 s: no polling meanwhile.
-            let p = pause(holder, true, 0);
+            let p = pause(&holder, true, 0);
             assert!(
                 (ms(5_000)..=ms(5_100)).contains(&p.sleep) && p.counted,
                 "{p:?}"
             );
             // Not listening: never longer than a poll.
-            let p = pause(holder, false, 0);
+            let p = pause(&holder, false, 0);
             assert!((ms(100)..=ms(300)).contains(&p.sleep), "{p:?}");
             // A split: a few attempts' time, doubling with the streak,
             // never beyond a poll, and not counted until as slow as one.
-            let p = pause(Seen::Contended, true, 1);
+            let p = pause(&Seen::Contended, true, 1);
             assert!(p.sleep <= ms(2) && !p.counted, "{p:?}");
-            let p = pause(Seen::Contended, true, 3);
+            let p = pause(&Seen::Contended, true, 3);
             assert!(p.sleep <= ms(8) && !p.counted, "{p:?}");
-            let p = pause(Seen::Contended, true, 40);
+            let p = pause(&Seen::Contended, true, 40);
             assert!(p.sleep <= ms(300) && p.counted, "{p:?}");
             // Nodes not answering, or a holder without expiry: poll.
-            for seen in [Seen::Unreachable, Seen::Holder { ttl: None }] {
+            for seen in [&Seen::Unreachable, &forever] {
                 let p = pause(seen, true, 0);
                 assert!((ms(100)..=ms(300)).contains(&p.sleep) && p.counted, "{p:?}");
             }
         }
+    }
+
+    #[test]
+    fn a_rollback_is_announced_only_when_the_key_may_be_on_a_majority() {
+        let voted = |votes: &[Vote]| {
+            let mut t = Tally::new(votes.len(), quorum(votes.len()));
+            for (i, v) in votes.iter().enumerate() {
+                t.record(i, v.clone().into());
+            }
+            t
+        };
+        let timeout = Err(NodeFailure::Timeout);
+        let refused = Err(NodeFailure::Connection("refused".into()));
+        // A split among contenders, every node answered: nothing to announce.
+        assert!(!voted(&[YES, YES, HELD, HELD, HELD]).might_hold_majority());
+        // A node that timed out may hold our key: with two yes, a majority.
+        assert!(voted(&[YES, YES, timeout.clone(), HELD, HELD]).might_hold_majority());
+        assert!(voted(&[YES, refused, HELD]).might_hold_majority());
+        // A majority that came too late for the validity.
+        assert!(voted(&[YES, YES, YES]).might_hold_majority());
+        // Not waited for counts as unknown.
+        let mut t = Tally::new(5, 3);
+        t.record(0, YES.into());
+        t.record(1, YES.into());
+        t.record(2, HELD.into());
+        assert!(t.might_hold_majority());
+        assert!(!voted(&[YES, timeout, HELD, HELD, HELD]).might_hold_majority());
     }
 }

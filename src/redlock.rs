@@ -233,6 +233,7 @@ impl Redlock {
                 notified.enable();
             }
             let releases = listened.as_deref().map(Channel::releases);
+            let subscribed = listened.as_deref().map(Channel::subscriptions);
             let id = LockId::new(key.clone());
             let cancel_guard = CancelGuard {
                 core: &self.core,
@@ -266,8 +267,14 @@ impl Redlock {
             if counted > retries {
                 return Err(give_up(GaveUp::Retries));
             }
-            let pause = waiting.pause(&self.core, &key, &tally, took).await;
-            let left = deadline.map_or(Duration::MAX, Moment::remaining);
+            // How long a new attempt may still start: one that starts later
+            // could end after the deadline.
+            let left = deadline.map_or(Duration::MAX, |d| {
+                d.remaining().saturating_sub(options.node_timeout)
+            });
+            let pause = waiting
+                .pause(&self.core, &key, &tally, took, subscribed.as_deref(), left)
+                .await;
             // Without announcements to hope for, do not sleep into the deadline.
             if pause.sleep >= left && released.is_none() {
                 return Err(give_up(GaveUp::Deadline));
@@ -282,11 +289,14 @@ impl Redlock {
                 () = woken => {}
                 () = tokio::time::sleep(pause.sleep.min(left)) => {}
             }
-            // Announced during the attempt or the pause.
-            let announced =
-                releases.is_some_and(|n| Some(n) != listened.as_deref().map(Channel::releases));
-            free = announced || !pause.counted;
-            if deadline.is_some_and(|d| d.remaining().is_zero()) {
+            // The holder we waited for let go, during the attempt or the
+            // pause: the next attempt is not a poll.
+            let let_go = match (&waiting.channel, &waiting.awaited, releases) {
+                (Some(channel), Some(token), Some(n)) => channel.announced_since(n, token),
+                _ => false,
+            };
+            free = let_go || !pause.counted;
+            if deadline.is_some_and(|d| d.remaining() <= options.node_timeout) {
                 return Err(give_up(GaveUp::Deadline));
             }
         }
@@ -299,28 +309,41 @@ struct Waiting {
     /// The release channel, once an attempt has failed (with
     /// `wake_on_release`).
     channel: Option<Arc<Channel>>,
+    /// The token of the holder the last attempt saw on a majority.
+    awaited: Option<Box<str>>,
     /// Split votes in a row.
     streak: u32,
 }
 
 impl Waiting {
     /// How long to wait after a failed attempt, and whether the next one
-    /// counts as a retry.
-    async fn pause(&mut self, core: &Core, key: &str, tally: &Tally, took: Duration) -> Pause {
+    /// counts as a retry. `subscribed` is the channel's subscriptions from
+    /// before the attempt; `left`, how long a new attempt may still start.
+    async fn pause(
+        &mut self,
+        core: &Core,
+        key: &str,
+        tally: &Tally,
+        took: Duration,
+        subscribed: Option<&[u64]>,
+        left: Duration,
+    ) -> Pause {
         let options = &core.options;
         let Some(channel) = &self.channel else {
-            if options.wake_on_release {
-                // Listen from now on, and try again at once: a release made
-                // before the subscription would not be heard.
-                self.channel = Some(core.waiters.listen(key).await);
+            if !options.wake_on_release {
                 return Pause {
-                    sleep: Duration::ZERO,
+                    sleep: quorum::retry_delay(options.retry_delay, options.retry_jitter),
                     counted: true,
                 };
             }
+            // Listen from now on, and try again at once: a release made
+            // before the subscription would not be heard. Not a poll.
+            let channel = core.waiters.channel(key);
+            let _ = tokio::time::timeout(left, channel.ensure()).await;
+            self.channel = Some(channel);
             return Pause {
-                sleep: quorum::retry_delay(options.retry_delay, options.retry_jitter),
-                counted: true,
+                sleep: Duration::ZERO,
+                counted: false,
             };
         };
         let seen = tally.seen();
@@ -329,11 +352,28 @@ impl Waiting {
         } else {
             0
         };
-        // Mends subscriptions that broke since the last wait.
-        channel.ensure().await;
+        self.awaited = match &seen {
+            Seen::Holder { token, .. } => Some(token.clone()),
+            _ => None,
+        };
+        // Judged on the subscriptions that were there before the attempt:
+        // one made since may have missed a release that the attempt did not
+        // see either.
+        let heard = subscribed.is_some_and(|before| channel.heard_since(before));
+        // Mends subscriptions that broke.
+        let _ = tokio::time::timeout(left, channel.ensure()).await;
+        if !heard && channel.listening() {
+            // Listening again: try once more at once, as after the first
+            // subscription (counted, so that a flapping node cannot make
+            // this loop for ever).
+            return Pause {
+                sleep: Duration::ZERO,
+                counted: true,
+            };
+        }
         quorum::pause(
-            seen,
-            channel.listening(),
+            &seen,
+            heard,
             took,
             self.streak,
             options.retry_delay,

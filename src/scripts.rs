@@ -6,6 +6,8 @@
 //!
 //! * `1`: the key held our token and was deleted / given the new TTL (a
 //!   release may also announce itself to waiters);
+//! * `2`: (release) deleted, but the node refused to publish the
+//!   announcement (an ACL without `PUBLISH`);
 //! * `0`: the key was missing (expired, already released, node restarted);
 //! * `-1`: the key held someone else's token; it was left alone.
 //!
@@ -18,6 +20,13 @@
 //! again (see [`crate::node`]).
 
 use std::sync::LazyLock;
+
+/// Deleted, or given the new TTL.
+pub(crate) const DONE: i64 = 1;
+/// Deleted, but the announcement was refused.
+pub(crate) const RELEASED_UNANNOUNCED: i64 = 2;
+/// The key was missing.
+pub(crate) const MISSING: i64 = 0;
 
 /// A Lua script and its SHA1 digest.
 pub(crate) struct Script {
@@ -37,14 +46,18 @@ impl Script {
 /// `KEYS[1]` = key, `ARGV[1]` = token, `ARGV[2]` = `"1"` to announce the
 /// release: the token is published on the channel `<key>:released`, which
 /// waiters listen on (see [`crate::waiters`]). The publication is a
-/// `pcall`: a node whose ACL forbids `PUBLISH` still releases.
+/// `pcall`: a node whose ACL forbids `PUBLISH` still releases, and answers
+/// `2` to say that it did not announce.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
   redis.call('DEL', KEYS[1])
   if ARGV[2] == '1' then
-    redis.pcall('PUBLISH', KEYS[1] .. ':released', ARGV[1])
+    local r = redis.pcall('PUBLISH', KEYS[1] .. ':released', ARGV[1])
+    if type(r) == 'table' and r.err then
+      return 2
+    end
   end
   return 1
 elseif v then

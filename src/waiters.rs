@@ -28,7 +28,7 @@
 //! [`Redlock`]: crate::Redlock
 //! [`Request::Release`]: crate::quorum::Request::Release
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
@@ -37,6 +37,8 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use redis::aio::PubSubSink;
 use tokio::sync::{Notify, oneshot};
+
+use crate::node::is_connection_error;
 
 /// The subscriber connections of one `Redlock`, and the channels waited on.
 pub(crate) struct Waiters {
@@ -74,15 +76,25 @@ struct Live {
 pub(crate) struct Channel {
     name: Box<str>,
     notify: Notify,
-    /// The token of the last release announced, to wake once per release.
-    last: Mutex<Vec<u8>>,
-    /// How many releases were announced.
-    releases: AtomicU64,
+    /// The releases announced lately.
+    recent: Mutex<Recent>,
     /// Per node, the generation of the connection that confirmed the
     /// subscription (0: none).
     confirmed: Vec<AtomicU64>,
     inner: Arc<Inner>,
 }
+
+/// The last releases announced on a channel, numbered.
+#[derive(Default)]
+struct Recent {
+    /// How many releases have been announced.
+    count: u64,
+    /// The tokens of the last few, with their numbers.
+    tokens: VecDeque<(u64, Box<[u8]>)>,
+}
+
+/// How many announced tokens a channel remembers.
+const RECENT: usize = 16;
 
 /// Connection generations, unique in the process; 0 means none.
 static GENERATION: AtomicU64 = AtomicU64::new(1);
@@ -106,11 +118,11 @@ impl Waiters {
         }
     }
 
-    /// The channel of `key`, subscribed on enough nodes to hear every
-    /// release if they answer within the node timeout.
-    pub(crate) async fn listen(&self, key: &str) -> Arc<Channel> {
+    /// The channel of `key`, registered (shared with this process's other
+    /// waiters on it) but not yet subscribed: see [`Channel::ensure`].
+    pub(crate) fn channel(&self, key: &str) -> Arc<Channel> {
         let name = format!("{key}:released");
-        let channel = {
+        {
             let mut channels = lock(&self.inner.channels);
             match channels.get(name.as_str()).and_then(Weak::upgrade) {
                 Some(channel) => channel,
@@ -118,8 +130,7 @@ impl Waiters {
                     let channel = Arc::new(Channel {
                         name: name.into(),
                         notify: Notify::new(),
-                        last: Mutex::default(),
-                        releases: AtomicU64::new(0),
+                        recent: Mutex::default(),
                         confirmed: self.inner.nodes.iter().map(|_| AtomicU64::new(0)).collect(),
                         inner: self.inner.clone(),
                     });
@@ -127,9 +138,7 @@ impl Waiters {
                     channel
                 }
             }
-        };
-        channel.ensure().await;
-        channel
+        }
     }
 }
 
@@ -141,10 +150,48 @@ impl Channel {
         self.notify.notified()
     }
 
-    /// How many releases have been announced so far: a waiter woken while
-    /// this did not change was woken by a broken subscription instead.
+    /// How many releases have been announced so far.
     pub(crate) fn releases(&self) -> u64 {
-        self.releases.load(Ordering::Acquire)
+        lock(&self.recent).count
+    }
+
+    /// Whether `token`'s release was announced after the first `count`
+    /// releases: the holder a waiter was waiting for has let go.
+    pub(crate) fn announced_since(&self, count: u64, token: &str) -> bool {
+        lock(&self.recent)
+            .tokens
+            .iter()
+            .any(|(n, t)| *n > count && **t == *token.as_bytes())
+    }
+
+    /// The generation of the connection that confirmed the subscription on
+    /// each node, 0 where it is not subscribed now.
+    pub(crate) fn subscriptions(&self) -> Vec<u64> {
+        (0..self.inner.nodes.len())
+            .map(|i| {
+                if self.subscribed(i) {
+                    self.confirmed[i].load(Ordering::Acquire)
+                } else {
+                    0
+                }
+            })
+            .collect()
+    }
+
+    /// Whether every release since `before` (from
+    /// [`subscriptions`](Self::subscriptions)) that reached a majority was
+    /// heard: enough of those subscriptions are still on the same
+    /// connections. A subscription made since then may have come after a
+    /// release, so it does not count.
+    pub(crate) fn heard_since(&self, before: &[u64]) -> bool {
+        let kept = before
+            .iter()
+            .enumerate()
+            .filter(|&(i, &g)| {
+                g != 0 && self.subscribed(i) && self.confirmed[i].load(Ordering::Acquire) == g
+            })
+            .count();
+        kept >= self.inner.needed
     }
 
     /// Whether every release that reaches a majority of nodes is heard.
@@ -153,14 +200,15 @@ impl Channel {
     }
 
     fn subscribed_nodes(&self) -> usize {
-        self.confirmed
-            .iter()
-            .zip(&self.inner.nodes)
-            .filter(|(confirmed, node)| {
-                let g = confirmed.load(Ordering::Acquire);
-                g != 0 && g == node.generation.load(Ordering::Acquire)
-            })
+        (0..self.inner.nodes.len())
+            .filter(|&i| self.subscribed(i))
             .count()
+    }
+
+    /// Whether the live connection to node `i` confirmed the subscription.
+    fn subscribed(&self, i: usize) -> bool {
+        let g = self.confirmed[i].load(Ordering::Acquire);
+        g != 0 && g == self.inner.nodes[i].generation.load(Ordering::Acquire)
     }
 
     /// Subscribes on every node where it is not subscribed, connecting
@@ -172,6 +220,7 @@ impl Channel {
             return;
         }
         let mut pending: FuturesUnordered<_> = (0..self.inner.nodes.len())
+            .filter(|&i| !self.subscribed(i))
             .map(|i| tokio::spawn(self.clone().subscribe(i)))
             .collect();
         while pending.next().await.is_some() {
@@ -194,28 +243,43 @@ impl Channel {
             if self.confirmed[i].load(Ordering::Acquire) == current.generation {
                 return Some(());
             }
-            if current.sink.subscribe(&*self.name).await.is_ok() {
-                self.confirmed[i].store(current.generation, Ordering::Release);
-                return Some(());
+            match current.sink.subscribe(&*self.name).await {
+                Ok(()) => {
+                    self.confirmed[i].store(current.generation, Ordering::Release);
+                    Some(())
+                }
+                // The connection is broken: drop it (the next waiter makes
+                // a new one) and tell the waiters that counted on it.
+                Err(e) if is_connection_error(&e) => {
+                    self.inner.forget(i, &mut live);
+                    None
+                }
+                // Refused (an ACL without this channel, say): the connection
+                // is fine, this node just does not hear this channel.
+                Err(e) => {
+                    tracing::debug!(node = i, channel = %self.name, error = %e, "subscription refused");
+                    None
+                }
             }
-            // The connection is broken: drop it; the next waiter makes a
-            // new one.
-            *live = None;
-            node.generation.store(0, Ordering::Release);
-            None
         };
         let _ = tokio::time::timeout(node.timeout, work).await;
     }
 
-    /// Wakes the waiters for a release, once per release.
+    /// Wakes the waiters for a release, once per release (every node it
+    /// reached announces it).
     fn announce(&self, token: &[u8]) {
-        let mut last = lock(&self.last);
-        if *last != token {
-            last.clear();
-            last.extend_from_slice(token);
-            self.releases.fetch_add(1, Ordering::AcqRel);
-            self.notify.notify_waiters();
+        let mut recent = lock(&self.recent);
+        if recent.tokens.iter().any(|(_, t)| **t == *token) {
+            return;
         }
+        recent.count += 1;
+        let n = recent.count;
+        recent.tokens.push_back((n, token.into()));
+        if recent.tokens.len() > RECENT {
+            recent.tokens.pop_front();
+        }
+        drop(recent);
+        self.notify.notify_waiters();
     }
 }
 
@@ -259,24 +323,11 @@ impl Inner {
                     }
                 }
             }
-            // The connection ended: forget it, unless a newer one took over,
-            // and wake every waiter, which may have counted on this node.
+            // The connection ended: forget it, unless a newer one took over.
             let Some(inner) = inner.upgrade() else { return };
-            let node = &inner.nodes[i];
-            {
-                let mut live = node.live.lock().await;
-                if live.as_ref().is_some_and(|l| l.generation == generation) {
-                    *live = None;
-                    node.generation.store(0, Ordering::Release);
-                }
-            }
-            tracing::debug!(node = i, "subscriber connection ended");
-            let channels: Vec<Arc<Channel>> = lock(&inner.channels)
-                .values()
-                .filter_map(Weak::upgrade)
-                .collect();
-            for channel in channels {
-                channel.notify.notify_waiters();
+            let mut live = inner.nodes[i].live.lock().await;
+            if live.as_ref().is_some_and(|l| l.generation == generation) {
+                inner.forget(i, &mut live);
             }
         });
         Some(Live {
@@ -284,6 +335,22 @@ impl Inner {
             sink,
             _reader: stop,
         })
+    }
+
+    /// Drops node `i`'s subscriber connection (`live`, its locked slot)
+    /// and wakes every waiter, which may have counted on it to hear a
+    /// release: each tries again and subscribes anew.
+    fn forget(&self, i: usize, live: &mut Option<Live>) {
+        *live = None;
+        self.nodes[i].generation.store(0, Ordering::Release);
+        tracing::debug!(node = i, "subscriber connection dropped");
+        let channels: Vec<Arc<Channel>> = lock(&self.channels)
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect();
+        for channel in channels {
+            channel.notify.notify_waiters();
+        }
     }
 
     fn channel(&self, name: &str) -> Option<Arc<Channel>> {
@@ -295,14 +362,13 @@ impl Inner {
     /// under the same per-node lock, so the check cannot go stale).
     async fn unsubscribe(&self, name: &str) {
         for node in &self.nodes {
-            let work = async {
-                let mut live = node.live.lock().await;
-                let waited_on = self.channel(name).is_some();
-                if let (Some(live), false) = (live.as_mut(), waited_on) {
-                    let _ = live.sink.unsubscribe(name).await;
-                }
-            };
-            let _ = tokio::time::timeout(node.timeout, work).await;
+            // Waits its turn behind subscriptions in progress (each bounded);
+            // only the command itself is under the node timeout.
+            let mut live = node.live.lock().await;
+            let waited_on = self.channel(name).is_some();
+            if let (Some(live), false) = (live.as_mut(), waited_on) {
+                let _ = tokio::time::timeout(node.timeout, live.sink.unsubscribe(name)).await;
+            }
         }
     }
 }

@@ -109,24 +109,42 @@ async fn lock_retries_until_the_holder_lets_go() {
 #[tokio::test]
 async fn wait_deadline_ends_lock_and_says_so() {
     let c = cluster(3);
-    let redlock = builder(&c)
-        .retry_count(u32::MAX)
-        .wait_timeout(ms(300))
-        .build()
-        .unwrap();
-    let _held = redlock.lock("r", Duration::from_secs(10)).await.unwrap();
-    let err = redlock
-        .lock("r", Duration::from_secs(10))
-        .await
-        .unwrap_err();
-    match err {
-        Error::NotAcquired {
-            gave_up: GaveUp::Deadline,
-            attempts,
-            ..
-        } => assert!(attempts > 1),
-        other => panic!("{other}"),
-    }
+    let wait = ms(300);
+    let deadline_error = async |redlock: Redlock, resource: &str| {
+        let _held = redlock
+            .lock(resource, Duration::from_secs(10))
+            .await
+            .unwrap();
+        let started = std::time::Instant::now();
+        let err = redlock
+            .lock(resource, Duration::from_secs(10))
+            .await
+            .unwrap_err();
+        match err {
+            Error::NotAcquired {
+                gave_up: GaveUp::Deadline,
+                attempts,
+                ..
+            } => (attempts, started.elapsed()),
+            other => panic!("{other}"),
+        }
+    };
+    // Attempts go on while one can still end before the deadline.
+    let short = builder(&c).retry_count(u32::MAX).wait_timeout(wait);
+    let short = short.node_timeout(ms(50)).build().unwrap();
+    let (attempts, took) = deadline_error(short, "short").await;
+    assert!(attempts > 1, "{attempts} attempts");
+    // Generous for a loaded machine, yet far below a missed deadline (the
+    // holder keeps the lock for 10 s).
+    assert!(
+        took < wait + Duration::from_secs(1),
+        "gave up after {took:?}"
+    );
+    // With a node timeout beyond the deadline, no second attempt could end
+    // in time: none is started.
+    let long = builder(&c).retry_count(u32::MAX).wait_timeout(wait);
+    let (attempts, _) = deadline_error(long.build().unwrap(), "long").await;
+    assert_eq!(attempts, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -172,7 +172,8 @@ async fn a_release_after_the_subscriptions_were_killed_still_wakes_the_waiter() 
 async fn the_retry_limit_still_ends_a_wait_and_says_so() {
     let c = cluster(5);
     // A key with no expiry (not a lock of ours): nothing to wait for but
-    // polls, and each poll counts.
+    // polls, and each poll counts. Four attempts: the first, the free one
+    // right after subscribing, and two polls.
     for i in ALL {
         run(&c, i, &["SET", &key("r"), "someone-else"]);
     }
@@ -184,7 +185,7 @@ async fn the_retry_limit_still_ends_a_wait_and_says_so() {
     match &err {
         Error::NotAcquired {
             gave_up: GaveUp::Retries,
-            attempts: 3,
+            attempts: 4,
             report,
             ..
         } => assert!(report.held_by_others() >= 3, "{err}"),
@@ -275,4 +276,43 @@ async fn dropping_a_redlock_closes_its_connections_subscribers_included() {
         );
         tokio::time::sleep(ms(20)).await;
     }
+}
+
+#[tokio::test]
+async fn a_waiter_refused_subscriptions_falls_back_to_polling() {
+    let c = cluster(5);
+    for i in ALL {
+        // No channel may be subscribed to: SUBSCRIBE answers NOPERM.
+        run(
+            &c,
+            i,
+            &[
+                "ACL",
+                "SETUSER",
+                "waiter",
+                "on",
+                ">pw",
+                "~*",
+                "resetchannels",
+                "+@all",
+            ],
+        );
+    }
+    let urls: Vec<String> = (0..5)
+        .map(|i| format!("redis://waiter:pw@127.0.0.1:{}", c.port(i)))
+        .collect();
+    let waiting = Redlock::builder()
+        .nodes(&urls)
+        .node_timeout(ms(300))
+        .retry_count(1_000)
+        .retry_delay(ms(200))
+        .retry_jitter(Duration::ZERO)
+        .build()
+        .unwrap();
+    let lock = redlock(&c).lock("r", LONG_TTL).await.unwrap();
+    let task = start_waiting(&waiting).await;
+    let gap = hand_over(lock, task).await;
+    println!("release to next holder, polling: {gap:?}");
+    // Not the holder's 30 s TTL: a poll every 200 ms.
+    assert!(gap < Duration::from_secs(3), "took {gap:?}");
 }

@@ -80,3 +80,44 @@ async fn warns_once_per_node_that_may_evict_lock_keys() {
         );
     }
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_node_refusing_publish_still_releases_and_warns_once() {
+    let c = cluster(3);
+    for i in 0..3 {
+        run(
+            &c,
+            i,
+            &[
+                "ACL", "SETUSER", "holder", "on", ">pw", "~*", "&*", "+@all", "-publish",
+            ],
+        );
+    }
+    let warnings = Warnings::default();
+    let _guard = tracing::subscriber::set_default(warnings.clone());
+    let urls: Vec<String> = (0..3)
+        .map(|i| format!("redis://holder:pw@127.0.0.1:{}", c.port(i)))
+        .collect();
+    let redlock = redquorum::Redlock::new(&urls).unwrap();
+    for _ in 0..3 {
+        redlock
+            .lock("r", Duration::from_secs(10))
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    await_gone(&c, &[0, 1, 2], &key("r"), Duration::from_secs(5)).await;
+    let start = std::time::Instant::now();
+    while warnings.0.lock().unwrap().len() < 3 && start.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let seen = warnings.0.lock().unwrap().clone();
+    assert_eq!(seen.len(), 3, "{seen:#?}");
+    assert!(
+        seen.iter().all(|w| w.contains("refuses PUBLISH")),
+        "{seen:#?}"
+    );
+}
