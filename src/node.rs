@@ -230,6 +230,11 @@ impl Inner {
                         .arg(&*id.key);
                     let (reply, token, pttl): (Value, Option<String>, i64) =
                         pipe.query_async(&mut conn).await?;
+                    if token.as_deref() == Some(id.token()) {
+                        // Our own SET, landed on a connection that broke
+                        // before it answered (see `run`): a yes.
+                        return Ok(Ok(()).into());
+                    }
                     let holder = token.map(|token| Holder {
                         token: token.into(),
                         // -1: no expiry; -2: gone since the GET.
@@ -314,13 +319,24 @@ pub(crate) fn is_connection_error(e: &RedisError) -> bool {
 
 /// Sorts a Redis error into the failure a user can act on.
 fn classify(e: &RedisError) -> NodeFailure {
+    const KNOWN: [&str; 6] = [
+        "WRONGTYPE",
+        "OOM",
+        "NOAUTH",
+        "WRONGPASS",
+        "NOPERM",
+        "READONLY",
+    ];
     let message = e.to_string();
-    match e.code() {
-        Some("WRONGTYPE") => return NodeFailure::WrongType(message),
-        Some("OOM") => return NodeFailure::OutOfMemory(message),
-        Some("NOAUTH" | "WRONGPASS" | "NOPERM") => return NodeFailure::Auth(message),
-        Some("READONLY") => return NodeFailure::ReadOnly(message),
-        _ => {}
+    let known = |code: Option<&str>| match code {
+        Some("WRONGTYPE") => Some(NodeFailure::WrongType(message.clone())),
+        Some("OOM") => Some(NodeFailure::OutOfMemory(message.clone())),
+        Some("NOAUTH" | "WRONGPASS" | "NOPERM") => Some(NodeFailure::Auth(message.clone())),
+        Some("READONLY") => Some(NodeFailure::ReadOnly(message.clone())),
+        _ => None,
+    };
+    if let Some(failure) = known(e.code()) {
+        return failure;
     }
     if e.kind() == ErrorKind::AuthenticationFailed {
         return NodeFailure::Auth(message);
@@ -328,18 +344,10 @@ fn classify(e: &RedisError) -> NodeFailure {
     if is_connection_error(e) {
         return NodeFailure::Connection(message);
     }
-    // Errors raised inside a script carry the code of the command that
-    // failed at the front of their text.
-    for (code, failure) in [
-        (
-            "WRONGTYPE",
-            NodeFailure::WrongType as fn(String) -> NodeFailure,
-        ),
-        ("OOM", NodeFailure::OutOfMemory),
-    ] {
-        if message.contains(code) {
-            return failure(message);
-        }
+    // Errors raised inside a script, or answered within a pipeline, carry
+    // the code of the command that failed only in their text.
+    if let Some(failure) = known(KNOWN.into_iter().find(|code| message.contains(code))) {
+        return failure;
     }
     NodeFailure::Server {
         code: e.code().unwrap_or("ERR").to_owned(),

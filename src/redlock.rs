@@ -33,7 +33,7 @@ use crate::keep_alive::Held;
 use crate::lock::Lock;
 use crate::node::Node;
 use crate::quorum::{self, Attempt, LockId, Pause, Seen, Tally};
-use crate::waiters::{Channel, Waiters};
+use crate::waiters::{Channel, Waiters, Wake};
 
 /// A distributed lock manager over N independent Redis nodes.
 ///
@@ -226,13 +226,10 @@ impl Redlock {
             if !free {
                 counted += 1;
             }
-            // Listen before the attempt, so that a release during it counts.
+            // What the channel had seen before the attempt: a release during
+            // the attempt still wakes the wait after it.
             let listened = waiting.channel.clone();
-            let mut released = std::pin::pin!(listened.as_deref().map(Channel::released));
-            if let Some(notified) = released.as_mut().as_pin_mut() {
-                notified.enable();
-            }
-            let releases = listened.as_deref().map(Channel::releases);
+            let mark = listened.as_deref().map(Channel::mark);
             let subscribed = listened.as_deref().map(Channel::subscriptions);
             let id = LockId::new(key.clone());
             let cancel_guard = CancelGuard {
@@ -275,25 +272,22 @@ impl Redlock {
             let pause = waiting
                 .pause(&self.core, &key, &tally, took, subscribed.as_deref(), left)
                 .await;
-            // Without announcements to hope for, do not sleep into the deadline.
-            if pause.sleep >= left && released.is_none() {
+            // Without a release to hope for, do not sleep into the deadline.
+            if pause.sleep >= left && waiting.awaited.is_none() {
                 return Err(give_up(GaveUp::Deadline));
             }
             let woken = async {
-                match released.as_mut().as_pin_mut() {
-                    Some(notified) => notified.await,
-                    None => std::future::pending().await,
+                match (&waiting.channel, mark) {
+                    (Some(channel), Some(mark)) => {
+                        channel.wake(mark, waiting.awaited.as_deref()).await
+                    }
+                    _ => std::future::pending().await,
                 }
             };
-            tokio::select! {
-                () = woken => {}
-                () = tokio::time::sleep(pause.sleep.min(left)) => {}
-            }
-            // The holder we waited for let go, during the attempt or the
-            // pause: the next attempt is not a poll.
-            let let_go = match (&waiting.channel, &waiting.awaited, releases) {
-                (Some(channel), Some(token), Some(n)) => channel.announced_since(n, token),
-                _ => false,
+            // The holder we waited for let go: the next attempt is not a poll.
+            let let_go = tokio::select! {
+                wake = woken => wake == Wake::Released,
+                () = tokio::time::sleep(pause.sleep.min(left)) => false,
             };
             free = let_go || !pause.counted;
             if deadline.is_some_and(|d| d.remaining() <= options.node_timeout) {
@@ -346,7 +340,15 @@ impl Waiting {
                 counted: false,
             };
         };
-        let seen = tally.seen();
+        let mut seen = tally.seen();
+        if let Seen::Holder { token, .. } = &seen {
+            if channel.was_announced(token) {
+                // Its release is under way (announced by the nodes it has
+                // reached; the others follow): like a split, settled in a
+                // round trip or two.
+                seen = Seen::Contended;
+            }
+        }
         self.streak = if seen == Seen::Contended {
             self.streak + 1
         } else {

@@ -51,6 +51,8 @@ struct Inner {
     /// majority to be heard: `N − quorum + 1`.
     needed: usize,
     channels: Mutex<HashMap<Box<str>, Weak<Channel>>>,
+    /// How many subscriber connections have been dropped.
+    drops: AtomicU64,
 }
 
 /// One node's subscriber connection.
@@ -94,7 +96,23 @@ struct Recent {
 }
 
 /// How many announced tokens a channel remembers.
-const RECENT: usize = 16;
+const RECENT: usize = 64;
+
+/// What had happened on a channel at some moment; see [`Channel::mark`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Mark {
+    releases: u64,
+    drops: u64,
+}
+
+/// Why [`Channel::wake`] woke a waiter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// The awaited holder's release was announced.
+    Released,
+    /// A subscriber connection was dropped.
+    Dropped,
+}
 
 /// Connection generations, unique in the process; 0 means none.
 static GENERATION: AtomicU64 = AtomicU64::new(1);
@@ -114,6 +132,7 @@ impl Waiters {
                     .collect(),
                 needed: clients.len() + 1 - quorum,
                 channels: Mutex::default(),
+                drops: AtomicU64::new(0),
             }),
         }
     }
@@ -143,25 +162,47 @@ impl Waiters {
 }
 
 impl Channel {
-    /// A future that resolves at the next announced release (or broken
-    /// subscriber connection). `enable` it before the attempt it follows,
-    /// so that a release during the attempt is not missed.
-    pub(crate) fn released(&self) -> tokio::sync::futures::Notified<'_> {
-        self.notify.notified()
+    /// What has happened on the channel so far: take it before an attempt,
+    /// and [`wake`](Self::wake) looks only at what happens after.
+    pub(crate) fn mark(&self) -> Mark {
+        Mark {
+            releases: lock(&self.recent).count,
+            drops: self.inner.drops.load(Ordering::Acquire),
+        }
     }
 
-    /// How many releases have been announced so far.
-    pub(crate) fn releases(&self) -> u64 {
-        lock(&self.recent).count
-    }
-
-    /// Whether `token`'s release was announced after the first `count`
-    /// releases: the holder a waiter was waiting for has let go.
-    pub(crate) fn announced_since(&self, count: u64, token: &str) -> bool {
+    /// Whether `token`'s release has been announced (it is remembered for
+    /// the last [`RECENT`] releases).
+    pub(crate) fn was_announced(&self, token: &str) -> bool {
         lock(&self.recent)
             .tokens
             .iter()
-            .any(|(n, t)| *n > count && **t == *token.as_bytes())
+            .any(|(_, t)| **t == *token.as_bytes())
+    }
+
+    /// Resolves when, since `mark`, the release of `awaited` (the holder a
+    /// waiter saw) was announced, or a subscriber connection was dropped
+    /// (the waiter may have counted on it to hear the release). Other
+    /// announcements — other contenders' rollbacks — do not wake it: its
+    /// own timer covers those cases.
+    pub(crate) async fn wake(&self, mark: Mark, awaited: Option<&str>) -> Wake {
+        loop {
+            // Armed before the checks, so that nothing between them is missed.
+            let notified = self.notify.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(token) = awaited {
+                let recent = lock(&self.recent);
+                let since = recent.tokens.iter().filter(|(n, _)| *n > mark.releases);
+                if since.clone().any(|(_, t)| **t == *token.as_bytes()) {
+                    return Wake::Released;
+                }
+            }
+            if self.inner.drops.load(Ordering::Acquire) != mark.drops {
+                return Wake::Dropped;
+            }
+            notified.await;
+        }
     }
 
     /// The generation of the connection that confirmed the subscription on
@@ -212,9 +253,9 @@ impl Channel {
     }
 
     /// Subscribes on every node where it is not subscribed, connecting
-    /// first where needed; returns once [`listening`](Self::listening), or
-    /// when every node has answered or timed out. The slower nodes go on in
-    /// the background.
+    /// first where needed; returns once [`listening`](Self::listening) (at
+    /// once if it already is), or when every node has answered or timed
+    /// out. The slower nodes go on in the background.
     pub(crate) async fn ensure(self: &Arc<Self>) {
         if self.subscribed_nodes() == self.inner.nodes.len() {
             return;
@@ -223,11 +264,7 @@ impl Channel {
             .filter(|&i| !self.subscribed(i))
             .map(|i| tokio::spawn(self.clone().subscribe(i)))
             .collect();
-        while pending.next().await.is_some() {
-            if self.listening() {
-                return;
-            }
-        }
+        while !self.listening() && pending.next().await.is_some() {}
     }
 
     /// Subscribes on node `i`, bounded by the node timeout.
@@ -343,6 +380,7 @@ impl Inner {
     fn forget(&self, i: usize, live: &mut Option<Live>) {
         *live = None;
         self.nodes[i].generation.store(0, Ordering::Release);
+        self.drops.fetch_add(1, Ordering::AcqRel);
         tracing::debug!(node = i, "subscriber connection dropped");
         let channels: Vec<Arc<Channel>> = lock(&self.channels)
             .values()

@@ -65,6 +65,17 @@ async fn hand_over(lock: Lock, waiting: Waiting) -> Duration {
     take(waiting).await - released_at
 }
 
+/// How many clients node `i` has subscribed to `channel`.
+fn subscribers(c: &LocalCluster, i: usize, channel: &str) -> i64 {
+    match run(c, i, &["PUBSUB", "NUMSUB", channel]) {
+        Reply::Array(Some(reply)) => match reply[..] {
+            [_, Reply::Int(n)] => n,
+            _ => panic!("PUBSUB NUMSUB: {reply:?}"),
+        },
+        other => panic!("PUBSUB NUMSUB: {other:?}"),
+    }
+}
+
 fn set_calls(c: &LocalCluster, i: usize) -> u64 {
     let Reply::Bulk(Some(text)) = run(c, i, &["INFO", "commandstats"]) else {
         panic!("INFO")
@@ -141,6 +152,21 @@ async fn expiry_without_release_is_noticed_by_timer_with_subscriptions_killed() 
         }
     }
     assert!(killed >= 3, "only {killed} subscriber connections to kill");
+    // The waiter notices and subscribes again, well before the expiry.
+    let channel = format!("{}:released", key("r"));
+    let resubscribed = async {
+        while ALL
+            .iter()
+            .filter(|&&i| subscribers(&c, i, &channel) == 1)
+            .count()
+            < 3
+        {
+            tokio::time::sleep(ms(10)).await;
+        }
+    };
+    tokio::time::timeout(ms(800), resubscribed)
+        .await
+        .expect("the waiter did not subscribe again");
     let waited = take(task).await - started;
     println!("expired after 1.5 s, taken after {waited:?}");
     assert!(
@@ -311,8 +337,15 @@ async fn a_waiter_refused_subscriptions_falls_back_to_polling() {
         .unwrap();
     let lock = redlock(&c).lock("r", LONG_TTL).await.unwrap();
     let task = start_waiting(&waiting).await;
+    // It polls, every 200 ms: no busy loop, no sleeping through the TTL,
+    // and no connection made and dropped for every refusal.
+    let connections = clients(&c, 0);
+    run(&c, 0, &["CONFIG", "RESETSTAT"]);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let polls = set_calls(&c, 0);
+    assert!((3..=8).contains(&polls), "{polls} attempts in 1 s");
+    assert_eq!(clients(&c, 0), connections);
     let gap = hand_over(lock, task).await;
     println!("release to next holder, polling: {gap:?}");
-    // Not the holder's 30 s TTL: a poll every 200 ms.
     assert!(gap < Duration::from_secs(3), "took {gap:?}");
 }
