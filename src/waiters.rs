@@ -2,7 +2,8 @@
 //!
 //! The release script publishes the releaser's token on the channel
 //! `<key>:released` of every node where it deletes the key (rollbacks of
-//! failed attempts do not: see [`Request::Release`]). A [`Redlock`] keeps one
+//! failed attempts only when they may have reached a majority: see
+//! [`Request::Release`]). A [`Redlock`] keeps one
 //! subscriber connection per node, made when the first of its `lock()` calls
 //! has to wait and shared by all of them, and a registry of the channels
 //! someone waits on, each subscribed while it has waiters.
@@ -11,7 +12,18 @@
 //! reaches a majority, `Q` of `N` nodes. If the channel is subscribed on at
 //! least `N − Q + 1` nodes, the two sets share a node, so the release is
 //! heard. Below that the waiter is [`listening`](Channel::listening) no
-//! more, and the retry loop falls back to its ordinary retry pause.
+//! more, and the retry loop falls back to its ordinary retry pause. The
+//! subscriptions that count for a wait are those made before the attempt
+//! that preceded it ([`Channel::heard_since`]): one made later may have
+//! come after the release.
+//!
+//! **Whom does an announcement wake?** A waiter whose attempt saw one holder
+//! on a majority waits for *that* holder's token ([`Channel::wake`]); other
+//! announcements (contenders' rollbacks) leave it asleep, and waiters that
+//! split a vote keep to their short random back-off. Announcements are
+//! remembered (the last [`RECENT`] tokens), not just signalled, so a
+//! release announced while the waiter was still busy with its attempt
+//! still wakes it.
 //!
 //! Announcements only save time; they are never needed for progress. Every
 //! wait also has a timer (the holder's remaining TTL, learnt by the failed
@@ -22,8 +34,8 @@
 //! degrades to timers, never to a hang. Every subscription is bounded by the
 //! node timeout, so a frozen node delays no one.
 //!
-//! One release is announced by every node it reached; the token in the
-//! message lets a channel wake its waiters once per release.
+//! One release is announced by every node it reached; the channel counts it
+//! once.
 //!
 //! [`Redlock`]: crate::Redlock
 //! [`Request::Release`]: crate::quorum::Request::Release
