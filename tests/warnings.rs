@@ -40,6 +40,25 @@ impl Subscriber for Warnings {
     fn exit(&self, _: &Id) {}
 }
 
+impl Warnings {
+    /// The warnings, once `n` have come (or 5 s passed) and a little longer
+    /// than the checks take, to catch one too many.
+    async fn settle(&self, n: usize) -> Vec<String> {
+        let start = std::time::Instant::now();
+        while self.0.lock().unwrap().len() < n && start.elapsed() < Duration::from_secs(5) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        self.0.lock().unwrap().clone()
+    }
+}
+
+/// One lock and release of resource "r".
+async fn cycle(redlock: &redquorum::Redlock) {
+    let lock = redlock.lock("r", Duration::from_secs(10)).await.unwrap();
+    lock.release().await.unwrap();
+}
+
 // One thread, so that the tasks the lock spawns see the subscriber too.
 #[tokio::test(flavor = "current_thread")]
 async fn warns_once_per_node_that_may_evict_lock_keys() {
@@ -55,21 +74,9 @@ async fn warns_once_per_node_that_may_evict_lock_keys() {
     let _guard = tracing::subscriber::set_default(warnings.clone());
     let redlock = redlock(&c);
     for _ in 0..3 {
-        redlock
-            .lock("r", Duration::from_secs(10))
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        cycle(&redlock).await;
     }
-    let start = std::time::Instant::now();
-    while warnings.0.lock().unwrap().len() < 2 && start.elapsed() < Duration::from_secs(5) {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    // Longer than the checks take, to catch a second warning for a node.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let seen = warnings.0.lock().unwrap().clone();
+    let seen = warnings.settle(2).await;
     assert_eq!(seen.len(), 2, "{seen:#?}");
     for (i, policy) in [(0, "volatile-lru"), (1, "allkeys-random")] {
         let port = format!(":{}", c.port(i));
@@ -100,21 +107,10 @@ async fn a_node_refusing_publish_still_releases_and_warns_once() {
         .collect();
     let redlock = redquorum::Redlock::new(&urls).unwrap();
     for _ in 0..3 {
-        redlock
-            .lock("r", Duration::from_secs(10))
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        cycle(&redlock).await;
     }
     await_gone(&c, &[0, 1, 2], &key("r"), Duration::from_secs(5)).await;
-    let start = std::time::Instant::now();
-    while warnings.0.lock().unwrap().len() < 3 && start.elapsed() < Duration::from_secs(5) {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let seen = warnings.0.lock().unwrap().clone();
+    let seen = warnings.settle(3).await;
     assert_eq!(seen.len(), 3, "{seen:#?}");
     assert!(
         seen.iter().all(|w| w.contains("refuses PUBLISH")),
