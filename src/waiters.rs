@@ -203,12 +203,14 @@ impl Channel {
             let notified = self.notify.notified();
             let mut notified = std::pin::pin!(notified);
             notified.as_mut().enable();
-            if let Some(token) = awaited {
-                let recent = lock(&self.recent);
-                let since = recent.tokens.iter().filter(|(n, _)| *n > mark.releases);
-                if since.clone().any(|(_, t)| **t == *token.as_bytes()) {
-                    return Wake::Released;
-                }
+            let released = awaited.is_some_and(|token| {
+                lock(&self.recent)
+                    .tokens
+                    .iter()
+                    .any(|(n, t)| *n > mark.releases && **t == *token.as_bytes())
+            });
+            if released {
+                return Wake::Released;
             }
             if self.inner.drops.load(Ordering::Acquire) != mark.drops {
                 return Wake::Dropped;
