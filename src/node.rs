@@ -97,8 +97,9 @@ impl Inner {
     /// dead. That one retry is safe for all three requests, because it is
     /// made before the vote is counted and so before any rollback: a `SET`
     /// that did land on the old connection makes the retry answer "held"
-    /// (a vote against, rolled back with the rest), and the scripts compare
-    /// the token, so running them twice changes nothing.
+    /// (a vote against, rolled back with the rest; an attempt that observes
+    /// the key recognises its own token and counts a yes), and the scripts
+    /// compare the token, so running them twice changes nothing.
     async fn run(self: &Arc<Self>, request: &Request) -> Result<Answer, NodeFailure> {
         let (generation, conn, fresh) = self.connection().await?;
         match self.send(conn, request).await {
