@@ -131,8 +131,9 @@ impl Builder {
     /// How many times [`lock`](crate::Redlock::lock) tries again after a
     /// failed attempt. Default 10; `0` makes it behave like
     /// [`try_lock`](crate::Redlock::try_lock). With
-    /// [`wake_on_release`](Self::wake_on_release), attempts prompted by an
-    /// announced release are not counted (another waiter won: progress),
+    /// [`wake_on_release`](Self::wake_on_release), attempts prompted by the
+    /// announced release of the holder a waiter waited for are not counted
+    /// (another waiter won: progress),
     /// nor are the quick retries that settle a vote split among waiters;
     /// [`wait_timeout`](Self::wait_timeout) bounds those.
     pub fn retry_count(mut self, retries: u32) -> Self {

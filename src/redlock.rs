@@ -33,7 +33,7 @@ use crate::keep_alive::Held;
 use crate::lock::Lock;
 use crate::node::Node;
 use crate::quorum::{self, Attempt, LockId, Pause, Seen, Tally};
-use crate::waiters::{Channel, Waiters, Wake};
+use crate::waiters::{Channel, Mark, Waiters, Wake};
 
 /// A distributed lock manager over N independent Redis nodes.
 ///
@@ -129,10 +129,11 @@ impl Redlock {
     ///
     /// While the lock is held by another owner it waits for the release to
     /// be announced, or for the holder's keys to expire, rather than
-    /// polling (see [`Builder::wake_on_release`]). An attempt prompted by an
-    /// announced release does not count as a retry (losing it means another
-    /// waiter got the lock), nor do the quick retries that settle a vote
-    /// split among waiters that woke together. Under steady contention,
+    /// polling (see [`Builder::wake_on_release`]). An attempt prompted by
+    /// the announced release of the holder it waited for does not count as
+    /// a retry (losing it means another waiter got the lock), nor do the
+    /// quick retries that settle a vote split among waiters that woke
+    /// together. Under steady contention,
     /// bound the wait with [`Builder::wait_timeout`].
     ///
     /// The lock is held for [`Lock::remaining`], less than `ttl` by the time
@@ -230,7 +231,6 @@ impl Redlock {
             // the attempt still wakes the wait after it.
             let listened = waiting.channel.clone();
             let mark = listened.as_deref().map(Channel::mark);
-            let subscribed = listened.as_deref().map(Channel::subscriptions);
             let id = LockId::new(key.clone());
             let cancel_guard = CancelGuard {
                 core: &self.core,
@@ -270,14 +270,14 @@ impl Redlock {
                 d.remaining().saturating_sub(options.node_timeout)
             });
             let pause = waiting
-                .pause(&self.core, &key, &tally, took, subscribed.as_deref(), left)
+                .pause(&self.core, &key, &tally, took, mark.as_ref(), left)
                 .await;
             // Without a release to hope for, do not sleep into the deadline.
             if pause.sleep >= left && waiting.awaited.is_none() {
                 return Err(give_up(GaveUp::Deadline));
             }
             let woken = async {
-                match (&waiting.channel, mark) {
+                match (&waiting.channel, &mark) {
                     (Some(channel), Some(mark)) => {
                         channel.wake(mark, waiting.awaited.as_deref()).await
                     }
@@ -311,15 +311,15 @@ struct Waiting {
 
 impl Waiting {
     /// How long to wait after a failed attempt, and whether the next one
-    /// counts as a retry. `subscribed` is the channel's subscriptions from
-    /// before the attempt; `left`, how long a new attempt may still start.
+    /// counts as a retry. `mark` is the channel's state from before the
+    /// attempt; `left`, how long a new attempt may still start.
     async fn pause(
         &mut self,
         core: &Core,
         key: &str,
         tally: &Tally,
         took: Duration,
-        subscribed: Option<&[u64]>,
+        mark: Option<&Mark>,
         left: Duration,
     ) -> Pause {
         let options = &core.options;
@@ -361,7 +361,7 @@ impl Waiting {
         // Judged on the subscriptions that were there before the attempt:
         // one made since may have missed a release that the attempt did not
         // see either.
-        let heard = subscribed.is_some_and(|before| channel.heard_since(before));
+        let heard = mark.is_some_and(|mark| channel.heard_since(mark));
         // Mends subscriptions that broke.
         let _ = tokio::time::timeout(left, channel.ensure()).await;
         if !heard && channel.listening() {

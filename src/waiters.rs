@@ -111,10 +111,12 @@ struct Recent {
 const RECENT: usize = 64;
 
 /// What had happened on a channel at some moment; see [`Channel::mark`].
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Mark {
     releases: u64,
     drops: u64,
+    /// Per node, the generation of the connection subscribed then (0: none).
+    subscribed: Vec<u64>,
 }
 
 /// Why [`Channel::wake`] woke a waiter.
@@ -153,43 +155,57 @@ impl Waiters {
     /// waiters on it) but not yet subscribed: see [`Channel::ensure`].
     pub(crate) fn channel(&self, key: &str) -> Arc<Channel> {
         let name = format!("{key}:released");
-        {
-            let mut channels = lock(&self.inner.channels);
-            match channels.get(name.as_str()).and_then(Weak::upgrade) {
-                Some(channel) => channel,
-                None => {
-                    let channel = Arc::new(Channel {
-                        name: name.into(),
-                        notify: Notify::new(),
-                        recent: Mutex::default(),
-                        confirmed: self.inner.nodes.iter().map(|_| AtomicU64::new(0)).collect(),
-                        inner: self.inner.clone(),
-                    });
-                    channels.insert(channel.name.clone(), Arc::downgrade(&channel));
-                    channel
-                }
+        let mut channels = lock(&self.inner.channels);
+        match channels.get(name.as_str()).and_then(Weak::upgrade) {
+            Some(channel) => channel,
+            None => {
+                let channel = Arc::new(Channel {
+                    name: name.into(),
+                    notify: Notify::new(),
+                    recent: Mutex::default(),
+                    confirmed: self.inner.nodes.iter().map(|_| AtomicU64::new(0)).collect(),
+                    inner: self.inner.clone(),
+                });
+                channels.insert(channel.name.clone(), Arc::downgrade(&channel));
+                channel
             }
         }
     }
 }
 
 impl Channel {
-    /// What has happened on the channel so far: take it before an attempt,
-    /// and [`wake`](Self::wake) looks only at what happens after.
+    /// What has happened on the channel so far: take it before an attempt;
+    /// [`wake`](Self::wake) and [`heard_since`](Self::heard_since) look
+    /// only at what happens after.
     pub(crate) fn mark(&self) -> Mark {
         Mark {
             releases: lock(&self.recent).count,
             drops: self.inner.drops.load(Ordering::Acquire),
+            subscribed: (0..self.inner.nodes.len())
+                .map(|i| {
+                    if self.subscribed(i) {
+                        self.confirmed[i].load(Ordering::Acquire)
+                    } else {
+                        0
+                    }
+                })
+                .collect(),
         }
     }
 
     /// Whether `token`'s release has been announced (it is remembered for
     /// the last [`RECENT`] releases).
     pub(crate) fn was_announced(&self, token: &str) -> bool {
+        self.announced_after(0, token)
+    }
+
+    /// Whether `token`'s release was announced after the first `count`
+    /// releases.
+    fn announced_after(&self, count: u64, token: &str) -> bool {
         lock(&self.recent)
             .tokens
             .iter()
-            .any(|(_, t)| **t == *token.as_bytes())
+            .any(|(n, t)| *n > count && **t == *token.as_bytes())
     }
 
     /// Resolves when, since `mark`, the release of `awaited` (the holder a
@@ -197,19 +213,13 @@ impl Channel {
     /// (the waiter may have counted on it to hear the release). Other
     /// announcements — other contenders' rollbacks — do not wake it: its
     /// own timer covers those cases.
-    pub(crate) async fn wake(&self, mark: Mark, awaited: Option<&str>) -> Wake {
+    pub(crate) async fn wake(&self, mark: &Mark, awaited: Option<&str>) -> Wake {
         loop {
             // Armed before the checks, so that nothing between them is missed.
             let notified = self.notify.notified();
             let mut notified = std::pin::pin!(notified);
             notified.as_mut().enable();
-            let released = awaited.is_some_and(|token| {
-                lock(&self.recent)
-                    .tokens
-                    .iter()
-                    .any(|(n, t)| *n > mark.releases && **t == *token.as_bytes())
-            });
-            if released {
+            if awaited.is_some_and(|token| self.announced_after(mark.releases, token)) {
                 return Wake::Released;
             }
             if self.inner.drops.load(Ordering::Acquire) != mark.drops {
@@ -219,27 +229,13 @@ impl Channel {
         }
     }
 
-    /// The generation of the connection that confirmed the subscription on
-    /// each node, 0 where it is not subscribed now.
-    pub(crate) fn subscriptions(&self) -> Vec<u64> {
-        (0..self.inner.nodes.len())
-            .map(|i| {
-                if self.subscribed(i) {
-                    self.confirmed[i].load(Ordering::Acquire)
-                } else {
-                    0
-                }
-            })
-            .collect()
-    }
-
-    /// Whether every release since `before` (from
-    /// [`subscriptions`](Self::subscriptions)) that reached a majority was
-    /// heard: enough of those subscriptions are still on the same
-    /// connections. A subscription made since then may have come after a
+    /// Whether every release since `mark` that reached a majority was
+    /// heard: enough of the subscriptions of then are still on the same
+    /// connections. A subscription made since may have come after a
     /// release, so it does not count.
-    pub(crate) fn heard_since(&self, before: &[u64]) -> bool {
-        let kept = before
+    pub(crate) fn heard_since(&self, mark: &Mark) -> bool {
+        let kept = mark
+            .subscribed
             .iter()
             .enumerate()
             .filter(|&(i, &g)| {
