@@ -392,16 +392,15 @@ async fn handoff(kinds: &[Waiting], urls: &[String], scale: Scale) -> Vec<Sample
             }
         }
     }
-    for (s, mut gaps) in samples.iter_mut().zip(gaps) {
+    for (s, gaps) in samples.iter_mut().zip(gaps) {
         let held = s.extra.remove("held_us").unwrap_or_default() / 1e6;
         s.extra.insert("held_share", held / s.busy.as_secs_f64());
-        gaps.sort_unstable();
-        let pct = |p: f64| {
-            gaps.get(((gaps.len().max(1) - 1) as f64 * p).round() as usize)
-                .map_or(f64::NAN, |d| d.as_secs_f64() * 1e6)
+        let mut gaps = Sample {
+            latencies: gaps,
+            ..Sample::default()
         };
-        s.extra.insert("gap_p50_us", pct(0.5));
-        s.extra.insert("gap_p99_us", pct(0.99));
+        s.extra.insert("gap_p50_us", gaps.percentile_us(0.5));
+        s.extra.insert("gap_p99_us", gaps.percentile_us(0.99));
     }
     samples
 }
