@@ -18,6 +18,7 @@
 //! | [`min_validity`](Builder::min_validity) | 0 | an acquisition with less validity left counts as failed |
 //! | [`keep_alive_fraction`](Builder::keep_alive_fraction) | 1/3 | the watchdog extends every `ttl × fraction` |
 //! | [`wake_on_release`](Builder::wake_on_release) | on | waiters sleep until a release is announced instead of polling |
+//! | [`restart_guard`](Builder::restart_guard) | on | a node that restarted gets no vote on acquisitions until the locks it may have forgotten have expired |
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -66,6 +67,7 @@ pub(crate) struct Options {
     pub(crate) min_validity: Duration,
     pub(crate) keep_alive_fraction: f64,
     pub(crate) wake_on_release: bool,
+    pub(crate) restart_guard: bool,
 }
 
 impl Default for Options {
@@ -81,6 +83,7 @@ impl Default for Options {
             min_validity: Duration::ZERO,
             keep_alive_fraction: 1.0 / 3.0,
             wake_on_release: true,
+            restart_guard: true,
         }
     }
 }
@@ -199,6 +202,43 @@ impl Builder {
     /// as most Redlock clients do.
     pub fn wake_on_release(mut self, on: bool) -> Self {
         self.options.wake_on_release = on;
+        self
+    }
+
+    /// Whether a node that restarted is kept out of acquisitions until the
+    /// locks it may have forgotten have expired. Default on.
+    ///
+    /// A node restarted without persistence comes back empty: it has
+    /// forgotten the keys it granted, and its vote could hand a lock to a
+    /// second client while the first still holds it on the other nodes. The
+    /// Redis docs ask operators to keep a crashed node down for longer than
+    /// the longest TTL; the guard enforces that from the client. On every
+    /// new connection to a node it reads the node's `run_id` and uptime
+    /// (`INFO server`). When the run id has changed since the last
+    /// connection and the node has been up for less than the longest TTL
+    /// this `Redlock` has asked for (in acquisitions and extensions), the
+    /// node's vote on acquisitions is refused, with
+    /// [`NodeFailure::Restarted`](crate::NodeFailure::Restarted), until that
+    /// TTL has passed since the restart (with a second to spare: Redis
+    /// reports its uptime in whole wall-clock seconds). Releases and
+    /// extensions are still sent: they compare the token, and cannot create
+    /// a key.
+    ///
+    /// What it does not cover:
+    /// * Keys granted with a longer TTL than this `Redlock` has asked for:
+    ///   other clients of the same resources that use longer TTLs are not
+    ///   covered (give them all the same TTLs, or their own guard).
+    /// * A restart that happened before this `Redlock` first connected to
+    ///   the node: with no run id to compare, it cannot tell.
+    /// * A node whose ACL forbids `INFO`, or that renamed it: it cannot be
+    ///   watched; a warning is logged once per node and it votes as usual.
+    ///
+    /// A node run with `appendonly yes` and `appendfsync always` keeps its
+    /// keys across restarts and does not need the guard: turn it off there.
+    /// The cost is one `INFO server` round trip per new connection (on first
+    /// use and after each reconnect), within the node timeout.
+    pub fn restart_guard(mut self, on: bool) -> Self {
+        self.options.restart_guard = on;
         self
     }
 

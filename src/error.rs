@@ -332,6 +332,15 @@ pub enum NodeFailure {
     OutOfMemory(String),
     /// The node is a read-only replica (`READONLY`).
     ReadOnly(String),
+    /// The node restarted recently and may have forgotten locks it granted
+    /// before: acquisitions get no vote from it until every key it could
+    /// have granted (with up to the longest TTL this `Redlock` has asked
+    /// for) would have expired. Nothing was sent. See
+    /// [`Builder::restart_guard`](crate::Builder::restart_guard).
+    Restarted {
+        /// How long it still gets no vote.
+        remaining: Duration,
+    },
     /// Any other error answer from Redis.
     Server {
         /// The error code (`ERR`, `NOSCRIPT`, `BUSY`, …).
@@ -366,6 +375,14 @@ impl fmt::Display for NodeFailure {
             NodeFailure::ReadOnly(e) => write!(
                 f,
                 "the node is a read-only replica ({e}): Redlock needs independent masters"
+            ),
+            NodeFailure::Restarted { remaining } => write!(
+                f,
+                "the node restarted recently and may have forgotten locks it granted: it gets \
+                 no vote on acquisitions for another {} ms, until they would have expired; \
+                 nodes run with appendfsync always keep their keys and can do without this \
+                 (Builder::restart_guard)",
+                remaining.as_millis()
             ),
             NodeFailure::Server { message, .. } => write!(f, "Redis error: {message}"),
         }

@@ -34,14 +34,18 @@
 //!
 //! Read the safety caveats on [`Redlock`] before relying on it: Redlock
 //! depends on bounded clock drift, bounded process pauses, and nodes that do
-//! not forget their keys.
+//! not forget their keys. A node that restarted (and so may have forgotten
+//! them) is kept out of acquisitions until its forgotten keys would have
+//! expired, as far as this client can tell
+//! ([`Builder::restart_guard`](config::Builder::restart_guard)).
 //!
 //! ## Modules, in the order a request flows
 //!
 //! * [`config`]: the [`Builder`], its defaults and its checks.
 //! * `redlock`: the coordinator, [`Redlock`], and its retry loop.
 //! * `quorum`: fan-out to all nodes, counting, early decision, validity.
-//! * `node`: one Redis connection, its commands and their timeout.
+//! * `node`: one Redis connection, its commands and their timeout, and the
+//!   restart guard.
 //! * `scripts`: the Lua scripts for release and extension.
 //! * `lock`: the guard, [`Lock`]: remaining validity, extend, release, drop.
 //! * `waiters`: waiting without polling: waiters subscribe to a release

@@ -19,11 +19,22 @@
 //!   after it by Redis itself.
 //! * **Errors are sorted** into [`NodeFailure`]s a user can act on.
 //!
+//! The restart guard ([`Builder::restart_guard`](crate::Builder::restart_guard))
+//! lives here too. A node restarted without persistence has forgotten the
+//! keys it granted, so its vote on an acquisition could hand out a lock that
+//! is still held elsewhere. Every new connection therefore starts with
+//! `INFO server`: a `run_id` other than the one seen before means a restart,
+//! and the node is *quarantined* (acquisitions get
+//! [`NodeFailure::Restarted`] without a request) until the longest TTL that
+//! the nodes of this `Redlock` were ever asked for has passed since the
+//! restart. A new connection is only made when a request finds the old one
+//! broken, so the check runs inside that request, before it is sent.
+//!
 //! Scripts go by `EVALSHA`; on `NOSCRIPT` (the node restarted, or someone ran
 //! `SCRIPT FLUSH`) the same call is made once more with `EVAL`, which also
 //! puts the script back into the node's cache.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -31,6 +42,7 @@ use futures::future::BoxFuture;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ErrorKind, RedisError, ServerErrorKind, Value};
 
+use crate::clock::Moment;
 use crate::error::NodeFailure;
 use crate::quorum::{Answer, Holder, Request, Vote, Voter};
 use crate::scripts::{self, Script};
@@ -48,17 +60,54 @@ struct Inner {
     timeout: Duration,
     /// The live connection, with the generation that made it.
     live: Mutex<Option<(u64, MultiplexedConnection)>>,
-    /// Held while connecting, so that concurrent callers share one attempt;
-    /// counts the connections made.
-    connecting: tokio::sync::Mutex<u64>,
+    /// Held while connecting, so that concurrent callers share one attempt.
+    connecting: tokio::sync::Mutex<Connecting>,
     /// Whether the eviction policy has been looked at.
     policy_checked: AtomicBool,
     /// Whether the node has refused a release's announcement (`PUBLISH`).
     publish_refused: AtomicBool,
+    /// The longest TTL, in ms, asked of any node of this `Redlock`; `None`
+    /// when the restart guard is off.
+    longest_ttl: Option<Arc<AtomicU64>>,
+    /// Until when acquisitions get no vote from this node after a restart,
+    /// as [`Moment::as_nanos`] (0: a moment long past).
+    quarantine: AtomicU64,
+    /// Whether the node has refused `INFO`, so that its restarts cannot be
+    /// seen.
+    info_refused: AtomicBool,
 }
 
+/// What connecting keeps, under the lock that makes callers share one
+/// attempt.
+#[derive(Default)]
+struct Connecting {
+    /// How many connections were made: the generation of the newest.
+    made: u64,
+    /// The node's `run_id` as of the last connection, once known.
+    run_id: Option<String>,
+}
+
+/// What `INFO server` tells of a node's process.
+#[derive(Debug, PartialEq, Eq)]
+struct ServerInfo {
+    /// Drawn afresh at every start: a new one means the node restarted.
+    run_id: String,
+    /// `uptime_in_seconds`.
+    uptime: Duration,
+}
+
+/// How much more than the time since its start a node's reported uptime may
+/// be. Redis subtracts two wall-clock readings truncated to whole seconds.
+const UPTIME_SLACK: Duration = Duration::from_secs(1);
+
 impl Node {
-    pub(crate) fn new(client: redis::Client, timeout: Duration) -> Node {
+    /// A node reached through `client`. `longest_ttl` is shared by the nodes
+    /// of one `Redlock` when the restart guard is on.
+    pub(crate) fn new(
+        client: redis::Client,
+        timeout: Duration,
+        longest_ttl: Option<Arc<AtomicU64>>,
+    ) -> Node {
         let name = client.get_connection_info().addr().to_string();
         Node {
             inner: Arc::new(Inner {
@@ -66,9 +115,12 @@ impl Node {
                 client,
                 timeout,
                 live: Mutex::new(None),
-                connecting: tokio::sync::Mutex::new(0),
+                connecting: tokio::sync::Mutex::new(Connecting::default()),
                 policy_checked: AtomicBool::new(false),
                 publish_refused: AtomicBool::new(false),
+                longest_ttl,
+                quarantine: AtomicU64::new(0),
+                info_refused: AtomicBool::new(false),
             }),
         }
     }
@@ -80,6 +132,10 @@ impl Voter for Node {
     }
 
     fn ask(&self, request: &Request) -> BoxFuture<'static, Answer> {
+        self.inner.note_ttl(request);
+        if let Err(failure) = self.inner.admit(request) {
+            return Box::pin(std::future::ready(Err(failure).into()));
+        }
         let inner = self.inner.clone();
         let request = request.clone();
         Box::pin(async move {
@@ -101,7 +157,7 @@ impl Inner {
     /// the key recognises its own token and counts a yes), and the scripts
     /// compare the token, so running them twice changes nothing.
     async fn run(self: &Arc<Self>, request: &Request) -> Result<Answer, NodeFailure> {
-        let (generation, conn, fresh) = self.connection().await?;
+        let (generation, conn, fresh) = self.connection_for(request).await?;
         match self.send(conn, request).await {
             Err(e) if is_connection_error(&e) => {
                 self.forget(generation);
@@ -110,7 +166,7 @@ impl Inner {
                 }
                 // A connection made earlier went stale (the node restarted,
                 // say): make a new one and try once more.
-                let (generation, conn, _) = self.connection().await?;
+                let (generation, conn, _) = self.connection_for(request).await?;
                 self.send(conn, request).await.map_err(|e| {
                     if is_connection_error(&e) {
                         self.forget(generation);
@@ -123,6 +179,42 @@ impl Inner {
         }
     }
 
+    /// Records the TTL of an acquisition or extension before it is sent: a
+    /// node that restarts later may have forgotten a key granted with it.
+    fn note_ttl(&self, request: &Request) {
+        let (Request::Acquire { ttl_ms, .. } | Request::Extend { ttl_ms, .. }) = request else {
+            return;
+        };
+        if let Some(longest) = &self.longest_ttl {
+            longest.fetch_max(*ttl_ms, Ordering::Relaxed);
+        }
+    }
+
+    /// Refuses an acquisition while the node is quarantined after a
+    /// restart. Releases and extensions pass: they compare the token, so on
+    /// a node that forgot its keys they cannot create one.
+    fn admit(&self, request: &Request) -> Result<(), NodeFailure> {
+        if !matches!(request, Request::Acquire { .. }) {
+            return Ok(());
+        }
+        let until = Moment::from_nanos(self.quarantine.load(Ordering::Acquire));
+        match until.remaining() {
+            remaining if remaining.is_zero() => Ok(()),
+            remaining => Err(NodeFailure::Restarted { remaining }),
+        }
+    }
+
+    /// The connection to send `request` on. Connecting is what finds a
+    /// restart, so the request is admitted again after it.
+    async fn connection_for(
+        self: &Arc<Self>,
+        request: &Request,
+    ) -> Result<(u64, MultiplexedConnection, bool), NodeFailure> {
+        let connection = self.connection().await?;
+        self.admit(request)?;
+        Ok(connection)
+    }
+
     /// The live connection, made if there is none.
     /// Also says whether it was made by this call.
     async fn connection(
@@ -131,7 +223,7 @@ impl Inner {
         if let Some((generation, conn)) = self.live_connection() {
             return Ok((generation, conn, false));
         }
-        let mut made = self.connecting.lock().await;
+        let mut connecting = self.connecting.lock().await;
         if let Some((generation, conn)) = self.live_connection() {
             return Ok((generation, conn, false));
         }
@@ -145,13 +237,81 @@ impl Inner {
             .get_multiplexed_async_connection_with_config(&config)
             .await
             .map_err(|e| classify(&e))?;
-        *made += 1;
-        *self.live.lock().unwrap_or_else(|p| p.into_inner()) = Some((*made, conn.clone()));
-        tracing::debug!(node = %self.name, generation = *made, "connected");
+        // Before the connection is shared: whoever uses it sees the
+        // quarantine it found.
+        self.watch_restarts(&mut connecting.run_id, conn.clone())
+            .await?;
+        connecting.made += 1;
+        let generation = connecting.made;
+        *self.live.lock().unwrap_or_else(|p| p.into_inner()) = Some((generation, conn.clone()));
+        tracing::debug!(node = %self.name, generation, "connected");
         if !self.policy_checked.load(Ordering::Relaxed) {
             tokio::spawn(self.clone().check_eviction_policy(conn.clone()));
         }
-        Ok((*made, conn, true))
+        Ok((generation, conn, true))
+    }
+
+    /// The restart guard, on a new connection: reads the node's run id and
+    /// uptime, quarantines it if it restarted since `run_id` was seen less
+    /// than the longest TTL ago, and remembers the new run id. A node that
+    /// refuses `INFO` cannot be watched: that is said once, and the
+    /// connection used all the same. A connection that fails fails the
+    /// request.
+    async fn watch_restarts(
+        &self,
+        run_id: &mut Option<String>,
+        mut conn: MultiplexedConnection,
+    ) -> Result<(), NodeFailure> {
+        let Some(longest_ttl) = &self.longest_ttl else {
+            return Ok(());
+        };
+        let reply: Result<String, RedisError> = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut conn)
+            .await;
+        let info = match reply {
+            Ok(text) => parse_info(&text),
+            Err(e) if is_connection_error(&e) => return Err(classify(&e)),
+            Err(e) => {
+                self.warn_unwatched(&e.to_string());
+                return Ok(());
+            }
+        };
+        let Some(info) = info else {
+            self.warn_unwatched("no run_id or uptime_in_seconds in its answer");
+            return Ok(());
+        };
+        // Every TTL sent to the node before it went down was recorded
+        // before it was sent, long before this answer came back.
+        let longest = Duration::from_millis(longest_ttl.load(Ordering::Relaxed));
+        let no_vote = quarantine(run_id.as_deref(), &info, longest);
+        if !no_vote.is_zero() {
+            let until = Moment::now().after(no_vote);
+            self.quarantine
+                .fetch_max(until.as_nanos(), Ordering::AcqRel);
+            tracing::warn!(
+                node = %self.name,
+                uptime_s = info.uptime.as_secs(),
+                no_vote_ms = no_vote.as_millis() as u64,
+                "this node restarted and may have forgotten locks it granted: it gets no vote \
+                 on acquisitions until they would have expired"
+            );
+        }
+        *run_id = Some(info.run_id);
+        Ok(())
+    }
+
+    /// Warns, once, that the restart guard cannot watch this node.
+    fn warn_unwatched(&self, reason: &str) {
+        if !self.info_refused.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                node = %self.name,
+                reason,
+                "INFO server failed on this node, so its restarts cannot be seen: after one, \
+                 it may grant locks it forgot; allow INFO in the ACL, or run the node with \
+                 appendfsync always and turn Builder::restart_guard off"
+            );
+        }
     }
 
     fn live_connection(&self) -> Option<(u64, MultiplexedConnection)> {
@@ -313,6 +473,33 @@ fn vote(code: i64) -> Vote {
     }
 }
 
+/// Reads `run_id` and `uptime_in_seconds` from the text of `INFO server`;
+/// `None` if either is missing or malformed.
+fn parse_info(text: &str) -> Option<ServerInfo> {
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    };
+    let run_id = field("run_id").filter(|id| !id.is_empty())?.to_owned();
+    let uptime = Duration::from_secs(field("uptime_in_seconds")?.parse().ok()?);
+    Some(ServerInfo { run_id, uptime })
+}
+
+/// How long a node just connected to gets no vote on acquisitions: none
+/// unless it restarted since the `known` run id was seen; then until keys
+/// granted before the restart with up to `longest_ttl` would have expired.
+/// The uptime is taken as [`UPTIME_SLACK`] less than reported, so that the
+/// quarantine errs long.
+fn quarantine(known: Option<&str>, info: &ServerInfo, longest_ttl: Duration) -> Duration {
+    match known {
+        Some(id) if id != info.run_id => {
+            longest_ttl.saturating_sub(info.uptime.saturating_sub(UPTIME_SLACK))
+        }
+        _ => Duration::ZERO,
+    }
+}
+
 /// Whether `e` means the connection is gone (as opposed to an error answer).
 pub(crate) fn is_connection_error(e: &RedisError) -> bool {
     e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error()
@@ -353,5 +540,103 @@ fn classify(e: &RedisError) -> NodeFailure {
     NodeFailure::Server {
         code: e.code().unwrap_or("ERR").to_owned(),
         message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(run_id: &str, uptime_s: u64) -> ServerInfo {
+        ServerInfo {
+            run_id: run_id.to_owned(),
+            uptime: Duration::from_secs(uptime_s),
+        }
+    }
+
+    #[test]
+    fn reads_run_id_and_uptime_from_info_server() {
+        let text = "# Server\r\nredis_version:7.0.15\r\nrun_id:4f1c9b0e\r\n\
+                    tcp_port:7001\r\nuptime_in_seconds:42\r\nuptime_in_days:0\r\n";
+        assert_eq!(parse_info(text), Some(info("4f1c9b0e", 42)));
+        // A field is matched whole, not by prefix.
+        let text = "run_idx:nope\nrun_id:a\nuptime_in_seconds_total:9\nuptime_in_seconds:3\n";
+        assert_eq!(parse_info(text), Some(info("a", 3)));
+        for broken in [
+            "",
+            "uptime_in_seconds:3\r\n",
+            "run_id:a\r\n",
+            "run_id:\r\nuptime_in_seconds:3\r\n",
+            "run_id:a\r\nuptime_in_seconds:-1\r\n",
+            "run_id:a\r\nuptime_in_seconds:soon\r\n",
+        ] {
+            assert_eq!(parse_info(broken), None, "{broken:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_quarantined_node_refuses_acquisitions_at_once_and_lets_the_rest_through() {
+        use crate::quorum::LockId;
+        // Nothing listens on port 1: what is sent fails as a connection.
+        let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
+        let longest = Arc::new(AtomicU64::new(0));
+        let node = Node::new(client, Duration::from_secs(5), Some(longest.clone()));
+        let id = LockId::new("k".into());
+        let acquire = Request::Acquire {
+            id: id.clone(),
+            ttl_ms: 1_500,
+            observe: false,
+        };
+        let extend = Request::Extend {
+            id: id.clone(),
+            ttl_ms: 900,
+        };
+        let release = Request::Release { id, announce: true };
+        let vote = |request: &Request| {
+            let answer = node.ask(request);
+            async move { answer.await.vote }
+        };
+        let sent = |vote: Vote| matches!(vote, Err(NodeFailure::Connection(_)));
+
+        assert!(sent(vote(&acquire).await));
+        node.inner.quarantine.store(
+            Moment::now().after(Duration::from_secs(5)).as_nanos(),
+            Ordering::Release,
+        );
+        match vote(&acquire).await {
+            Err(NodeFailure::Restarted { remaining }) => {
+                assert!(remaining > Duration::from_secs(4), "{remaining:?}");
+                assert!(remaining <= Duration::from_secs(5), "{remaining:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(sent(vote(&extend).await));
+        assert!(sent(vote(&release).await));
+        // The longest TTL asked for, refused or not; releases have none.
+        assert_eq!(longest.load(Ordering::Relaxed), 1_500);
+        node.inner.quarantine.store(0, Ordering::Release);
+        assert!(sent(vote(&acquire).await));
+    }
+
+    #[test]
+    fn only_a_recent_restart_is_quarantined_for_what_is_left_of_the_ttl() {
+        let ttl = Duration::from_secs(30);
+        let s = Duration::from_secs;
+        // First meeting, or the same process: nothing to hold against it.
+        assert_eq!(quarantine(None, &info("a", 0), ttl), Duration::ZERO);
+        assert_eq!(quarantine(Some("a"), &info("a", 0), ttl), Duration::ZERO);
+        // Restarted: the TTL less the uptime, which may be a second high.
+        assert_eq!(quarantine(Some("a"), &info("b", 0), ttl), ttl);
+        assert_eq!(quarantine(Some("a"), &info("b", 1), ttl), ttl);
+        assert_eq!(quarantine(Some("a"), &info("b", 10), ttl), s(21));
+        assert_eq!(quarantine(Some("a"), &info("b", 30), ttl), s(1));
+        // Up for longer than any key it granted could live, or no TTL
+        // asked for yet: it votes.
+        assert_eq!(quarantine(Some("a"), &info("b", 31), ttl), Duration::ZERO);
+        assert_eq!(quarantine(Some("a"), &info("b", 3600), ttl), Duration::ZERO);
+        assert_eq!(
+            quarantine(Some("a"), &info("b", 0), Duration::ZERO),
+            Duration::ZERO
+        );
     }
 }

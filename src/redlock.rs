@@ -18,6 +18,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use std::future::Future;
@@ -56,9 +57,13 @@ use crate::waiters::{Channel, Mark, Waiters, Wake};
 ///   matters, have the protected resource check a fencing token (see
 ///   Kleppmann, "How to do distributed locking").
 /// * **Restarts without persistence.** A node restarted with no persistence
-///   forgets the keys it granted and may grant them again. Keep a crashed
-///   node down for longer than the longest TTL, or run it with
-///   `appendonly yes` and `appendfsync always`.
+///   forgets the keys it granted and may grant them again. The restart
+///   guard ([`Builder::restart_guard`], on by default) keeps such a node out
+///   of acquisitions until the longest TTL this `Redlock` has asked for has
+///   passed since the restart, but it cannot see restarts that happened
+///   before it first met the node, nor keys other clients took with longer
+///   TTLs. Keep a crashed node down for longer than the longest TTL any
+///   client uses, or run it with `appendonly yes` and `appendfsync always`.
 ///
 /// See the Redis docs, "Distributed Locks with Redis", for the algorithm.
 #[derive(Clone)]
@@ -104,9 +109,12 @@ impl Redlock {
             options.node_timeout,
             quorum::quorum(clients.len()),
         );
+        // The restart guard's record of the longest TTL asked for, shared by
+        // the nodes: any of them may have granted a key with it.
+        let longest_ttl = options.restart_guard.then(|| Arc::new(AtomicU64::new(0)));
         let nodes = clients
             .into_iter()
-            .map(|c| Node::new(c, options.node_timeout))
+            .map(|c| Node::new(c, options.node_timeout, longest_ttl.clone()))
             .collect();
         Redlock {
             core: Arc::new(Core {

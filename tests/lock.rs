@@ -528,7 +528,9 @@ async fn an_even_number_of_nodes_never_hangs_on_a_split_vote() {
 #[tokio::test]
 async fn nodes_reconnect_after_a_restart() {
     let mut c = cluster(5);
-    let redlock = redlock(&c);
+    // Restarted nodes vote at once only without the restart guard (see
+    // tests/restart.rs for it).
+    let redlock = builder(&c).restart_guard(false).build().unwrap();
     redlock
         .lock("r", Duration::from_secs(10))
         .await

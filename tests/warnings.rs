@@ -1,5 +1,6 @@
-//! The eviction-policy warning: once per node whose `maxmemory-policy` could
-//! evict lock keys, and never for a safe node.
+//! The warnings about nodes, each once per node: a `maxmemory-policy` that
+//! could evict lock keys (and never for a safe node), a refused `PUBLISH`,
+//! and a refused `INFO` (the restart guard cannot watch that node).
 
 mod common;
 
@@ -114,6 +115,27 @@ async fn a_node_refusing_publish_still_releases_and_warns_once() {
     assert_eq!(seen.len(), 3, "{seen:#?}");
     assert!(
         seen.iter().all(|w| w.contains("refuses PUBLISH")),
+        "{seen:#?}"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_node_that_forbids_info_warns_once_that_its_restarts_go_unseen() {
+    let c = cluster(3);
+    run(&c, 1, &["ACL", "SETUSER", "default", "-info"]);
+    let warnings = Warnings::default();
+    let _guard = tracing::subscriber::set_default(warnings.clone());
+    let redlock = redlock(&c);
+    cycle(&redlock).await;
+    // A new connection asks again, and is refused again: still one warning.
+    run(&c, 1, &["CLIENT", "KILL", "TYPE", "normal"]);
+    cycle(&redlock).await;
+    cycle(&redlock).await;
+    let seen = warnings.settle(1).await;
+    assert_eq!(seen.len(), 1, "{seen:#?}");
+    let port = format!(":{}", c.port(1));
+    assert!(
+        seen[0].contains(&port) && seen[0].contains("INFO") && seen[0].contains("restart"),
         "{seen:#?}"
     );
 }
