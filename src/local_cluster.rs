@@ -40,6 +40,8 @@ struct LocalNode {
     port: u16,
     dir: PathBuf,
     child: Option<Child>,
+    /// Extra environment for this node's process, kept across restarts.
+    env: Vec<(String, String)>,
 }
 
 impl LocalCluster {
@@ -125,11 +127,12 @@ impl LocalCluster {
     /// When it does not answer `PING` again.
     pub fn restart(&mut self, i: usize) -> io::Result<()> {
         self.nodes[i].kill();
-        let (port, dir) = (self.nodes[i].port, self.nodes[i].dir.clone());
+        let node = &self.nodes[i];
+        let (port, dir, env) = (node.port, node.dir.clone(), node.env.clone());
         // The port is ours, but the old socket may linger for a moment.
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
-            match self.launch(port, &dir) {
+            match self.launch(port, &dir, &env) {
                 Ok(child) => {
                     self.nodes[i].child = Some(child);
                     return Ok(());
@@ -138,6 +141,20 @@ impl LocalCluster {
                 Err(_) => std::thread::sleep(Duration::from_millis(50)),
             }
         }
+    }
+
+    /// Restarts node `i` (empty, as [`restart`](Self::restart)) with extra
+    /// environment variables for its process, which later restarts keep;
+    /// for example `LD_PRELOAD` of a library that fakes its clock.
+    ///
+    /// # Errors
+    /// As [`restart`](Self::restart).
+    pub fn restart_with_env(&mut self, i: usize, env: &[(&str, &str)]) -> io::Result<()> {
+        self.nodes[i].env = env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        self.restart(i)
     }
 
     /// Stops every node and removes their temp dirs; also done on drop.
@@ -153,12 +170,13 @@ impl LocalCluster {
         for _ in 0..PORT_TRIES {
             let port = free_port()?;
             let dir = node_dir(port)?;
-            match self.launch(port, &dir) {
+            match self.launch(port, &dir, &[]) {
                 Ok(child) => {
                     return Ok(LocalNode {
                         port,
                         dir,
                         child: Some(child),
+                        env: Vec::new(),
                     });
                 }
                 Err(e) => {
@@ -172,7 +190,7 @@ impl LocalCluster {
 
     /// Starts `redis-server` on `port` and waits until that very process
     /// answers (a port lost to a race would answer with another pid).
-    fn launch(&self, port: u16, dir: &Path) -> io::Result<Child> {
+    fn launch(&self, port: u16, dir: &Path, env: &[(String, String)]) -> io::Result<Child> {
         let log = dir.join("redis.log");
         let mut child = Command::new(&self.binary)
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
@@ -183,6 +201,7 @@ impl LocalCluster {
             .arg("--logfile")
             .arg(&log)
             .args(&self.extra_args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -2,6 +2,8 @@
 //! look at the keys on its nodes.
 #![allow(dead_code)]
 
+pub mod compose;
+
 use std::time::Duration;
 
 use redquorum::Redlock;

@@ -1,0 +1,395 @@
+//! The history of a chaos run and the checker that judges it.
+//!
+//! Every client process writes one line per event to its history file, with
+//! times on `CLOCK_BOOTTIME`, which all processes of this machine share; the
+//! checker reads every file of a run and knows nothing of how the lock
+//! works. Its one safety question is Jepsen's: did two clients ever believe
+//! they held the same resource at the same time? A client believes it holds
+//! a lock from the moment `lock()` returns it to the earlier of its
+//! `release()` call and the validity deadline the lock reported (moved by
+//! successful extensions). Any two such intervals of one resource that
+//! overlap are a violation.
+//!
+//! Next to it runs a lock-protected read-modify-write register (on a Redis
+//! node of its own, outside the faults): each holder reads a counter, waits
+//! a little, writes it plus one, and logs the write. The counter's final
+//! value against the number of logged writes gives the lost updates.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+/// Nanoseconds on `CLOCK_BOOTTIME`: one clock for every process here.
+pub fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_BOOTTIME)");
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// One line of a history file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A `lock()` call that returned the lock, after `latency_us`.
+    Acquired { latency_us: u64 },
+    /// A `lock()` call that gave up; `cause` names the kind of failure
+    /// most nodes gave in the last attempt.
+    Failed { cause: String, latency_us: u64 },
+    /// A `lock()` future dropped before it finished.
+    Cancelled,
+    /// The interval in which a client believed it held `resource`;
+    /// `paused` when the client slept in it past the lock's validity.
+    Held {
+        resource: String,
+        client: String,
+        start: u64,
+        end: u64,
+        paused: bool,
+    },
+    /// A `release()`: `ok`, or the kind of error (the lock was gone).
+    Released { outcome: String },
+    /// A register write, completed at `at`, by a holder whose validity ran
+    /// out at `deadline`.
+    Wrote {
+        resource: String,
+        at: u64,
+        deadline: u64,
+    },
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Event::Acquired { latency_us } => write!(f, "acquired {latency_us}"),
+            Event::Failed { cause, latency_us } => write!(f, "failed {cause} {latency_us}"),
+            Event::Cancelled => write!(f, "cancelled"),
+            Event::Held {
+                resource,
+                client,
+                start,
+                end,
+                paused,
+            } => write!(
+                f,
+                "held {resource} {client} {start} {end} {}",
+                u8::from(*paused)
+            ),
+            Event::Released { outcome } => write!(f, "released {outcome}"),
+            Event::Wrote {
+                resource,
+                at,
+                deadline,
+            } => write!(f, "wrote {resource} {at} {deadline}"),
+        }
+    }
+}
+
+impl Event {
+    /// Parses one line written by `Display`.
+    pub fn parse(line: &str) -> Result<Event, String> {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        let n = |i: usize| -> Result<u64, String> {
+            w.get(i)
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| format!("bad history line {line:?}"))
+        };
+        let s = |i: usize| -> Result<String, String> {
+            w.get(i)
+                .map(|s| (*s).to_owned())
+                .ok_or_else(|| format!("bad history line {line:?}"))
+        };
+        Ok(match w.first().copied() {
+            Some("acquired") => Event::Acquired { latency_us: n(1)? },
+            Some("failed") => Event::Failed {
+                cause: s(1)?,
+                latency_us: n(2)?,
+            },
+            Some("cancelled") => Event::Cancelled,
+            Some("held") => Event::Held {
+                resource: s(1)?,
+                client: s(2)?,
+                start: n(3)?,
+                end: n(4)?,
+                paused: n(5)? == 1,
+            },
+            Some("released") => Event::Released { outcome: s(1)? },
+            Some("wrote") => Event::Wrote {
+                resource: s(1)?,
+                at: n(2)?,
+                deadline: n(3)?,
+            },
+            _ => return Err(format!("bad history line {line:?}")),
+        })
+    }
+}
+
+/// One holding interval, as the checker sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interval {
+    pub client: String,
+    pub start: u64,
+    pub end: u64,
+    pub paused: bool,
+}
+
+/// Two clients that believed they held one resource at once.
+#[derive(Debug, Clone)]
+pub struct Violation {
+    pub resource: String,
+    pub first: Interval,
+    pub second: Interval,
+}
+
+impl Violation {
+    /// How long both believed they held it.
+    pub fn overlap(&self) -> Duration {
+        let from = self.first.start.max(self.second.start);
+        let to = self.first.end.min(self.second.end);
+        Duration::from_nanos(to.saturating_sub(from))
+    }
+}
+
+/// What the checker found in a run.
+#[derive(Debug, Default)]
+pub struct Verdict {
+    /// Every pair of overlapping intervals on one resource.
+    pub violations: Vec<Violation>,
+    /// `lock()` calls, cancelled ones included.
+    pub calls: usize,
+    pub acquisitions: usize,
+    pub cancelled: usize,
+    /// Failed `lock()` calls by cause.
+    pub failures: BTreeMap<String, usize>,
+    /// Releases by outcome (`ok`, or the error kind when the lock was gone).
+    pub releases: BTreeMap<String, usize>,
+    /// Latency of the `lock()` calls that acquired, sorted (µs).
+    pub latencies_us: Vec<u64>,
+    /// The intervals, per resource, sorted by start.
+    pub intervals: BTreeMap<String, Vec<Interval>>,
+    /// Register writes per resource, and those completed after the writer's
+    /// validity had run out (a client pause: the lock no longer covered
+    /// them).
+    pub writes: BTreeMap<String, u64>,
+    pub late_writes: usize,
+    /// Paused holders during whose pause another client took the resource.
+    pub moved_on: usize,
+    pub paused: usize,
+    /// When the load ran, on the history's clock.
+    pub window: (u64, u64),
+}
+
+impl Verdict {
+    /// Checks the events of all clients of a run.
+    pub fn check(events: impl IntoIterator<Item = Event>) -> Verdict {
+        let mut v = Verdict::default();
+        for event in events {
+            match event {
+                Event::Acquired { latency_us } => {
+                    v.calls += 1;
+                    v.acquisitions += 1;
+                    v.latencies_us.push(latency_us);
+                }
+                Event::Failed { cause, .. } => {
+                    v.calls += 1;
+                    *v.failures.entry(cause).or_default() += 1;
+                }
+                Event::Cancelled => {
+                    v.calls += 1;
+                    v.cancelled += 1;
+                }
+                Event::Held {
+                    resource,
+                    client,
+                    start,
+                    end,
+                    paused,
+                } => v.intervals.entry(resource).or_default().push(Interval {
+                    client,
+                    start,
+                    end,
+                    paused,
+                }),
+                Event::Released { outcome } => *v.releases.entry(outcome).or_default() += 1,
+                Event::Wrote {
+                    resource,
+                    at,
+                    deadline,
+                } => {
+                    *v.writes.entry(resource).or_default() += 1;
+                    if at > deadline {
+                        v.late_writes += 1;
+                    }
+                }
+            }
+        }
+        v.latencies_us.sort_unstable();
+        for (resource, intervals) in &mut v.intervals {
+            intervals.sort_by_key(|i| i.start);
+            v.violations
+                .extend(overlaps(intervals).into_iter().map(|(a, b)| Violation {
+                    resource: resource.clone(),
+                    first: a.clone(),
+                    second: b.clone(),
+                }));
+            for (i, held) in intervals.iter().enumerate().filter(|(_, h)| h.paused) {
+                v.paused += 1;
+                // Taken by another after the validity ran out, while the
+                // paused client still slept: sorted by start, they follow.
+                if intervals[i + 1..].iter().any(|o| o.start >= held.end) {
+                    v.moved_on += 1;
+                }
+            }
+        }
+        v
+    }
+
+    /// The `q`-quantile of the acquisition latency.
+    pub fn latency(&self, q: f64) -> Duration {
+        if self.latencies_us.is_empty() {
+            return Duration::ZERO;
+        }
+        let i = ((self.latencies_us.len() - 1) as f64 * q).round() as usize;
+        Duration::from_micros(self.latencies_us[i])
+    }
+
+    /// Acquisitions whose interval started within `[from, to)`.
+    pub fn acquired_between(&self, from: u64, to: u64) -> usize {
+        self.intervals
+            .values()
+            .flatten()
+            .filter(|i| (from..to).contains(&i.start))
+            .count()
+    }
+
+    /// The longest time in `[from, to)` in which no interval started on any
+    /// resource: how long the lock service was unavailable at worst.
+    pub fn longest_gap(&self, from: u64, to: u64) -> Duration {
+        let mut starts: Vec<u64> = self
+            .intervals
+            .values()
+            .flatten()
+            .map(|i| i.start)
+            .filter(|s| (from..to).contains(s))
+            .collect();
+        starts.sort_unstable();
+        let mut last = from;
+        let mut gap = 0;
+        for s in starts.into_iter().chain([to]) {
+            gap = gap.max(s - last);
+            last = s;
+        }
+        Duration::from_nanos(gap)
+    }
+}
+
+/// Every overlapping pair among `intervals`, sorted by start. An interval
+/// overlaps the ones after it that start before it ends.
+fn overlaps(intervals: &[Interval]) -> Vec<(&Interval, &Interval)> {
+    let mut found = Vec::new();
+    for (i, a) in intervals.iter().enumerate() {
+        for b in intervals[i + 1..].iter().take_while(|b| b.start < a.end) {
+            found.push((a, b));
+        }
+    }
+    found
+}
+
+/// The checker's own checks, run as the suite's first scenario (this
+/// binary has no libtest harness to run `#[test]`s).
+pub mod self_test {
+    use super::*;
+
+    pub fn run() {
+        events_survive_a_round_trip_through_their_lines();
+        overlapping_intervals_on_one_resource_are_violations();
+        disjoint_intervals_pass();
+        counts_latency_gaps_and_paused_holders_that_were_taken_over();
+    }
+
+    fn held(resource: &str, client: &str, start: u64, end: u64) -> Event {
+        Event::Held {
+            resource: resource.into(),
+            client: client.into(),
+            start,
+            end,
+            paused: false,
+        }
+    }
+
+    fn events_survive_a_round_trip_through_their_lines() {
+        let events = [
+            Event::Acquired { latency_us: 412 },
+            Event::Failed {
+                cause: "Held".into(),
+                latency_us: 9,
+            },
+            Event::Cancelled,
+            held("r1", "p0t3", 10, 20),
+            Event::Released {
+                outcome: "ok".into(),
+            },
+            Event::Wrote {
+                resource: "r0".into(),
+                at: 5,
+                deadline: 7,
+            },
+        ];
+        for e in events {
+            assert_eq!(Event::parse(&e.to_string()), Ok(e));
+        }
+        assert!(Event::parse("held r1").is_err());
+    }
+
+    fn overlapping_intervals_on_one_resource_are_violations() {
+        let v = Verdict::check([
+            held("a", "x", 0, 10),
+            held("a", "y", 10, 20), // touching is not overlapping
+            held("a", "z", 15, 30), // overlaps y
+            held("b", "w", 16, 17), // another resource
+            held("a", "q", 0, 40),  // overlaps x, y, z
+        ]);
+        let pairs: Vec<(&str, &str)> = v
+            .violations
+            .iter()
+            .map(|x| (x.first.client.as_str(), x.second.client.as_str()))
+            .collect();
+        assert_eq!(pairs.len(), 4, "{pairs:?}");
+        assert!(pairs.contains(&("y", "z")));
+        assert_eq!(
+            v.violations.iter().map(|x| x.overlap()).max(),
+            Some(Duration::from_nanos(15))
+        );
+    }
+
+    fn disjoint_intervals_pass() {
+        let v = Verdict::check([held("a", "x", 0, 10), held("a", "y", 11, 20)]);
+        assert!(v.violations.is_empty());
+    }
+
+    fn counts_latency_gaps_and_paused_holders_that_were_taken_over() {
+        let mut paused = held("a", "x", 0, 10);
+        if let Event::Held { paused: p, .. } = &mut paused {
+            *p = true;
+        }
+        let v = Verdict::check([
+            paused,
+            held("a", "y", 12, 20),
+            Event::Acquired { latency_us: 1 },
+            Event::Acquired { latency_us: 3 },
+            Event::Acquired { latency_us: 2 },
+            Event::Wrote {
+                resource: "a".into(),
+                at: 11,
+                deadline: 10,
+            },
+        ]);
+        assert_eq!((v.paused, v.moved_on, v.late_writes), (1, 1, 1));
+        assert_eq!(v.latency(0.5), Duration::from_micros(2));
+        assert_eq!(v.longest_gap(0, 30), Duration::from_nanos(18));
+        assert_eq!(v.acquired_between(5, 30), 1);
+    }
+}

@@ -1,0 +1,94 @@
+//! The chaos suite: the lock's one promise — at most one holder at a time
+//! while a majority of nodes behave — checked under the faults that really
+//! happen, by an independent checker (`history`) that can fail, and shown
+//! to fail by negative controls.
+//!
+//! Each scenario starts five real `redis-server` processes (and a sixth for
+//! the register), runs two client processes (`client`) of six tasks each
+//! against them for a bounded time while this process injects faults, then
+//! checks every history and prints the figures. Scenarios whose setting is
+//! unsafe on purpose must show violations; the others must show none.
+//!
+//! ```text
+//! cargo test --test chaos                     # every scenario, ~10 s each
+//! cargo test --test chaos -- kill freeze     # those whose name contains a word
+//! REDQUORUM_CHAOS_SECS=60 cargo test --test chaos   # longer runs
+//! ```
+//!
+//! This binary has its own `main` (`harness = false`): it is also the client
+//! process, run again with `REDQUORUM_CHAOS_CLIENT` set.
+
+mod client;
+mod history;
+mod scenarios;
+
+use std::time::Duration;
+
+/// The environment variable that makes this binary a client process.
+const CLIENT: &str = "REDQUORUM_CHAOS_CLIENT";
+
+fn main() {
+    if let Ok(spec) = std::env::var(CLIENT) {
+        client::main(client::Spec::decode(&spec));
+        return;
+    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let flag = |f: &str| args.iter().any(|a| a == f);
+    let names: Vec<&str> = scenarios::ALL.iter().map(|s| s.name).collect();
+    if flag("--list") {
+        // The listing format of libtest, for runners such as nextest.
+        if !flag("--ignored") {
+            for name in names {
+                println!("{name}: test");
+            }
+        }
+        return;
+    }
+    let words: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
+    let exact = flag("--exact");
+    let chosen: Vec<&scenarios::Scenario> = scenarios::ALL
+        .iter()
+        .filter(|s| {
+            words.is_empty()
+                || words.iter().any(|w| {
+                    if exact {
+                        s.name == *w
+                    } else {
+                        s.name.contains(w.as_str())
+                    }
+                })
+        })
+        .collect();
+    let secs = run_time();
+    println!(
+        "running {} chaos scenarios, {} s of load each (REDQUORUM_CHAOS_SECS)",
+        chosen.len(),
+        secs.as_secs()
+    );
+    let mut failed = Vec::new();
+    for scenario in chosen {
+        println!("\n== {}: {}", scenario.name, scenario.about);
+        let outcome = std::panic::catch_unwind(|| (scenario.run)(secs));
+        match outcome {
+            Ok(()) => println!("   PASS {}", scenario.name),
+            Err(_) => {
+                println!("   FAIL {}", scenario.name);
+                failed.push(scenario.name);
+            }
+        }
+    }
+    if !failed.is_empty() {
+        println!("\nchaos scenarios failed: {}", failed.join(", "));
+        std::process::exit(1);
+    }
+}
+
+/// How long each scenario loads the cluster: `REDQUORUM_CHAOS_SECS`, 10 s by
+/// default (the CI run).
+fn run_time() -> Duration {
+    let secs = std::env::var("REDQUORUM_CHAOS_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10);
+    Duration::from_secs(secs)
+}

@@ -1,0 +1,725 @@
+//! The scenarios: a cluster, a load of two client processes, the faults
+//! injected meanwhile, and what the checker must find.
+
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use redquorum::local_cluster::{LocalCluster, Reply, command};
+
+use crate::CLIENT;
+use crate::client::Spec;
+use crate::history::{Event, Verdict, now_ns};
+
+#[path = "../common/compose.rs"]
+mod compose;
+
+/// One scenario of the suite.
+pub struct Scenario {
+    pub name: &'static str,
+    pub about: &'static str,
+    /// Runs it for the given load time; panics when it fails.
+    pub run: fn(Duration),
+}
+
+pub const ALL: &[Scenario] = &[
+    Scenario {
+        name: "checker",
+        about: "the checker's own checks: overlaps found, disjoint intervals pass, figures counted",
+        run: |_| crate::history::self_test::run(),
+    },
+    Scenario {
+        name: "control_one_node_quorum",
+        about: "NEGATIVE CONTROL: each client process is given a different single node, a quorum of one; the checker must report violations",
+        run: control_one_node_quorum,
+    },
+    Scenario {
+        name: "control_restart_at_once_unguarded",
+        about: "NEGATIVE CONTROL: three nodes restarted at once without persistence, restart guard off; the checker must report violations",
+        run: control_restart_at_once_unguarded,
+    },
+    Scenario {
+        name: "restart_at_once_guarded",
+        about: "the same restarts with the restart guard on (the default): no violation",
+        run: restart_at_once_guarded,
+    },
+    Scenario {
+        name: "kill",
+        about: "kill -9 a random node every 0.3-1 s while acquisitions are in flight, restart it at once (guard on)",
+        run: kill,
+    },
+    Scenario {
+        name: "freeze",
+        about: "SIGSTOP a random node for 150-600 ms (node timeout 50 ms), then SIGCONT",
+        run: freeze,
+    },
+    Scenario {
+        name: "majority_down",
+        about: "two of five nodes down (available), then three (unavailable, nothing held), then all restarted",
+        run: majority_down,
+    },
+    Scenario {
+        name: "restart_after_ttl",
+        about: "restart guard off; a node killed and kept down for longer than the TTL before it restarts empty (the distlock rule)",
+        run: restart_after_ttl,
+    },
+    Scenario {
+        name: "cancel",
+        about: "half the lock() calls dropped after 0-2 ms; no keys left behind",
+        run: cancel,
+    },
+    Scenario {
+        name: "pause",
+        about: "one holder in four sleeps past its TTL; its interval counts to its validity deadline, and the lock moves on",
+        run: pause,
+    },
+    Scenario {
+        name: "clock_fast_0_5pct",
+        about: "three nodes' clocks run 0.5% fast, inside the drift allowance (1% + 2 ms); every holder holds to its deadline: no violation",
+        run: clock_fast_small,
+    },
+    Scenario {
+        name: "clock_fast_2pct",
+        about: "three nodes' clocks run 2% fast, beyond the drift allowance: the documented limit, violations expected",
+        run: clock_fast_large,
+    },
+    Scenario {
+        name: "clock_jump",
+        about: "three nodes' wall clocks jump forward by twice the TTL: the documented limit, violations expected",
+        run: clock_jump,
+    },
+    Scenario {
+        name: "compose",
+        about: "the docker-compose cluster: containers killed and restarted, paused, and disconnected from their network",
+        run: compose_chaos,
+    },
+];
+
+// ---------------------------------------------------------------------------
+// The scenarios
+
+fn control_one_node_quorum(secs: Duration) {
+    let c = cluster(5);
+    let load = Load::new("one_node", &c, secs);
+    // Process p sees node p alone: each is its own majority.
+    let urls = c.urls();
+    let clients = load.start(|p| vec![urls[p].clone()]);
+    let v = clients.finish();
+    let f = load.report(&v);
+    assert!(
+        !v.violations.is_empty(),
+        "the negative control found no violation: the checker cannot fail"
+    );
+    assert!(f.lost_updates > 0, "no lost update under a quorum of one");
+}
+
+fn control_restart_at_once_unguarded(secs: Duration) {
+    let v = restart_at_once(secs, false);
+    assert!(
+        !v.violations.is_empty(),
+        "the negative control found no violation: the checker cannot fail"
+    );
+}
+
+fn restart_at_once_guarded(secs: Duration) {
+    let v = restart_at_once(secs, true);
+    assert_safe(&v);
+}
+
+/// Three random nodes killed and restarted empty at once, every TTL + 1 s.
+fn restart_at_once(secs: Duration, guard: bool) -> Verdict {
+    let mut c = cluster(5);
+    let mut load = Load::new(if guard { "at_once_guarded" } else { "at_once" }, &c, secs);
+    load.spec.ttl = Duration::from_millis(1_500);
+    load.spec.hold_ms = 100;
+    load.spec.restart_guard = guard;
+    let clients = load.start_all(&c);
+    let mut restarts = 0;
+    for_the_run(secs, |left| {
+        sleep_ms(1_000, 1_500.min(left));
+        for i in pick(5, 3) {
+            c.restart(i).unwrap();
+        }
+        restarts += 1;
+    });
+    let v = clients.finish();
+    println!("   faults: {restarts} times three nodes restarted at once");
+    load.report(&v);
+    v
+}
+
+fn kill(secs: Duration) {
+    let mut c = cluster(5);
+    let load = Load::new("kill", &c, secs);
+    let clients = load.start_all(&c);
+    let mut kills = 0;
+    for_the_run(secs, |left| {
+        sleep_ms(300, 1_000.min(left));
+        let i = rand::random_range(0..5);
+        c.kill(i);
+        sleep_ms(0, 300);
+        c.restart(i).unwrap();
+        kills += 1;
+    });
+    let v = clients.finish();
+    println!("   faults: {kills} nodes killed with SIGKILL and restarted at once");
+    load.report(&v);
+    assert_safe(&v);
+}
+
+fn freeze(secs: Duration) {
+    let mut c = cluster(5);
+    let load = Load::new("freeze", &c, secs);
+    let clients = load.start_all(&c);
+    let mut freezes = 0;
+    for_the_run(secs, |left| {
+        sleep_ms(200, 800.min(left));
+        let i = rand::random_range(0..5);
+        c.freeze(i);
+        sleep_ms(150, 600);
+        c.thaw(i);
+        freezes += 1;
+    });
+    let v = clients.finish();
+    println!("   faults: {freezes} nodes frozen for 150-600 ms");
+    load.report(&v);
+    assert_safe(&v);
+}
+
+fn majority_down(secs: Duration) {
+    let mut c = cluster(5);
+    let load = Load::new("majority_down", &c, secs);
+    let clients = load.start_all(&c);
+    let phase = secs / 5;
+    std::thread::sleep(phase);
+    c.kill(0);
+    c.kill(1);
+    let two_down = now_ns();
+    std::thread::sleep(phase);
+    c.kill(2);
+    let three_down = now_ns();
+    std::thread::sleep(phase);
+    for i in 0..3 {
+        c.restart(i).unwrap();
+    }
+    let back = now_ns();
+    let v = clients.finish();
+    let end = now_ns();
+    load.report(&v);
+    // Calls in flight at the third kill may still finish within a node
+    // timeout and a retry pause.
+    let settled = three_down + 200_000_000;
+    let (up2, down3, after) = (
+        v.acquired_between(two_down, three_down),
+        v.acquired_between(settled, back),
+        v.acquired_between(back, end),
+    );
+    println!(
+        "   acquisitions: {up2} with two nodes down, {down3} with three down, {after} after the restart \
+         (unavailable after it for {:.1} s: the restart guard's quarantine)",
+        gap_after(&v, back, end).as_secs_f64()
+    );
+    assert_safe(&v);
+    assert!(up2 > 0, "no acquisition with two of five nodes down");
+    assert_eq!(down3, 0, "acquired with three of five nodes down");
+    assert!(after > 0, "no acquisition after the nodes came back");
+}
+
+fn restart_after_ttl(secs: Duration) {
+    let mut c = cluster(5);
+    let mut load = Load::new("after_ttl", &c, secs);
+    load.spec.restart_guard = false;
+    let clients = load.start_all(&c);
+    let mut restarts = 0;
+    let down = load.spec.ttl + Duration::from_millis(250);
+    for_the_run(secs, |left| {
+        sleep_ms(100, 400.min(left));
+        let i = rand::random_range(0..5);
+        c.kill(i);
+        std::thread::sleep(down);
+        c.restart(i).unwrap();
+        restarts += 1;
+    });
+    let v = clients.finish();
+    println!(
+        "   faults: {restarts} nodes killed and restarted empty after {} ms down",
+        down.as_millis()
+    );
+    load.report(&v);
+    assert_safe(&v);
+}
+
+fn cancel(secs: Duration) {
+    let c = cluster(5);
+    let mut load = Load::new("cancel", &c, secs);
+    load.spec.cancel_one_in = 2;
+    load.spec.ttl = Duration::from_secs(10);
+    let clients = load.start_all(&c);
+    let v = clients.finish();
+    load.report(&v);
+    assert_safe(&v);
+    assert!(v.cancelled > 0, "nothing was cancelled");
+    let left = keys_left(&c, &load.spec.prefix);
+    println!("   keys left on the nodes after the run: {left} (TTL 10 s)");
+    assert_eq!(left, 0, "cancelled acquisitions left keys behind");
+}
+
+fn pause(secs: Duration) {
+    let c = cluster(5);
+    let mut load = Load::new("pause", &c, secs);
+    load.spec.pause_one_in = 4;
+    load.spec.ttl = Duration::from_millis(500);
+    let clients = load.start_all(&c);
+    let v = clients.finish();
+    load.report(&v);
+    assert_safe(&v);
+    println!(
+        "   paused holders: {}, taken over by another client during the pause: {}",
+        v.paused, v.moved_on
+    );
+    assert!(v.paused > 0 && v.moved_on > 0, "the lock did not move on");
+}
+
+fn clock_fast_small(secs: Duration) {
+    let v = clock_fast(secs, 5_000);
+    assert_safe(&v);
+}
+
+fn clock_fast_large(secs: Duration) {
+    let v = clock_fast(secs, 20_000);
+    assert!(
+        !v.violations.is_empty(),
+        "no violation with clocks 2% fast: the scenario does not reach the documented limit"
+    );
+}
+
+/// Nodes 0-2 run `ppm` fast; every holder holds to its validity deadline,
+/// where an early expiry shows.
+fn clock_fast(secs: Duration, ppm: u32) -> Verdict {
+    let mut c = cluster(5);
+    let shim = clockskew();
+    let rate = ppm.to_string();
+    for i in 0..3 {
+        c.restart_with_env(
+            i,
+            &[
+                ("LD_PRELOAD", shim.to_str().unwrap()),
+                ("CLOCKSKEW_RATE_PPM", &rate),
+            ],
+        )
+        .unwrap();
+    }
+    let mut load = Load::new(&format!("fast{ppm}"), &c, secs);
+    load.spec.pause_one_in = 1;
+    let clients = load.start_all(&c);
+    let v = clients.finish();
+    println!(
+        "   three nodes {}% fast; drift allowance {} ms of a {} ms TTL",
+        f64::from(ppm) / 10_000.0,
+        load.spec.ttl.as_millis() / 100 + 2,
+        load.spec.ttl.as_millis()
+    );
+    load.report(&v);
+    v
+}
+
+fn clock_jump(secs: Duration) {
+    let mut c = cluster(5);
+    let shim = clockskew();
+    let dir = std::env::temp_dir().join(format!("redquorum-jump-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let offset = dir.join("offset_ms");
+    std::fs::write(&offset, "0").unwrap();
+    for i in 0..3 {
+        c.restart_with_env(
+            i,
+            &[
+                ("LD_PRELOAD", shim.to_str().unwrap()),
+                ("CLOCKSKEW_OFFSET_FILE", offset.to_str().unwrap()),
+            ],
+        )
+        .unwrap();
+    }
+    let mut load = Load::new("jump", &c, secs);
+    load.spec.hold_ms = 200;
+    let clients = load.start_all(&c);
+    let mut jumps = 0u64;
+    let step = 2 * load.spec.ttl.as_millis() as u64;
+    for_the_run(secs, |left| {
+        sleep_ms(700, 1_500.min(left));
+        jumps += 1;
+        std::fs::write(&offset, (jumps * step).to_string()).unwrap();
+    });
+    let v = clients.finish();
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("   faults: {jumps} forward jumps of {step} ms on three nodes' wall clocks");
+    load.report(&v);
+    assert!(
+        !v.violations.is_empty(),
+        "no violation after clock jumps: the scenario does not reach the documented limit"
+    );
+}
+
+fn compose_chaos(secs: Duration) {
+    use compose::{Compose, PORTS, docker_or_skip};
+    if let Err(reason) = docker_or_skip() {
+        println!("   SKIPPED the compose chaos scenario: {reason}");
+        eprintln!("SKIPPED the compose chaos scenario: {reason}");
+        return;
+    }
+    let project = format!("redquorumchaos{}", std::process::id());
+    let compose = Compose::up(&project);
+    let urls: Vec<String> = PORTS
+        .iter()
+        .map(|p| format!("redis://127.0.0.1:{p}"))
+        .collect();
+    let register = cluster(1);
+    let mut load = Load::with_nodes("compose", urls.clone(), register, secs);
+    // Through docker's port forwarding: slower than loopback.
+    load.spec.node_timeout = Duration::from_millis(200);
+    load.spec.ttl = Duration::from_secs(2);
+    let clients = load.start(|_| urls.clone());
+    let docker = |args: &[&str]| {
+        let ok = Command::new("docker")
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "docker {args:?} failed");
+    };
+    let mut faults = Vec::new();
+    let mut round = 0;
+    for_the_run(secs, |left| {
+        sleep_ms(200, 600.min(left));
+        let service = format!("redis{}", rand::random_range(1..=5));
+        match round % 3 {
+            0 => {
+                compose.run(&["kill", &service]);
+                sleep_ms(0, 500);
+                compose.run(&["start", &service]);
+                faults.push("kill+start");
+            }
+            1 => {
+                compose.run(&["pause", &service]);
+                sleep_ms(200, 800);
+                compose.run(&["unpause", &service]);
+                faults.push("pause");
+            }
+            _ => {
+                let container = compose.container(&service);
+                docker(&["network", "disconnect", &compose.network(), &container]);
+                sleep_ms(200, 800);
+                docker(&["network", "connect", &compose.network(), &container]);
+                faults.push("disconnect");
+            }
+        }
+        round += 1;
+    });
+    let v = clients.finish();
+    println!("   faults: {}", faults.join(", "));
+    load.report(&v);
+    assert_safe(&v);
+    assert!(v.acquisitions > 0, "nothing was acquired");
+    drop(compose);
+}
+
+// ---------------------------------------------------------------------------
+// The load
+
+/// The client processes' settings, and the register they share.
+struct Load {
+    spec: Spec,
+    register: LocalCluster,
+    processes: usize,
+}
+
+impl Load {
+    /// Two processes of six tasks on three resources, TTL 1 s, node timeout
+    /// 50 ms, restart guard on, a register of its own.
+    fn new(name: &str, cluster: &LocalCluster, run: Duration) -> Load {
+        Load::with_nodes(name, cluster.urls(), self::cluster(1), run)
+    }
+
+    fn with_nodes(name: &str, nodes: Vec<String>, register: LocalCluster, run: Duration) -> Load {
+        Load {
+            spec: Spec {
+                nodes,
+                register: register.port(0),
+                tasks: 6,
+                resources: 3,
+                run,
+                ttl: Duration::from_secs(1),
+                node_timeout: Duration::from_millis(50),
+                hold_ms: 5,
+                pause_one_in: 0,
+                cancel_one_in: 0,
+                extend_one_in: 4,
+                restart_guard: true,
+                prefix: format!("chaos:{name}:"),
+                name: String::new(),
+                history: String::new(),
+            },
+            register,
+            processes: 2,
+        }
+    }
+
+    /// Starts the client processes on every node of `cluster`.
+    fn start_all(&self, cluster: &LocalCluster) -> Clients {
+        let urls = cluster.urls();
+        self.start(|_| urls.clone())
+    }
+
+    /// Starts the client processes; process `p` is given `nodes(p)`.
+    fn start(&self, nodes: impl Fn(usize) -> Vec<String>) -> Clients {
+        let exe = std::env::current_exe().expect("current exe");
+        let dir = std::env::temp_dir().join(format!(
+            "redquorum-chaos-{}-{}",
+            std::process::id(),
+            self.spec.prefix.replace(':', "_")
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let children = (0..self.processes)
+            .map(|p| {
+                let history = dir.join(format!("p{p}.history"));
+                let spec = Spec {
+                    nodes: nodes(p),
+                    name: format!("p{p}"),
+                    history: history.to_str().unwrap().to_owned(),
+                    ..self.spec.clone()
+                };
+                let child = Command::new(&exe)
+                    .env(CLIENT, spec.encode())
+                    .spawn()
+                    .expect("cannot start a client process");
+                (child, history)
+            })
+            .collect();
+        Clients {
+            children,
+            dir,
+            limit: Instant::now() + self.spec.run + Duration::from_secs(60),
+            started: now_ns(),
+        }
+    }
+
+    /// Prints the figures of a run and returns the lost updates.
+    fn report(&self, v: &Verdict) -> Figures {
+        let mut writes = 0;
+        let mut lost_updates = 0;
+        for r in 0..self.spec.resources {
+            let resource = format!("r{r}");
+            let key = format!("register:{}{resource}", self.spec.prefix);
+            let value = match command(self.register.port(0), &["GET", &key]).expect("register") {
+                Reply::Bulk(Some(b)) => String::from_utf8(b).unwrap().parse().unwrap(),
+                _ => 0,
+            };
+            let logged = v.writes.get(&resource).copied().unwrap_or(0);
+            writes += logged;
+            lost_updates += logged.saturating_sub(value);
+        }
+        let s = &self.spec;
+        println!(
+            "   load: {} processes x {} tasks, {} resources, TTL {} ms, node timeout {} ms, restart guard {}",
+            self.processes,
+            s.tasks,
+            s.resources,
+            s.ttl.as_millis(),
+            s.node_timeout.as_millis(),
+            if s.restart_guard { "on" } else { "off" }
+        );
+        println!(
+            "   lock() calls {}: acquired {}, failed {} {:?}, cancelled {}",
+            v.calls,
+            v.acquisitions,
+            v.failures.values().sum::<usize>(),
+            v.failures,
+            v.cancelled
+        );
+        println!(
+            "   acquire latency p50 {:.2} ms, p99 {:.2} ms; longest time without an acquisition {:.0} ms",
+            ms(v.latency(0.5)),
+            ms(v.latency(0.99)),
+            ms(v.longest_gap(v.window.0, v.window.1)),
+        );
+        println!("   releases: {:?}", v.releases);
+        println!(
+            "   register: {writes} writes, {lost_updates} lost updates, {} writes after the writer's validity",
+            v.late_writes
+        );
+        let worst = v.violations.iter().map(|x| x.overlap()).max();
+        println!(
+            "   VIOLATIONS: {}{}",
+            v.violations.len(),
+            worst.map_or(String::new(), |w| format!(
+                " (longest overlap {:.1} ms)",
+                ms(w)
+            ))
+        );
+        for x in v.violations.iter().take(3) {
+            println!(
+                "     {}: {} held {:.1} ms, {} held {:.1} ms, both for {:.1} ms",
+                x.resource,
+                x.first.client,
+                ms(Duration::from_nanos(x.first.end - x.first.start)),
+                x.second.client,
+                ms(Duration::from_nanos(x.second.end - x.second.start)),
+                ms(x.overlap())
+            );
+        }
+        Figures { lost_updates }
+    }
+}
+
+struct Figures {
+    lost_updates: u64,
+}
+
+/// The running client processes of a scenario.
+struct Clients {
+    children: Vec<(Child, PathBuf)>,
+    dir: PathBuf,
+    limit: Instant,
+    started: u64,
+}
+
+impl Clients {
+    /// Waits for every client (killing one that outlives the run by a
+    /// minute) and checks their histories together.
+    fn finish(mut self) -> Verdict {
+        let mut events = Vec::new();
+        for (child, history) in &mut self.children {
+            let status = loop {
+                if let Some(status) = child.try_wait().unwrap() {
+                    break status;
+                }
+                if Instant::now() > self.limit {
+                    let _ = child.kill();
+                    panic!("a client process did not finish within a minute of its run");
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            };
+            assert!(status.success(), "a client process failed: {status}");
+            let text = std::fs::read_to_string(&*history).expect("history file");
+            events.extend(text.lines().map(|l| Event::parse(l).unwrap()));
+        }
+        let mut v = Verdict::check(events);
+        v.window = (self.started, now_ns());
+        v
+    }
+}
+
+impl Drop for Clients {
+    fn drop(&mut self) {
+        for (child, _) in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Helpers
+
+fn cluster(n: usize) -> LocalCluster {
+    LocalCluster::start(n).unwrap_or_else(|e| panic!("cannot start a local Redis cluster: {e}"))
+}
+
+/// No two holders at once, and no lost update unless a write came after
+/// its writer's validity (a pause the lock cannot cover; none is made
+/// outside the pause scenario).
+fn assert_safe(v: &Verdict) {
+    assert!(v.acquisitions > 0, "nothing was acquired");
+    assert!(
+        v.violations.is_empty(),
+        "{} safety violations",
+        v.violations.len()
+    );
+    assert_eq!(v.late_writes, 0, "a register write came after its validity");
+}
+
+/// Runs `step` until a second before the load ends; `step` is told how many
+/// ms are left. The faults then stop, so that the run ends healed.
+fn for_the_run(run: Duration, mut step: impl FnMut(u64)) {
+    let end = Instant::now() + run.saturating_sub(Duration::from_secs(1));
+    while let Some(left) = end.checked_duration_since(Instant::now()) {
+        step(left.as_millis() as u64);
+    }
+}
+
+/// Sleeps a random time in `[low, high)` ms (`low` if the range is empty).
+fn sleep_ms(low: u64, high: u64) {
+    let ms = if high > low {
+        rand::random_range(low..high)
+    } else {
+        low
+    };
+    std::thread::sleep(Duration::from_millis(ms));
+}
+
+/// `k` distinct random indices below `n`.
+fn pick(n: usize, k: usize) -> Vec<usize> {
+    let mut all: Vec<usize> = (0..n).collect();
+    for i in 0..k {
+        let j = rand::random_range(i..n);
+        all.swap(i, j);
+    }
+    all.truncate(k);
+    all
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// How long after `from` the first acquisition came.
+fn gap_after(v: &Verdict, from: u64, to: u64) -> Duration {
+    let first = v
+        .intervals
+        .values()
+        .flatten()
+        .map(|i| i.start)
+        .filter(|s| (from..to).contains(s))
+        .min()
+        .unwrap_or(to);
+    Duration::from_nanos(first - from)
+}
+
+/// How many keys under `prefix` are left on the cluster's nodes, after
+/// waiting up to 2 s for background releases to land.
+fn keys_left(c: &LocalCluster, prefix: &str) -> usize {
+    let pattern = format!("{prefix}*");
+    let start = Instant::now();
+    loop {
+        let left: usize = (0..c.len())
+            .map(|i| match command(c.port(i), &["KEYS", &pattern]) {
+                Ok(Reply::Array(Some(keys))) => keys.len(),
+                other => panic!("KEYS on node {i}: {other:?}"),
+            })
+            .sum();
+        if left == 0 || start.elapsed() > Duration::from_secs(2) {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Builds the clock-skewing preload library (`tests/support/clockskew.c`)
+/// with the system's C compiler, once per run of this binary.
+fn clockskew() -> PathBuf {
+    let out = std::env::temp_dir().join(format!("redquorum-clockskew-{}.so", std::process::id()));
+    if out.is_file() {
+        return out;
+    }
+    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/support/clockskew.c");
+    let status = Command::new("cc")
+        .args(["-shared", "-fPIC", "-O2", "-o"])
+        .arg(&out)
+        .arg(&source)
+        .arg("-ldl")
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run the C compiler `cc` ({e}): apt-get install -y gcc"));
+    assert!(status.success(), "building {source:?} failed");
+    out
+}

@@ -1,0 +1,123 @@
+//! The `docker-compose.yml` cluster, driven from tests: a project brought up
+//! with a locally built image and taken down on drop.
+//!
+//! The image is `$REDQUORUM_REDIS_IMAGE` if set; otherwise it is built from
+//! this machine's `redis-server` by `scripts/build-local-image.sh`, since no
+//! registry may be reachable. Where no Docker engine answers, a test says
+//! SKIPPED on stderr and passes, unless `REDQUORUM_REQUIRE_DOCKER=1` (set by
+//! `.ci/run` on machines that have an engine), which makes it fail instead.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use redquorum::local_cluster::{Reply, command_with_timeout};
+
+/// The host ports of the five services, `redis1`..`redis5`.
+pub const PORTS: [u16; 5] = [7001, 7002, 7003, 7004, 7005];
+
+/// A running compose project, taken down on drop.
+pub struct Compose {
+    pub project: String,
+    image: String,
+}
+
+impl Compose {
+    /// Brings the project `project` up and waits until every node answers.
+    pub fn up(project: &str) -> Compose {
+        let compose = Compose {
+            project: project.to_owned(),
+            image: image(),
+        };
+        compose.run(&["up", "-d"]);
+        await_ping(&PORTS);
+        compose
+    }
+
+    /// Runs `docker-compose -p <project> <args>` and expects it to succeed.
+    pub fn run(&self, args: &[&str]) {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let status = Command::new("docker-compose")
+            .current_dir(root)
+            .args(["-p", &self.project])
+            .args(args)
+            .env("REDQUORUM_REDIS_IMAGE", &self.image)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("cannot run docker-compose");
+        assert!(status.success(), "docker-compose {args:?} failed: {status}");
+    }
+
+    /// The container of service `service` (`redis1`..), as docker-compose v1
+    /// names it.
+    pub fn container(&self, service: &str) -> String {
+        format!("{}_{service}_1", self.project)
+    }
+
+    /// The project's default network.
+    pub fn network(&self) -> String {
+        format!("{}_default", self.project)
+    }
+}
+
+impl Drop for Compose {
+    fn drop(&mut self) {
+        let _ = Command::new("docker-compose")
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args(["-p", &self.project, "down", "-v", "-t", "1"])
+            .env("REDQUORUM_REDIS_IMAGE", &self.image)
+            .status();
+    }
+}
+
+/// Whether the tests can use Docker: `Ok` when an engine answers; `Err`
+/// with the reason when none does and none is required (the caller then
+/// says SKIPPED). Panics when `REDQUORUM_REQUIRE_DOCKER=1` and none answers.
+pub fn docker_or_skip() -> Result<(), String> {
+    let answers = Command::new("docker")
+        .arg("info")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if answers {
+        return Ok(());
+    }
+    assert!(
+        std::env::var("REDQUORUM_REQUIRE_DOCKER").as_deref() != Ok("1"),
+        "REDQUORUM_REQUIRE_DOCKER=1 but no Docker engine answers `docker info`"
+    );
+    Err("no Docker engine answers `docker info`".to_owned())
+}
+
+fn image() -> String {
+    if let Ok(image) = std::env::var("REDQUORUM_REDIS_IMAGE") {
+        return image;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-local-image.sh");
+    let out = Command::new("bash")
+        .arg(script)
+        .output()
+        .expect("cannot run bash");
+    assert!(
+        out.status.success(),
+        "building the local image failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+fn ping(port: u16) -> bool {
+    command_with_timeout(port, &["PING"], Duration::from_millis(500))
+        .is_ok_and(|r| r == Reply::Status("PONG".into()))
+}
+
+/// Waits (up to a minute) until every port answers `PING`.
+pub fn await_ping(ports: &[u16]) {
+    let start = Instant::now();
+    while !ports.iter().all(|&p| ping(p)) {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "compose nodes never answered PING"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
