@@ -7,9 +7,10 @@
 //!   `hold_ms`, sometimes extend the lock, write plus one only while the
 //!   lock has a quarter of its TTL left), then release;
 //! * a pause (one in `pause_one_in`): sleep past the lock's validity, then
-//!   release, which finds the lock gone;
-//! and one `lock()` call in `cancel_one_in` is dropped after a random
-//! 0–2 ms instead of awaited.
+//!   release, which finds the lock gone.
+//!
+//! One `lock()` call in `cancel_one_in` is dropped after a random 0–2 ms
+//! instead of awaited.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -37,6 +38,8 @@ pub struct Spec {
     pub cancel_one_in: u32,
     pub extend_one_in: u32,
     pub restart_guard: bool,
+    /// Off: waiters poll every 20 ± 15 ms, as most Redlock clients do.
+    pub wake_on_release: bool,
     pub prefix: String,
     /// Names this process in the history.
     pub name: String,
@@ -58,6 +61,7 @@ impl Spec {
             format!("cancel_one_in={}", self.cancel_one_in),
             format!("extend_one_in={}", self.extend_one_in),
             format!("restart_guard={}", self.restart_guard),
+            format!("wake_on_release={}", self.wake_on_release),
             format!("prefix={}", self.prefix),
             format!("name={}", self.name),
             format!("history={}", self.history),
@@ -86,6 +90,7 @@ impl Spec {
             cancel_one_in: n("cancel_one_in") as u32,
             extend_one_in: n("extend_one_in") as u32,
             restart_guard: get("restart_guard") == "true",
+            wake_on_release: get("wake_on_release") == "true",
             prefix: get("prefix"),
             name: get("name"),
             history: get("history"),
@@ -107,6 +112,7 @@ pub fn main(spec: Spec) {
             .retry_jitter(Duration::from_millis(15))
             .wait_timeout(spec.ttl)
             .restart_guard(spec.restart_guard)
+            .wake_on_release(spec.wake_on_release)
             .build()
             .expect("client Redlock");
         let register = redis::Client::open(format!("redis://127.0.0.1:{}", spec.register))

@@ -114,7 +114,7 @@ fn control_one_node_quorum(secs: Duration) {
 }
 
 fn control_restart_at_once_unguarded(secs: Duration) {
-    let v = restart_at_once(secs, false);
+    let (v, _) = restart_at_once(secs, false);
     assert!(
         !v.violations.is_empty(),
         "the negative control found no violation: the checker cannot fail"
@@ -122,16 +122,16 @@ fn control_restart_at_once_unguarded(secs: Duration) {
 }
 
 fn restart_at_once_guarded(secs: Duration) {
-    let v = restart_at_once(secs, true);
-    assert_safe(&v);
+    let (v, f) = restart_at_once(secs, true);
+    assert_safe(&v, &f);
 }
 
 /// Three random nodes killed and restarted empty at once, every TTL + 1 s.
-fn restart_at_once(secs: Duration, guard: bool) -> Verdict {
+fn restart_at_once(secs: Duration, guard: bool) -> (Verdict, Figures) {
     let mut c = cluster(5);
     let mut load = Load::new(if guard { "at_once_guarded" } else { "at_once" }, &c, secs);
     load.spec.ttl = Duration::from_millis(1_500);
-    load.spec.hold_ms = 100;
+    load.spec.hold_ms = 200;
     load.spec.restart_guard = guard;
     let clients = load.start_all(&c);
     let mut restarts = 0;
@@ -144,8 +144,8 @@ fn restart_at_once(secs: Duration, guard: bool) -> Verdict {
     });
     let v = clients.finish();
     println!("   faults: {restarts} times three nodes restarted at once");
-    load.report(&v);
-    v
+    let f = load.report(&v);
+    (v, f)
 }
 
 fn kill(secs: Duration) {
@@ -163,8 +163,8 @@ fn kill(secs: Duration) {
     });
     let v = clients.finish();
     println!("   faults: {kills} nodes killed with SIGKILL and restarted at once");
-    load.report(&v);
-    assert_safe(&v);
+    let f = load.report(&v);
+    assert_safe(&v, &f);
 }
 
 fn freeze(secs: Duration) {
@@ -182,8 +182,8 @@ fn freeze(secs: Duration) {
     });
     let v = clients.finish();
     println!("   faults: {freezes} nodes frozen for 150-600 ms");
-    load.report(&v);
-    assert_safe(&v);
+    let f = load.report(&v);
+    assert_safe(&v, &f);
 }
 
 fn majority_down(secs: Duration) {
@@ -205,7 +205,7 @@ fn majority_down(secs: Duration) {
     let back = now_ns();
     let v = clients.finish();
     let end = now_ns();
-    load.report(&v);
+    let f = load.report(&v);
     // Calls in flight at the third kill may still finish within a node
     // timeout and a retry pause.
     let settled = three_down + 200_000_000;
@@ -219,7 +219,7 @@ fn majority_down(secs: Duration) {
          (unavailable after it for {:.1} s: the restart guard's quarantine)",
         gap_after(&v, back, end).as_secs_f64()
     );
-    assert_safe(&v);
+    assert_safe(&v, &f);
     assert!(up2 > 0, "no acquisition with two of five nodes down");
     assert_eq!(down3, 0, "acquired with three of five nodes down");
     assert!(after > 0, "no acquisition after the nodes came back");
@@ -245,8 +245,8 @@ fn restart_after_ttl(secs: Duration) {
         "   faults: {restarts} nodes killed and restarted empty after {} ms down",
         down.as_millis()
     );
-    load.report(&v);
-    assert_safe(&v);
+    let f = load.report(&v);
+    assert_safe(&v, &f);
 }
 
 fn cancel(secs: Duration) {
@@ -256,8 +256,8 @@ fn cancel(secs: Duration) {
     load.spec.ttl = Duration::from_secs(10);
     let clients = load.start_all(&c);
     let v = clients.finish();
-    load.report(&v);
-    assert_safe(&v);
+    let f = load.report(&v);
+    assert_safe(&v, &f);
     assert!(v.cancelled > 0, "nothing was cancelled");
     let left = keys_left(&c, &load.spec.prefix);
     println!("   keys left on the nodes after the run: {left} (TTL 10 s)");
@@ -271,8 +271,8 @@ fn pause(secs: Duration) {
     load.spec.ttl = Duration::from_millis(500);
     let clients = load.start_all(&c);
     let v = clients.finish();
-    load.report(&v);
-    assert_safe(&v);
+    let f = load.report(&v);
+    assert_safe(&v, &f);
     println!(
         "   paused holders: {}, taken over by another client during the pause: {}",
         v.paused, v.moved_on
@@ -281,12 +281,12 @@ fn pause(secs: Duration) {
 }
 
 fn clock_fast_small(secs: Duration) {
-    let v = clock_fast(secs, 5_000);
-    assert_safe(&v);
+    let (v, f) = clock_fast(secs, 5_000);
+    assert_safe(&v, &f);
 }
 
 fn clock_fast_large(secs: Duration) {
-    let v = clock_fast(secs, 20_000);
+    let (v, _) = clock_fast(secs, 20_000);
     assert!(
         !v.violations.is_empty(),
         "no violation with clocks 2% fast: the scenario does not reach the documented limit"
@@ -294,8 +294,9 @@ fn clock_fast_large(secs: Duration) {
 }
 
 /// Nodes 0-2 run `ppm` fast; every holder holds to its validity deadline,
-/// where an early expiry shows.
-fn clock_fast(secs: Duration, ppm: u32) -> Verdict {
+/// where an early expiry shows. A 2 s TTL with 1% drift allows for 22 ms:
+/// 0.5% fast expires keys 10 ms early, 2% fast 40 ms early.
+fn clock_fast(secs: Duration, ppm: u32) -> (Verdict, Figures) {
     let mut c = cluster(5);
     let shim = clockskew();
     let rate = ppm.to_string();
@@ -311,16 +312,21 @@ fn clock_fast(secs: Duration, ppm: u32) -> Verdict {
     }
     let mut load = Load::new(&format!("fast{ppm}"), &c, secs);
     load.spec.pause_one_in = 1;
+    load.spec.ttl = Duration::from_secs(2);
+    // Waiters poll every 20 ± 15 ms, so that one tries within the few ms
+    // in which a majority's keys are gone early and the holder still
+    // believes it holds: the worst case for this fault.
+    load.spec.wake_on_release = false;
     let clients = load.start_all(&c);
     let v = clients.finish();
     println!(
-        "   three nodes {}% fast; drift allowance {} ms of a {} ms TTL",
+        "   three nodes {}% fast; drift allowance {} ms of a {} ms TTL; waiters poll",
         f64::from(ppm) / 10_000.0,
         load.spec.ttl.as_millis() / 100 + 2,
         load.spec.ttl.as_millis()
     );
-    load.report(&v);
-    v
+    let f = load.report(&v);
+    (v, f)
 }
 
 fn clock_jump(secs: Duration) {
@@ -374,7 +380,9 @@ fn compose_chaos(secs: Duration) {
         .map(|p| format!("redis://127.0.0.1:{p}"))
         .collect();
     let register = cluster(1);
-    let mut load = Load::with_nodes("compose", urls.clone(), register, secs);
+    // At least long enough for each kind of fault twice: docker is slow.
+    let run = secs.max(Duration::from_secs(20));
+    let mut load = Load::with_nodes("compose", urls.clone(), register, run);
     // Through docker's port forwarding: slower than loopback.
     load.spec.node_timeout = Duration::from_millis(200);
     load.spec.ttl = Duration::from_secs(2);
@@ -389,37 +397,36 @@ fn compose_chaos(secs: Duration) {
     };
     let mut faults = Vec::new();
     let mut round = 0;
-    for_the_run(secs, |left| {
-        sleep_ms(200, 600.min(left));
+    for_the_run(run, |left| {
+        sleep_ms(100, 400.min(left));
         let service = format!("redis{}", rand::random_range(1..=5));
+        let container = compose.container(&service);
         match round % 3 {
             0 => {
                 compose.run(&["kill", &service]);
-                sleep_ms(0, 500);
                 compose.run(&["start", &service]);
-                faults.push("kill+start");
+                faults.push(format!("kill+start {service}"));
             }
             1 => {
-                compose.run(&["pause", &service]);
+                docker(&["pause", &container]);
                 sleep_ms(200, 800);
-                compose.run(&["unpause", &service]);
-                faults.push("pause");
+                docker(&["unpause", &container]);
+                faults.push(format!("pause {service}"));
             }
             _ => {
-                let container = compose.container(&service);
                 docker(&["network", "disconnect", &compose.network(), &container]);
                 sleep_ms(200, 800);
                 docker(&["network", "connect", &compose.network(), &container]);
-                faults.push("disconnect");
+                faults.push(format!("disconnect {service}"));
             }
         }
         round += 1;
     });
     let v = clients.finish();
     println!("   faults: {}", faults.join(", "));
-    load.report(&v);
-    assert_safe(&v);
-    assert!(v.acquisitions > 0, "nothing was acquired");
+    let f = load.report(&v);
+    assert_safe(&v, &f);
+    assert!(round >= 3, "only {round} faults in the run");
     drop(compose);
 }
 
@@ -455,6 +462,7 @@ impl Load {
                 cancel_one_in: 0,
                 extend_one_in: 4,
                 restart_guard: true,
+                wake_on_release: true,
                 prefix: format!("chaos:{name}:"),
                 name: String::new(),
                 history: String::new(),
@@ -626,17 +634,22 @@ fn cluster(n: usize) -> LocalCluster {
     LocalCluster::start(n).unwrap_or_else(|e| panic!("cannot start a local Redis cluster: {e}"))
 }
 
-/// No two holders at once, and no lost update unless a write came after
-/// its writer's validity (a pause the lock cannot cover; none is made
-/// outside the pause scenario).
-fn assert_safe(v: &Verdict) {
+/// No two holders at once, something acquired, and no lost update unless a
+/// write completed after its writer's validity: a client stalled for a
+/// quarter of the TTL between its check and its write, a pause no lock
+/// without fencing can cover (reported, and then not held against the lock).
+fn assert_safe(v: &Verdict, f: &Figures) {
     assert!(v.acquisitions > 0, "nothing was acquired");
     assert!(
         v.violations.is_empty(),
         "{} safety violations",
         v.violations.len()
     );
-    assert_eq!(v.late_writes, 0, "a register write came after its validity");
+    assert!(
+        f.lost_updates == 0 || v.late_writes > 0,
+        "{} lost updates with no two holders at once and no late write",
+        f.lost_updates
+    );
 }
 
 /// Runs `step` until a second before the load ends; `step` is told how many
