@@ -258,23 +258,29 @@ impl Verdict {
 
     /// Acquisitions whose interval started within `[from, to)`.
     pub fn acquired_between(&self, from: u64, to: u64) -> usize {
+        self.starts(from, to).count()
+    }
+
+    /// How long after `from` the first interval in `[from, to)` started
+    /// (`to − from` if none did).
+    pub fn first_acquisition_after(&self, from: u64, to: u64) -> Duration {
+        let first = self.starts(from, to).min().unwrap_or(to);
+        Duration::from_nanos(first - from)
+    }
+
+    /// The starts of the intervals in `[from, to)`, on any resource.
+    fn starts(&self, from: u64, to: u64) -> impl Iterator<Item = u64> + '_ {
         self.intervals
             .values()
             .flatten()
-            .filter(|i| (from..to).contains(&i.start))
-            .count()
+            .map(|i| i.start)
+            .filter(move |s| (from..to).contains(s))
     }
 
     /// The longest time in `[from, to)` in which no interval started on any
     /// resource: how long the lock service was unavailable at worst.
     pub fn longest_gap(&self, from: u64, to: u64) -> Duration {
-        let mut starts: Vec<u64> = self
-            .intervals
-            .values()
-            .flatten()
-            .map(|i| i.start)
-            .filter(|s| (from..to).contains(s))
-            .collect();
+        let mut starts: Vec<u64> = self.starts(from, to).collect();
         starts.sort_unstable();
         let mut last = from;
         let mut gap = 0;
@@ -391,5 +397,6 @@ pub mod self_test {
         assert_eq!(v.latency(0.5), Duration::from_micros(2));
         assert_eq!(v.longest_gap(0, 30), Duration::from_nanos(18));
         assert_eq!(v.acquired_between(5, 30), 1);
+        assert_eq!(v.first_acquisition_after(5, 30), Duration::from_nanos(7));
     }
 }

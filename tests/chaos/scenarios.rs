@@ -11,8 +11,10 @@ use crate::CLIENT;
 use crate::client::Spec;
 use crate::history::{Event, Verdict, now_ns};
 
-#[path = "../common/compose.rs"]
-mod compose;
+#[path = "../common/mod.rs"]
+mod common;
+
+use common::{cluster, compose};
 
 /// One scenario of the suite.
 pub struct Scenario {
@@ -217,7 +219,7 @@ fn majority_down(secs: Duration) {
     println!(
         "   acquisitions: {up2} with two nodes down, {down3} with three down, {after} after the restart \
          (unavailable after it for {:.1} s: the restart guard's quarantine)",
-        gap_after(&v, back, end).as_secs_f64()
+        v.first_acquisition_after(back, end).as_secs_f64()
     );
     assert_safe(&v, &f);
     assert!(up2 > 0, "no acquisition with two of five nodes down");
@@ -444,7 +446,7 @@ impl Load {
     /// Two processes of six tasks on three resources, TTL 1 s, node timeout
     /// 50 ms, restart guard on, a register of its own.
     fn new(name: &str, cluster: &LocalCluster, run: Duration) -> Load {
-        Load::with_nodes(name, cluster.urls(), self::cluster(1), run)
+        Load::with_nodes(name, cluster.urls(), common::cluster(1), run)
     }
 
     fn with_nodes(name: &str, nodes: Vec<String>, register: LocalCluster, run: Duration) -> Load {
@@ -630,10 +632,6 @@ impl Drop for Clients {
 // ---------------------------------------------------------------------------
 // Helpers
 
-fn cluster(n: usize) -> LocalCluster {
-    LocalCluster::start(n).unwrap_or_else(|e| panic!("cannot start a local Redis cluster: {e}"))
-}
-
 /// No two holders at once, something acquired, and no lost update unless a
 /// write completed after its writer's validity: a client stalled for a
 /// quarter of the TTL between its check and its write, a pause no lock
@@ -684,19 +682,6 @@ fn pick(n: usize, k: usize) -> Vec<usize> {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
-}
-
-/// How long after `from` the first acquisition came.
-fn gap_after(v: &Verdict, from: u64, to: u64) -> Duration {
-    let first = v
-        .intervals
-        .values()
-        .flatten()
-        .map(|i| i.start)
-        .filter(|s| (from..to).contains(s))
-        .min()
-        .unwrap_or(to);
-    Duration::from_nanos(first - from)
 }
 
 /// How many keys under `prefix` are left on the cluster's nodes, after
