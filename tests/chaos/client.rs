@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
-use redquorum::{Error, Lock, Redlock};
+use redquorum::{Error, Lock, NodeFailure, Redlock};
 
 use crate::history::{Event, now_ns};
 
@@ -257,7 +257,8 @@ fn deadline(lock: &Lock) -> u64 {
 }
 
 /// A short name for why a call failed: the error's kind, and for errors
-/// with a report, the most common node failure in it.
+/// with a report, the most common node failure among the nodes that
+/// answered.
 fn cause(e: &Error) -> String {
     let kind = match e {
         Error::NotAcquired { .. } => "not_acquired",
@@ -271,7 +272,12 @@ fn cause(e: &Error) -> String {
         return kind.to_owned();
     };
     let mut counts: Vec<(String, usize)> = Vec::new();
-    for (_, failure) in report.failures() {
+    // Nodes not waited for say nothing about why the attempt failed.
+    let said = report
+        .failures()
+        .iter()
+        .filter(|(_, f)| *f != NodeFailure::NotWaited);
+    for (_, failure) in said {
         let name = format!("{failure:?}");
         let name = name
             .split(['(', ' ', '{'])

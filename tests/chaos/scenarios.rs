@@ -208,9 +208,9 @@ fn majority_down(secs: Duration) {
     let v = clients.finish();
     let end = now_ns();
     let f = load.report(&v);
-    // Calls in flight at the third kill may still finish within a node
-    // timeout and a retry pause.
-    let settled = three_down + 200_000_000;
+    // An attempt in flight at the third kill may still succeed; it ends
+    // within a node timeout (50 ms), or a little later on a busy machine.
+    let settled = three_down + 500_000_000;
     let (up2, down3, after) = (
         v.acquired_between(two_down, three_down),
         v.acquired_between(settled, back),
