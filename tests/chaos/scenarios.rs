@@ -383,7 +383,7 @@ fn compose_chaos(secs: Duration) {
         .collect();
     let register = cluster(1);
     // At least long enough for each kind of fault twice: docker is slow.
-    let run = secs.max(Duration::from_secs(20));
+    let run = secs.max(Duration::from_secs(30));
     let mut load = Load::with_nodes("compose", urls.clone(), register, run);
     // Through docker's port forwarding: slower than loopback.
     load.spec.node_timeout = Duration::from_millis(200);
@@ -410,9 +410,9 @@ fn compose_chaos(secs: Duration) {
                 faults.push(format!("kill+start {service}"));
             }
             1 => {
-                docker(&["pause", &container]);
+                compose.run(&["pause", &service]);
                 sleep_ms(200, 800);
-                docker(&["unpause", &container]);
+                compose.run(&["unpause", &service]);
                 faults.push(format!("pause {service}"));
             }
             _ => {
