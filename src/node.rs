@@ -70,7 +70,7 @@ struct Inner {
     /// when the restart guard is off.
     longest_ttl: Option<Arc<AtomicU64>>,
     /// Until when acquisitions get no vote from this node after a restart,
-    /// as [`Moment::as_nanos`] (0: a moment long past).
+    /// as [`Moment::as_nanos`]; 0 when there is none.
     quarantine: AtomicU64,
     /// Whether the node has refused `INFO`, so that its restarts cannot be
     /// seen.
@@ -197,9 +197,19 @@ impl Inner {
         if !matches!(request, Request::Acquire { .. }) {
             return Ok(());
         }
-        let until = Moment::from_nanos(self.quarantine.load(Ordering::Acquire));
-        match until.remaining() {
-            remaining if remaining.is_zero() => Ok(()),
+        // 0 (no quarantine) spares the clock read on the hot path.
+        let until = self.quarantine.load(Ordering::Acquire);
+        if until == 0 {
+            return Ok(());
+        }
+        match Moment::from_nanos(until).remaining() {
+            remaining if remaining.is_zero() => {
+                // Over: back to 0, unless a newer restart moved it meanwhile.
+                let _ =
+                    self.quarantine
+                        .compare_exchange(until, 0, Ordering::AcqRel, Ordering::Relaxed);
+                Ok(())
+            }
             remaining => Err(NodeFailure::Restarted { remaining }),
         }
     }
