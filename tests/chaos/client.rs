@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use redis::AsyncCommands;
 use redquorum::{Error, Lock, NodeFailure, Redlock};
 
-use crate::history::{Event, now_ns};
+use crate::history::{Event, Interval, now_ns};
 
 /// What one client process does; handed over in one environment variable.
 #[derive(Debug, Clone)]
@@ -240,10 +240,12 @@ impl Task {
         };
         self.log(Event::Held {
             resource,
-            client: self.name.clone(),
-            start: begin,
-            end: released.min(deadline),
-            paused,
+            interval: Interval {
+                client: self.name.clone(),
+                start: begin,
+                end: released.min(deadline),
+                paused,
+            },
         });
         self.log(Event::Released { outcome });
     }

@@ -41,14 +41,10 @@ pub enum Event {
     Failed { cause: String, latency_us: u64 },
     /// A `lock()` future dropped before it finished.
     Cancelled,
-    /// The interval in which a client believed it held `resource`;
-    /// `paused` when the client slept in it past the lock's validity.
+    /// The interval in which a client believed it held `resource`.
     Held {
         resource: String,
-        client: String,
-        start: u64,
-        end: u64,
-        paused: bool,
+        interval: Interval,
     },
     /// A `release()`: `ok`, or the kind of error (the lock was gone).
     Released { outcome: String },
@@ -67,17 +63,16 @@ impl fmt::Display for Event {
             Event::Acquired { latency_us } => write!(f, "acquired {latency_us}"),
             Event::Failed { cause, latency_us } => write!(f, "failed {cause} {latency_us}"),
             Event::Cancelled => write!(f, "cancelled"),
-            Event::Held {
-                resource,
-                client,
-                start,
-                end,
-                paused,
-            } => write!(
-                f,
-                "held {resource} {client} {start} {end} {}",
-                u8::from(*paused)
-            ),
+            Event::Held { resource, interval } => {
+                let Interval {
+                    client,
+                    start,
+                    end,
+                    paused,
+                } = interval;
+                let paused = u8::from(*paused);
+                write!(f, "held {resource} {client} {start} {end} {paused}")
+            }
             Event::Released { outcome } => write!(f, "released {outcome}"),
             Event::Wrote {
                 resource,
@@ -111,10 +106,12 @@ impl Event {
             Some("cancelled") => Event::Cancelled,
             Some("held") => Event::Held {
                 resource: s(1)?,
-                client: s(2)?,
-                start: n(3)?,
-                end: n(4)?,
-                paused: n(5)? == 1,
+                interval: Interval {
+                    client: s(2)?,
+                    start: n(3)?,
+                    end: n(4)?,
+                    paused: n(5)? == 1,
+                },
             },
             Some("released") => Event::Released { outcome: s(1)? },
             Some("wrote") => Event::Wrote {
@@ -127,7 +124,8 @@ impl Event {
     }
 }
 
-/// One holding interval, as the checker sees it.
+/// One holding interval: who, from when to when; `paused` when the client
+/// slept in it past the lock's validity.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Interval {
     pub client: String,
@@ -201,18 +199,9 @@ impl Verdict {
                     v.calls += 1;
                     v.cancelled += 1;
                 }
-                Event::Held {
-                    resource,
-                    client,
-                    start,
-                    end,
-                    paused,
-                } => v.intervals.entry(resource).or_default().push(Interval {
-                    client,
-                    start,
-                    end,
-                    paused,
-                }),
+                Event::Held { resource, interval } => {
+                    v.intervals.entry(resource).or_default().push(interval)
+                }
                 Event::Released { outcome } => *v.releases.entry(outcome).or_default() += 1,
                 Event::Wrote {
                     resource,
@@ -319,10 +308,12 @@ pub mod self_test {
     fn held(resource: &str, client: &str, start: u64, end: u64) -> Event {
         Event::Held {
             resource: resource.into(),
-            client: client.into(),
-            start,
-            end,
-            paused: false,
+            interval: Interval {
+                client: client.into(),
+                start,
+                end,
+                paused: false,
+            },
         }
     }
 
@@ -378,8 +369,8 @@ pub mod self_test {
 
     fn counts_latency_gaps_and_paused_holders_that_were_taken_over() {
         let mut paused = held("a", "x", 0, 10);
-        if let Event::Held { paused: p, .. } = &mut paused {
-            *p = true;
+        if let Event::Held { interval, .. } = &mut paused {
+            interval.paused = true;
         }
         let v = Verdict::check([
             paused,
