@@ -3,18 +3,19 @@
 //! Everything is checked before any I/O. The node list and the options are
 //! checked by [`Builder::build`]; the TTL, which each call chooses, is checked
 //! at the start of [`Redlock::lock`](crate::Redlock::lock) against the same
-//! options. Building connects to nothing: nodes connect on first use, and
-//! reconnect by themselves after a node restarts.
+//! options. Building connects to nothing: nodes connect on first use, in the
+//! background, and reconnect by themselves after a node restarts.
 //!
 //! | option | default | meaning |
 //! |---|---|---|
 //! | [`key_prefix`](Builder::key_prefix) | `"redquorum:"` | prepended to every resource name to form the Redis key |
 //! | [`drift_factor`](Builder::drift_factor) | `0.01` | clock drift allowance: `ttl × factor + 2 ms` is taken off the validity |
-//! | [`node_timeout`](Builder::node_timeout) | 50 ms | bound on each request to one node, connection set-up included |
+//! | [`node_timeout`](Builder::node_timeout) | 50 ms | bound on each request to one node |
+//! | [`connect_timeout`](Builder::connect_timeout) | 2 s | bound on making a connection to one node, in the background |
 //! | [`retry_count`](Builder::retry_count) | 10 | retries after the first attempt in [`lock`](crate::Redlock::lock) |
 //! | [`retry_delay`](Builder::retry_delay) | 200 ms | mean pause between attempts |
 //! | [`retry_jitter`](Builder::retry_jitter) | 100 ms | the pause is drawn uniformly from `delay ± jitter` |
-//! | [`wait_timeout`](Builder::wait_timeout) | none | overall deadline for [`lock`](crate::Redlock::lock) |
+//! | [`wait_timeout`](Builder::wait_timeout) | 10 s | overall deadline for [`lock`](crate::Redlock::lock) |
 //! | [`min_validity`](Builder::min_validity) | 0 | an acquisition with less validity left counts as failed |
 //! | [`keep_alive_fraction`](Builder::keep_alive_fraction) | 1/3 | the watchdog extends every `ttl × fraction` |
 //! | [`wake_on_release`](Builder::wake_on_release) | on | waiters sleep until a release is announced instead of polling |
@@ -23,19 +24,11 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use crate::error::{ConfigError, Error};
-use crate::redlock::Redlock;
+use crate::error::ConfigError;
+use crate::proto::quorum::Plan;
 
-/// The largest TTL accepted. Redis rejects an expiry whose absolute time in
-/// milliseconds overflows a signed 64-bit integer; half of that leaves room
-/// for any server clock.
-pub const MAX_TTL: Duration = Duration::from_millis(i64::MAX as u64 / 2);
-
-/// The constant part of the clock drift allowance: Redis expires keys with
-/// up to 1 ms of imprecision on each side.
-const DRIFT_CONSTANT: Duration = Duration::from_millis(2);
-
-/// Builds a [`Redlock`]. Start from [`Redlock::builder`].
+/// Builds a [`Redlock`](crate::Redlock). Start from
+/// [`Redlock::builder`](crate::Redlock::builder).
 ///
 /// ```
 /// use std::time::Duration;
@@ -54,21 +47,25 @@ pub struct Builder {
     options: Options,
 }
 
-/// The validated options, shared by every lock of a [`Redlock`].
+/// The validated options, shared by every lock of a `Redlock`.
 #[derive(Debug, Clone)]
 pub(crate) struct Options {
     pub(crate) key_prefix: String,
     pub(crate) drift_factor: f64,
     pub(crate) node_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
     pub(crate) retry_count: u32,
     pub(crate) retry_delay: Duration,
     pub(crate) retry_jitter: Duration,
-    pub(crate) wait_timeout: Option<Duration>,
+    pub(crate) wait_timeout: Duration,
     pub(crate) min_validity: Duration,
     pub(crate) keep_alive_fraction: f64,
     pub(crate) wake_on_release: bool,
     pub(crate) restart_guard: bool,
 }
+
+/// The default of [`Builder::wait_timeout`].
+pub(crate) const DEFAULT_WAIT: Duration = Duration::from_secs(10);
 
 impl Default for Options {
     fn default() -> Self {
@@ -76,10 +73,11 @@ impl Default for Options {
             key_prefix: "redquorum:".to_owned(),
             drift_factor: 0.01,
             node_timeout: Duration::from_millis(50),
+            connect_timeout: Duration::from_secs(2),
             retry_count: 10,
             retry_delay: Duration::from_millis(200),
             retry_jitter: Duration::from_millis(100),
-            wait_timeout: None,
+            wait_timeout: DEFAULT_WAIT,
             min_validity: Duration::ZERO,
             keep_alive_fraction: 1.0 / 3.0,
             wake_on_release: true,
@@ -122,12 +120,25 @@ impl Builder {
         self
     }
 
-    /// The bound on each request to one node, connection set-up included.
+    /// The bound on each request to one node, from the call to the reply.
     /// Keep it small against the TTL: the Redis docs suggest 5–50 ms for a
     /// 10 s TTL. A dead or frozen node costs at most this much, and nothing
-    /// when a majority has already answered. Default 50 ms.
+    /// when a majority has already answered. Connecting is bounded
+    /// separately ([`connect_timeout`](Self::connect_timeout)). Three
+    /// timeouts in a row on one connection replace it. Default 50 ms.
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.options.node_timeout = timeout;
+        self
+    }
+
+    /// The bound on making a connection to one node: TCP, handshake (auth)
+    /// and the restart guard's `INFO server`. Connecting runs in the
+    /// background, shared by the requests that need it; a request waits for
+    /// it no longer than its own [`node_timeout`](Self::node_timeout) and
+    /// votes `Timeout` meanwhile, so a node several round trips away joins
+    /// after a few attempts instead of never. Default 2 s.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.options.connect_timeout = timeout;
         self
     }
 
@@ -138,7 +149,8 @@ impl Builder {
     /// announced release of the holder a waiter waited for are not counted
     /// (another waiter won: progress),
     /// nor are the quick retries that settle a vote split among waiters;
-    /// [`wait_timeout`](Self::wait_timeout) bounds those.
+    /// [`wait_timeout`](Self::wait_timeout) bounds those. A call can choose
+    /// its own ([`LockRequest::retries`](crate::LockRequest::retries)).
     pub fn retry_count(mut self, retries: u32) -> Self {
         self.options.retry_count = retries;
         self
@@ -158,20 +170,25 @@ impl Builder {
         self
     }
 
-    /// An overall deadline for [`lock`](crate::Redlock::lock): it gives up
+    /// The overall deadline of [`lock`](crate::Redlock::lock): it gives up
     /// rather than start an attempt that could end after it (one that
     /// starts less than a node timeout before the deadline). The first
     /// attempt is always made; the rollback of a failed attempt may add up
-    /// to one node timeout. Default: none (only the retry count bounds the
-    /// wait).
+    /// to one node timeout. A call can choose its own
+    /// ([`LockRequest::wait`](crate::LockRequest::wait)). Default 10 s:
+    /// some retries are free (see [`retry_count`](Self::retry_count)), so
+    /// without a deadline a waiter could wait for ever on a resource that is
+    /// never free; `Duration::MAX` lifts it.
     pub fn wait_timeout(mut self, timeout: Duration) -> Self {
-        self.options.wait_timeout = Some(timeout);
+        self.options.wait_timeout = timeout;
         self
     }
 
     /// The least validity an acquisition must leave to count: time for the
     /// critical section to do anything at all. Default zero (any positive
-    /// validity counts).
+    /// validity counts). A call whose TTL could never leave this much
+    /// (`min_validity ≥ ttl − drift`) fails at once with
+    /// [`ConfigError::MinValidityTooLong`].
     pub fn min_validity(mut self, min: Duration) -> Self {
         self.options.min_validity = min;
         self
@@ -215,19 +232,21 @@ impl Builder {
     /// the longest TTL; the guard enforces that from the client. On every
     /// new connection to a node it reads the node's `run_id` and uptime
     /// (`INFO server`). When the run id has changed since the last
-    /// connection and the node has been up for less than the longest TTL
-    /// this `Redlock` has asked for (in acquisitions and extensions), the
-    /// node's vote on acquisitions is refused, with
-    /// [`NodeFailure::Restarted`](crate::NodeFailure::Restarted), until that
-    /// TTL has passed since the restart (with a second to spare: Redis
-    /// reports its uptime in whole wall-clock seconds). Releases and
-    /// extensions are still sent: they compare the token, and cannot create
-    /// a key.
+    /// connection, the node's vote on acquisitions is refused, with
+    /// [`NodeFailure::Restarted`](crate::NodeFailure::Restarted), until
+    /// * every key this `Redlock` sent to that node may have expired (send
+    ///   moment + TTL + drift, on our monotonic clock), and
+    /// * keys other clients took before the restart would have expired,
+    ///   assuming they use TTLs like ours: the longest TTL among our keys
+    ///   that may still be alive, counted from the restart (with a second to
+    ///   spare: Redis reports uptime in whole wall-clock seconds).
+    ///
+    /// Releases and extensions are still sent: they compare the token, and
+    /// cannot create a key.
     ///
     /// What it does not cover:
-    /// * Keys granted with a longer TTL than this `Redlock` has asked for:
-    ///   other clients of the same resources that use longer TTLs are not
-    ///   covered (give them all the same TTLs, or their own guard).
+    /// * Keys other clients took with longer TTLs than ours (give them all
+    ///   the same TTLs).
     /// * A restart that happened before this `Redlock` first connected to
     ///   the node: with no run id to compare, it cannot tell.
     /// * A node whose ACL forbids `INFO`, or that renamed it: it cannot be
@@ -235,27 +254,31 @@ impl Builder {
     ///
     /// A node run with `appendonly yes` and `appendfsync always` keeps its
     /// keys across restarts and does not need the guard: turn it off there.
-    /// The cost is one `INFO server` round trip per new connection (on first
-    /// use and after each reconnect), within the node timeout.
+    /// The cost is one `INFO server` round trip per new connection, while
+    /// connecting.
     pub fn restart_guard(mut self, on: bool) -> Self {
         self.options.restart_guard = on;
         self
     }
 
-    /// Checks the configuration and builds the [`Redlock`]. Does no I/O.
-    pub fn build(self) -> Result<Redlock, Error> {
+    /// Checks the node list and the options: the clients to reach the
+    /// nodes with, and the options. Does no I/O.
+    pub(crate) fn validate(self) -> Result<(Vec<redis::Client>, Options), ConfigError> {
         let o = &self.options;
         if self.urls.is_empty() {
-            return Err(ConfigError::NoNodes.into());
+            return Err(ConfigError::NoNodes);
         }
         if !(o.drift_factor.is_finite() && (0.0..1.0).contains(&o.drift_factor)) {
-            return Err(ConfigError::InvalidDriftFactor(o.drift_factor).into());
+            return Err(ConfigError::InvalidDriftFactor(o.drift_factor));
         }
         if !(o.keep_alive_fraction > 0.0 && o.keep_alive_fraction < 1.0) {
-            return Err(ConfigError::InvalidKeepAliveFraction(o.keep_alive_fraction).into());
+            return Err(ConfigError::InvalidKeepAliveFraction(o.keep_alive_fraction));
         }
         if o.node_timeout.is_zero() {
-            return Err(ConfigError::ZeroNodeTimeout.into());
+            return Err(ConfigError::ZeroNodeTimeout);
+        }
+        if o.connect_timeout.is_zero() {
+            return Err(ConfigError::ZeroConnectTimeout);
         }
         let mut clients = Vec::with_capacity(self.urls.len());
         let mut seen = HashSet::new();
@@ -263,15 +286,15 @@ impl Builder {
             let client =
                 redis::Client::open(url.as_str()).map_err(|e| ConfigError::InvalidUrl {
                     url: redact(url),
-                    reason: e.to_string(),
+                    reason: redact_all(&e.to_string(), url),
                 })?;
             let node = node_identity(&client);
             if !seen.insert(node.clone()) {
-                return Err(ConfigError::DuplicateNode { node }.into());
+                return Err(ConfigError::DuplicateNode { node });
             }
             clients.push(client);
         }
-        Ok(Redlock::from_parts(clients, self.options))
+        Ok((clients, self.options))
     }
 }
 
@@ -296,45 +319,42 @@ pub(crate) fn redact(url: &str) -> String {
     }
 }
 
-/// The numbers one acquisition works with, derived from its TTL.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct TtlPlan {
-    /// The TTL in whole milliseconds, as sent with `PX`.
-    pub(crate) ttl_ms: u64,
-    /// The TTL as a duration (`ttl_ms` exactly).
-    pub(crate) ttl: Duration,
-    /// The clock drift allowance.
-    pub(crate) drift: Duration,
-}
-
-impl Options {
-    /// Checks a TTL against the options and derives the drift allowance.
-    pub(crate) fn plan(&self, ttl: Duration) -> Result<TtlPlan, ConfigError> {
-        if ttl > MAX_TTL {
-            return Err(ConfigError::TtlTooLarge { ttl, max: MAX_TTL });
+/// `text` with any password of `url` taken out: a parser's message may
+/// quote the URL.
+fn redact_all(text: &str, url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let secret = &url[scheme_end + 3..at];
+            let password = secret.split_once(':').map_or(secret, |(_, p)| p);
+            if password.is_empty() {
+                text.to_owned()
+            } else {
+                text.replace(password, "***")
+            }
         }
-        let ttl_ms = ttl.as_millis() as u64;
-        if ttl_ms == 0 {
-            return Err(ConfigError::ZeroTtl);
-        }
-        let ttl = Duration::from_millis(ttl_ms);
-        let drift = drift_allowance(ttl_ms, self.drift_factor);
-        if drift >= ttl {
-            return Err(ConfigError::DriftExceedsTtl { ttl, drift });
-        }
-        if self.node_timeout >= ttl {
-            return Err(ConfigError::TimeoutNotBelowTtl {
-                node_timeout: self.node_timeout,
-                ttl,
-            });
-        }
-        Ok(TtlPlan { ttl_ms, ttl, drift })
+        _ => text.to_owned(),
     }
 }
 
-/// `floor(ttl_ms × factor) + 2 ms`, as in the reference clients.
-fn drift_allowance(ttl_ms: u64, factor: f64) -> Duration {
-    Duration::from_millis((ttl_ms as f64 * factor) as u64) + DRIFT_CONSTANT
+impl Options {
+    /// Checks a TTL against the options and derives its [`Plan`].
+    pub(crate) fn plan(&self, ttl: Duration) -> Result<Plan, ConfigError> {
+        let plan = Plan::new(ttl, self.drift_factor)?;
+        if self.node_timeout >= plan.ttl {
+            return Err(ConfigError::TimeoutNotBelowTtl {
+                node_timeout: self.node_timeout,
+                ttl: plan.ttl,
+            });
+        }
+        if self.min_validity >= plan.best_validity() {
+            return Err(ConfigError::MinValidityTooLong {
+                min_validity: self.min_validity,
+                ttl: plan.ttl,
+                drift: plan.drift,
+            });
+        }
+        Ok(plan)
+    }
 }
 
 #[cfg(test)]
@@ -342,9 +362,9 @@ mod tests {
     use super::*;
 
     fn config_err(b: Builder) -> ConfigError {
-        match b.build() {
-            Err(Error::Config(e)) => e,
-            other => panic!("expected a config error, got {other:?}"),
+        match b.validate() {
+            Err(e) => e,
+            Ok(_) => panic!("expected a config error"),
         }
     }
 
@@ -392,7 +412,11 @@ mod tests {
             config_err(one().node_timeout(Duration::ZERO)),
             ConfigError::ZeroNodeTimeout
         );
-        assert!(one().drift_factor(0.0).build().is_ok());
+        assert_eq!(
+            config_err(one().connect_timeout(Duration::ZERO)),
+            ConfigError::ZeroConnectTimeout
+        );
+        assert!(one().drift_factor(0.0).validate().is_ok());
     }
 
     #[test]
@@ -404,29 +428,11 @@ mod tests {
     }
 
     #[test]
-    fn ttl_plans() {
+    fn ttl_plans_against_the_options() {
         let o = Options::default();
         assert_eq!(o.plan(Duration::ZERO), Err(ConfigError::ZeroTtl));
-        assert_eq!(
-            o.plan(Duration::from_micros(900)),
-            Err(ConfigError::ZeroTtl)
-        );
-        assert!(matches!(
-            o.plan(MAX_TTL + ms(1)),
-            Err(ConfigError::TtlTooLarge { .. })
-        ));
-        assert!(matches!(
-            o.plan(Duration::MAX),
-            Err(ConfigError::TtlTooLarge { .. })
-        ));
-        // 10 s: drift 100 + 2 ms.
         let p = o.plan(Duration::from_secs(10)).unwrap();
         assert_eq!((p.ttl_ms, p.drift), (10_000, ms(102)));
-        // Sub-millisecond parts are cut, as PX would.
-        assert_eq!(
-            o.plan(Duration::from_micros(10_000_900)).unwrap().ttl_ms,
-            10_000
-        );
         // The node timeout must stay below the TTL.
         assert_eq!(
             o.plan(ms(50)),
@@ -435,27 +441,19 @@ mod tests {
                 ttl: ms(50)
             })
         );
-        // Drift that eats the TTL: 2 ms of constant alone.
-        let fast = Options {
-            node_timeout: ms(1),
+        // A minimum validity no acquisition could ever leave.
+        let picky = Options {
+            min_validity: ms(988),
             ..Options::default()
         };
         assert_eq!(
-            fast.plan(ms(2)),
-            Err(ConfigError::DriftExceedsTtl {
-                ttl: ms(2),
-                drift: ms(2)
+            picky.plan(ms(1_000)),
+            Err(ConfigError::MinValidityTooLong {
+                min_validity: ms(988),
+                ttl: ms(1_000),
+                drift: ms(12)
             })
         );
-        assert!(fast.plan(ms(3)).is_ok());
-        let greedy = Options {
-            drift_factor: 0.998,
-            ..Options::default()
-        };
-        assert!(matches!(
-            greedy.plan(Duration::from_secs(1)),
-            Err(ConfigError::DriftExceedsTtl { .. })
-        ));
-        assert!(o.plan(MAX_TTL).is_ok());
+        assert!(picky.plan(ms(1_001)).is_ok());
     }
 }

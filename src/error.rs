@@ -38,11 +38,10 @@ pub enum Error {
         /// The votes of the last attempt.
         report: Report,
     },
-    /// The lock's validity had run out: [`extend`](crate::Lock::extend) on
-    /// an expired lock sends nothing; [`release`](crate::Lock::release) still
-    /// cleans up, but the critical section was not protected to its end. Also
-    /// returned when the nodes no longer knew the key (it expired, was already
-    /// released, or a node restarted without persistence).
+    /// The lock is gone: [`extend`](crate::Lock::extend) on a lock whose
+    /// validity ran out sends nothing, and [`release`](crate::Lock::release)
+    /// or `extend` found the keys gone on the nodes (they expired, were
+    /// already released, or a node restarted without persistence).
     Expired {
         /// The resource of the lock.
         resource: String,
@@ -67,6 +66,23 @@ pub enum Error {
         /// The votes.
         report: Report,
     },
+    /// [`release`](crate::Lock::release) deleted our keys on a majority,
+    /// but the lock's validity had already run out: the critical section
+    /// overran the lock, and another holder may have been in it meanwhile.
+    ReleasedLate {
+        /// The resource of the lock.
+        resource: String,
+        /// The votes.
+        report: Report,
+    },
+    /// The lock was lost while [`with_lock`](crate::Redlock::with_lock)'s
+    /// work ran (another owner took it, its keys were lost, or its validity
+    /// ran out before an extension got through). What the work returned is
+    /// dropped: it may have acted without the lock.
+    Lost {
+        /// The resource of the lock.
+        resource: String,
+    },
 }
 
 /// Why [`Redlock::lock`](crate::Redlock::lock) stopped trying.
@@ -86,8 +102,9 @@ impl Error {
     /// The per-node votes behind this error, when nodes were asked.
     pub fn report(&self) -> Option<&Report> {
         match self {
-            Error::Config(_) => None,
-            Error::NotAcquired { report, .. }
+            Error::Config(_) | Error::Lost { .. } => None,
+            Error::ReleasedLate { report, .. }
+            | Error::NotAcquired { report, .. }
             | Error::Expired { report, .. }
             | Error::Taken { report, .. }
             | Error::NoQuorum { report, .. } => Some(report),
@@ -138,6 +155,15 @@ impl fmt::Display for Error {
                 f,
                 "too few nodes confirmed the operation on {resource:?}: {report}"
             ),
+            Error::ReleasedLate { resource, report } => write!(
+                f,
+                "lock on {resource:?} was released after its validity had run out: the critical \
+                 section overran the lock (use a longer TTL, extend it, or keep_alive): {report}"
+            ),
+            Error::Lost { resource } => write!(
+                f,
+                "lock on {resource:?} was lost while the work ran: its result was dropped"
+            ),
         }
     }
 }
@@ -181,6 +207,8 @@ pub enum ConfigError {
     InvalidDriftFactor(f64),
     /// The per-node timeout is zero.
     ZeroNodeTimeout,
+    /// The connect timeout is zero.
+    ZeroConnectTimeout,
     /// The keep-alive fraction is not in `(0.0, 1.0)`.
     InvalidKeepAliveFraction(f64),
     /// A TTL of zero (or below one millisecond, which Redis cannot express).
@@ -207,6 +235,16 @@ pub enum ConfigError {
         node_timeout: Duration,
         /// The TTL asked for.
         ttl: Duration,
+    },
+    /// The minimum validity is not smaller than `ttl − drift`, the most an
+    /// acquisition can leave: no acquisition could ever succeed.
+    MinValidityTooLong {
+        /// The minimum validity asked for.
+        min_validity: Duration,
+        /// The TTL asked for.
+        ttl: Duration,
+        /// The drift allowance computed for it.
+        drift: Duration,
     },
 }
 
@@ -238,6 +276,9 @@ impl fmt::Display for ConfigError {
             ConfigError::ZeroNodeTimeout => {
                 write!(f, "the per-node timeout must be greater than zero")
             }
+            ConfigError::ZeroConnectTimeout => {
+                write!(f, "the connect timeout must be greater than zero")
+            }
             ConfigError::ZeroTtl => write!(f, "the TTL must be at least 1 ms"),
             ConfigError::TtlTooLarge { ttl, max } => {
                 write!(f, "TTL {ttl:?} is larger than Redis accepts ({max:?})")
@@ -249,6 +290,15 @@ impl fmt::Display for ConfigError {
             ConfigError::TimeoutNotBelowTtl { node_timeout, ttl } => write!(
                 f,
                 "per-node timeout {node_timeout:?} is not smaller than TTL {ttl:?}: use a longer TTL or a shorter node timeout"
+            ),
+            ConfigError::MinValidityTooLong {
+                min_validity,
+                ttl,
+                drift,
+            } => write!(
+                f,
+                "minimum validity {min_validity:?} is not below TTL {ttl:?} less its drift allowance {drift:?}, \
+                 so no acquisition could succeed: use a longer TTL or a smaller min_validity"
             ),
         }
     }
@@ -333,9 +383,8 @@ pub enum NodeFailure {
     /// The node is a read-only replica (`READONLY`).
     ReadOnly(String),
     /// The node restarted recently and may have forgotten locks it granted
-    /// before: acquisitions get no vote from it until every key it could
-    /// have granted (with up to the longest TTL this `Redlock` has asked
-    /// for) would have expired. Nothing was sent. See
+    /// before: acquisitions get no vote from it until the keys it may have
+    /// forgotten would have expired. Nothing was sent. See
     /// [`Builder::restart_guard`](crate::Builder::restart_guard).
     Restarted {
         /// How long it still gets no vote.

@@ -1,8 +1,8 @@
 //! # redquorum
 //!
-//! The Redlock algorithm: a distributed mutex held on a majority of N
+//! The Redlock algorithm: a distributed lock held on a majority of N
 //! independent Redis nodes, for one job, one leader or one writer at a time
-//! across a fleet.
+//! across a fleet. Async, on a **tokio** runtime.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -20,62 +20,66 @@
 //! // … the critical section; `lock.remaining()` says how much validity is left …
 //! lock.extend(Duration::from_secs(10)).await?;
 //! lock.release().await?;
+//!
+//! // Per call: wait at most half a second.
+//! let lock = redlock
+//!     .lock("nightly-report", Duration::from_secs(10))
+//!     .wait(Duration::from_millis(500))
+//!     .await?;
 //! # Ok(())
 //! # }
 //! ```
 //!
-//! ## How it works
-//!
-//! [`Redlock::lock`] sends `SET key token NX PX ttl` to every node at once,
-//! each request under its own timeout, and holds the lock when a majority
-//! said yes with validity to spare (`ttl − elapsed − drift`). Otherwise it
-//! rolls back on every node and tries again after a random pause. Release and
-//! extension are compare-and-delete and compare-and-pexpire scripts.
-//!
 //! Read the safety caveats on [`Redlock`] before relying on it: Redlock
 //! depends on bounded clock drift, bounded process pauses, and nodes that do
-//! not forget their keys. A node that restarted (and so may have forgotten
-//! them) is kept out of acquisitions until its forgotten keys would have
-//! expired, as far as this client can tell
-//! ([`Builder::restart_guard`](config::Builder::restart_guard)).
+//! not forget their keys.
 //!
-//! ## Modules, in the order a request flows
+//! ## Contents
 //!
-//! * [`config`]: the [`Builder`], its defaults and its checks.
-//! * `redlock`: the coordinator, [`Redlock`], and its retry loop.
-//! * `quorum`: fan-out to all nodes, counting, early decision, validity.
-//! * `node`: one Redis connection, its commands and their timeout, and the
-//!   restart guard.
-//! * `scripts`: the Lua scripts for release and extension.
-//! * `lock`: the guard, [`Lock`]: remaining validity, extend, release, drop.
-//! * `waiters`: waiting without polling: waiters subscribe to a release
-//!   channel and are woken when the holder lets go.
-//! * `keep_alive`: the watchdog that extends a lock in the background, and
-//!   the [`Held`] handle that says when it is lost.
-//! * [`error`]: [`Error`], [`Report`] and [`NodeFailure`]: what went wrong
-//!   and what to fix.
-//! * `clock`: the suspend-aware monotonic clock.
-//! * `local_cluster` (feature `local-cluster`): starts local `redis-server`
+//! What you use:
+//! * [`Redlock`] (and its [`Builder`]): one per process; takes locks with
+//!   [`lock`](Redlock::lock), [`try_lock`](Redlock::try_lock),
+//!   [`with_lock`](Redlock::with_lock).
+//! * [`Lock`]: a held lock — remaining validity, extend, release,
+//!   [`keep_alive`](Lock::keep_alive); [`Held`]: a view of it for the code
+//!   it protects, saying when it is lost.
+//! * [`Error`], with the per-node [`Report`] and [`NodeFailure`]s, and
+//!   [`ConfigError`]: what went wrong and what to fix.
+//!
+//! How it works, one layer per module, each using only those below it:
+//! * `client` and `lock`: the handles above.
+//! * `kinds`: what a lock is on one node — its Lua scripts and how a node's
+//!   reply becomes a vote. `kinds::mutex` states the guarantee and why it
+//!   holds.
+//! * `engine`: the acquire loop (attempt, decide, validity, rollback,
+//!   cancel safety, retries), waiting for a release over pub/sub, and the
+//!   watchdog — the same for every kind.
+//! * `proto`: the commands kinds build and the nodes run;
+//!   `proto::quorum`, the quorum rule and all its arithmetic (majority,
+//!   validity, drift, back-off), with no Redis in it.
+//! * `net`: one node — a connection slot made in the background, the
+//!   per-request bound, replacing silent connections, the restart guard.
+//! * `config`, `error`, `clock` (the suspend-aware monotonic clock).
+//! * [`local_cluster`] (feature `local-cluster`): local `redis-server`
 //!   processes for tests, examples and benchmarks.
 
 #![warn(missing_docs)]
 
+mod client;
 mod clock;
-pub mod config;
-pub mod error;
-mod keep_alive;
+mod config;
+mod engine;
+mod error;
+mod kinds;
 mod lock;
-mod node;
-mod quorum;
-mod redlock;
-mod scripts;
-mod waiters;
+mod net;
+mod proto;
 
 #[cfg(feature = "local-cluster")]
 pub mod local_cluster;
 
-pub use config::{Builder, MAX_TTL};
+pub use client::{LockRequest, Redlock};
+pub use config::Builder;
 pub use error::{ConfigError, Error, GaveUp, NodeFailure, Report};
-pub use keep_alive::Held;
-pub use lock::Lock;
-pub use redlock::Redlock;
+pub use lock::{Held, Lock};
+pub use proto::quorum::MAX_TTL;

@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::future::IntoFuture;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -294,7 +295,7 @@ fn dropping_a_guard_outside_a_runtime_does_not_panic() {
     let c = cluster(3);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let lock = rt
-        .block_on(redlock(&c).lock("r", Duration::from_secs(30)))
+        .block_on(redlock(&c).lock("r", Duration::from_secs(30)).into_future())
         .unwrap();
     drop(rt);
     let held = holders(&c, &[0, 1, 2], &key("r"));

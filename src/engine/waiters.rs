@@ -3,7 +3,7 @@
 //! The release script publishes the releaser's token on the channel
 //! `<key>:released` of every node where it deletes the key (rollbacks of
 //! failed attempts only when they may have reached a majority: see
-//! [`Request::Release`]). A [`Redlock`] keeps one
+//! [`Kind::release`](crate::kinds::Kind::release)). A [`Redlock`] keeps one
 //! subscriber connection per node, made when the first of its `lock()` calls
 //! has to wait and shared by all of them, and a registry of the channels
 //! someone waits on, each subscribed while it has waiters.
@@ -32,13 +32,21 @@
 //! `CLIENT KILL TYPE pubsub`) wakes every waiter, which tries again and
 //! subscribes anew on its way back to waiting: a broken subscription
 //! degrades to timers, never to a hang. Every subscription is bounded by the
-//! node timeout, so a frozen node delays no one.
+//! node timeout, so a frozen node delays no one. A subscriber connection
+//! that goes silent without breaking (a partition with no RST, a dead NAT
+//! entry) would still look subscribed, so each is pinged every
+//! [`PING_EVERY`]; one that does not answer in time is dropped like a
+//! broken one.
+//!
+//! The subscriber connections live in the same kind of [`Slot`] as the
+//! command connections: made in the background, shared, replaced by
+//! generation.
 //!
 //! One release is announced by every node it reached; the channel counts it
 //! once.
 //!
 //! [`Redlock`]: crate::Redlock
-//! [`Request::Release`]: crate::quorum::Request::Release
+//! [`Request::Release`]: crate::kinds::Kind::release
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -50,7 +58,12 @@ use futures::stream::FuturesUnordered;
 use redis::aio::PubSubSink;
 use tokio::sync::{Notify, oneshot};
 
-use crate::node::is_connection_error;
+use crate::error::NodeFailure;
+use crate::net::slot::Slot;
+use crate::net::{Limits, classify, is_connection_error};
+
+/// How often an idle subscriber connection is pinged.
+pub(crate) const PING_EVERY: Duration = Duration::from_secs(1);
 
 /// The subscriber connections of one `Redlock`, and the channels waited on.
 pub(crate) struct Waiters {
@@ -70,18 +83,16 @@ struct Inner {
 /// One node's subscriber connection.
 struct Subscriber {
     client: redis::Client,
-    timeout: Duration,
-    /// The generation of the live connection, 0 while there is none; a
-    /// copy of what `live` holds, readable without waiting.
-    generation: AtomicU64,
-    live: tokio::sync::Mutex<Option<Live>>,
+    limits: Limits,
+    slot: Arc<Slot<Arc<Live>>>,
 }
 
 /// A live subscriber connection: its command half, and the handle whose
-/// drop stops the task that reads its messages (and so closes it).
+/// drop stops the task that reads its messages (and so closes it). The
+/// command half is locked while (un)subscribing, so that an unsubscription
+/// and a new subscription of the same channel cannot cross.
 struct Live {
-    generation: u64,
-    sink: PubSubSink,
+    sink: tokio::sync::Mutex<PubSubSink>,
     _reader: oneshot::Sender<()>,
 }
 
@@ -128,20 +139,17 @@ pub(crate) enum Wake {
     Dropped,
 }
 
-/// Connection generations, unique in the process; 0 means none.
-static GENERATION: AtomicU64 = AtomicU64::new(1);
-
 impl Waiters {
-    pub(crate) fn new(clients: &[redis::Client], timeout: Duration, quorum: usize) -> Waiters {
+    pub(crate) fn new(clients: &[redis::Client], limits: Limits) -> Waiters {
+        let quorum = crate::proto::quorum::quorum(clients.len());
         Waiters {
             inner: Arc::new(Inner {
                 nodes: clients
                     .iter()
                     .map(|client| Subscriber {
                         client: client.clone(),
-                        timeout,
-                        generation: AtomicU64::new(0),
-                        live: tokio::sync::Mutex::new(None),
+                        limits,
+                        slot: Slot::new(limits.connect),
                     })
                     .collect(),
                 needed: clients.len() + 1 - quorum,
@@ -259,7 +267,7 @@ impl Channel {
     /// Whether the live connection to node `i` confirmed the subscription.
     fn subscribed(&self, i: usize) -> bool {
         let g = self.confirmed[i].load(Ordering::Acquire);
-        g != 0 && g == self.inner.nodes[i].generation.load(Ordering::Acquire)
+        g != 0 && g == self.inner.nodes[i].slot.generation()
     }
 
     /// Subscribes on every node where it is not subscribed, connecting
@@ -277,28 +285,25 @@ impl Channel {
         while !self.listening() && pending.next().await.is_some() {}
     }
 
-    /// Subscribes on node `i`, bounded by the node timeout.
+    /// Subscribes on node `i`, bounded by the node timeout (connecting goes
+    /// on in the background).
     async fn subscribe(self: Arc<Self>, i: usize) {
         let node = &self.inner.nodes[i];
         let work = async {
-            let mut live = node.live.lock().await;
-            if live.is_none() {
-                *live = Some(self.inner.connect(i).await?);
-            }
-            let current = live.as_mut()?;
-            node.generation.store(current.generation, Ordering::Release);
-            if self.confirmed[i].load(Ordering::Acquire) == current.generation {
+            let (live, _) = self.inner.connection(i).await.ok()?;
+            if self.confirmed[i].load(Ordering::Acquire) == live.generation {
                 return Some(());
             }
-            match current.sink.subscribe(&*self.name).await {
+            let mut sink = live.conn.sink.lock().await;
+            match sink.subscribe(&*self.name).await {
                 Ok(()) => {
-                    self.confirmed[i].store(current.generation, Ordering::Release);
+                    self.confirmed[i].store(live.generation, Ordering::Release);
                     Some(())
                 }
                 // The connection is broken: drop it (the next waiter makes
                 // a new one) and tell the waiters that counted on it.
                 Err(e) if is_connection_error(&e) => {
-                    self.inner.forget(i, &mut live);
+                    self.inner.forget(i, live.generation);
                     None
                 }
                 // Refused (an ACL without this channel, say): the connection
@@ -309,7 +314,7 @@ impl Channel {
                 }
             }
         };
-        let _ = tokio::time::timeout(node.timeout, work).await;
+        let _ = tokio::time::timeout(node.limits.request, work).await;
     }
 
     /// Wakes the waiters for a release, once per release (every node it
@@ -349,49 +354,29 @@ impl Drop for Channel {
 }
 
 impl Inner {
-    /// A new subscriber connection to node `i`, with a task that hands its
-    /// messages to the channels.
-    async fn connect(self: &Arc<Self>, i: usize) -> Option<Live> {
-        let (sink, mut stream) = self.nodes[i].client.get_async_pubsub().await.ok()?.split();
-        let generation = GENERATION.fetch_add(1, Ordering::Relaxed);
-        let (stop, mut stopped) = oneshot::channel();
+    /// Node `i`'s subscriber connection, made if there is none.
+    async fn connection(
+        self: &Arc<Self>,
+        i: usize,
+    ) -> Result<(crate::net::slot::Live<Arc<Live>>, bool), NodeFailure> {
         let inner = Arc::downgrade(self);
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    // The connection was replaced or the `Redlock` dropped.
-                    _ = &mut stopped => return,
-                    message = stream.next() => {
-                        let Some(message) = message else { break };
-                        let Some(inner) = inner.upgrade() else { return };
-                        if let Some(channel) = inner.channel(message.get_channel_name()) {
-                            channel.announce(message.get_payload_bytes());
-                        }
-                    }
-                }
-            }
-            // The connection ended: forget it, unless a newer one took over.
-            let Some(inner) = inner.upgrade() else { return };
-            let mut live = inner.nodes[i].live.lock().await;
-            if live.as_ref().is_some_and(|l| l.generation == generation) {
-                inner.forget(i, &mut live);
-            }
-        });
-        Some(Live {
-            generation,
-            sink,
-            _reader: stop,
-        })
+        let client = self.nodes[i].client.clone();
+        let limits = self.nodes[i].limits;
+        self.nodes[i]
+            .slot
+            .get(move |generation| connect(inner, client, limits, i, generation))
+            .await
     }
 
-    /// Drops node `i`'s subscriber connection (`live`, its locked slot)
-    /// and wakes every waiter, which may have counted on it to hear a
-    /// release: each tries again and subscribes anew.
-    fn forget(&self, i: usize, live: &mut Option<Live>) {
-        *live = None;
-        self.nodes[i].generation.store(0, Ordering::Release);
+    /// Drops node `i`'s subscriber connection of `generation`, if it is
+    /// still the live one, and wakes every waiter, which may have counted
+    /// on it to hear a release: each tries again and subscribes anew.
+    fn forget(&self, i: usize, generation: u64) {
+        if !self.nodes[i].slot.forget(generation) {
+            return;
+        }
         self.drops.fetch_add(1, Ordering::AcqRel);
-        tracing::debug!(node = i, "subscriber connection dropped");
+        tracing::debug!(node = i, generation, "subscriber connection dropped");
         let channels: Vec<Arc<Channel>> = lock(&self.channels)
             .values()
             .filter_map(Weak::upgrade)
@@ -407,18 +392,76 @@ impl Inner {
 
     /// Unsubscribes every node from `name`, unless someone waits on it
     /// again (a new waiter registers before it subscribes, and subscribes
-    /// under the same per-node lock, so the check cannot go stale).
+    /// under the same lock of the connection's command half, so the check
+    /// cannot go stale).
     async fn unsubscribe(&self, name: &str) {
         for node in &self.nodes {
+            let Some(live) = node.slot.live() else {
+                continue;
+            };
             // Waits its turn behind subscriptions in progress (each bounded);
             // only the command itself is under the node timeout.
-            let mut live = node.live.lock().await;
-            let waited_on = self.channel(name).is_some();
-            if let (Some(live), false) = (live.as_mut(), waited_on) {
-                let _ = tokio::time::timeout(node.timeout, live.sink.unsubscribe(name)).await;
+            let mut sink = live.conn.sink.lock().await;
+            if self.channel(name).is_none() {
+                let _ = tokio::time::timeout(node.limits.request, sink.unsubscribe(name)).await;
             }
         }
     }
+}
+
+/// A new subscriber connection to node `i`, with a task that hands its
+/// messages to the channels and pings the node every [`PING_EVERY`].
+async fn connect(
+    inner: Weak<Inner>,
+    client: redis::Client,
+    limits: Limits,
+    i: usize,
+    generation: u64,
+) -> Result<Arc<Live>, NodeFailure> {
+    let (sink, mut stream) = client
+        .get_async_pubsub()
+        .await
+        .map_err(|e| classify(&e))?
+        .split();
+    let (stop, mut stopped) = oneshot::channel();
+    let mut pinger = sink.clone();
+    // A silent connection must not pass for a listening one: it answers a
+    // ping within this, or it is dropped.
+    let ping_limit = limits.request.max(PING_EVERY);
+    tokio::spawn(async move {
+        let mut ping = tokio::time::interval(PING_EVERY);
+        ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ping.tick().await;
+        loop {
+            tokio::select! {
+                // The connection was replaced or the `Redlock` dropped.
+                _ = &mut stopped => return,
+                message = stream.next() => {
+                    let Some(message) = message else { break };
+                    let Some(inner) = inner.upgrade() else { return };
+                    if let Some(channel) = inner.channel(message.get_channel_name()) {
+                        channel.announce(message.get_payload_bytes());
+                    }
+                }
+                _ = ping.tick() => {
+                    let pong = tokio::time::timeout(ping_limit, pinger.ping::<redis::Value>()).await;
+                    if !matches!(pong, Ok(Ok(_))) {
+                        tracing::debug!(node = i, generation, "subscriber connection silent");
+                        break;
+                    }
+                }
+            }
+        }
+        // The connection ended or went silent: forget it, unless a newer
+        // one took over.
+        if let Some(inner) = inner.upgrade() {
+            inner.forget(i, generation);
+        }
+    });
+    Ok(Arc::new(Live {
+        sink: tokio::sync::Mutex::new(sink),
+        _reader: stop,
+    }))
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

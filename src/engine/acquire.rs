@@ -1,0 +1,225 @@
+//! The acquire loop: attempts, retries, and waiting for a release.
+//!
+//! Each attempt draws a fresh random token, so that a late rollback of one
+//! attempt can never delete the key of the next. The attempt is guarded while
+//! it runs: if the caller drops the future mid-flight (under
+//! `tokio::time::timeout`, or in a `select!`), the guard releases the
+//! attempt's token on every node in the background, so no key is left behind
+//! for its TTL.
+//!
+//! Between attempts the loop waits for its turn. With
+//! [`wake_on_release`](crate::Builder::wake_on_release) on (the default), the
+//! first failed attempt subscribes to the resource's release channel
+//! ([`waiters`](super::waiters)) and tries once more at once; later failures
+//! sleep until a release is announced or the holder's keys expire, whichever
+//! comes first ([`pause`](crate::proto::quorum::pause)): no polling while the
+//! lock is held, and no retry pause between a release and the next holder.
+//!
+//! Every call is bounded: by its retry count and by its wait deadline (ten
+//! seconds unless the caller or the `Redlock` says otherwise), since some
+//! retries are free (see [`Call`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::Instrument;
+
+use super::waiters::{Channel, Mark, Wake};
+use super::{Attempt, Engine};
+use crate::clock::Moment;
+use crate::error::{Error, GaveUp};
+use crate::kinds::Kind;
+use crate::proto::LockId;
+use crate::proto::quorum::{self, Pause, Plan, Seen, Tally};
+
+/// How long one call may try.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Call {
+    /// Retries after the first attempt. Attempts prompted by the announced
+    /// release of the holder the caller waited for (another waiter won:
+    /// progress, not polling) and the quick ones that settle a split vote
+    /// among waiters do not count.
+    pub(crate) retries: u32,
+    /// How long the call may wait in all.
+    pub(crate) wait: Duration,
+}
+
+/// Acquires `id.key` for `plan.ttl`: the token and the validity deadline.
+pub(crate) async fn acquire(
+    engine: &Arc<Engine>,
+    kind: &Arc<dyn Kind>,
+    resource: &str,
+    key: Box<str>,
+    plan: Plan,
+    call: Call,
+) -> Result<(Arc<LockId>, Moment), Error> {
+    let options = &engine.options;
+    let deadline = Moment::now().after(call.wait);
+    let mut attempts = 0;
+    let mut counted = 0;
+    let mut free = false;
+    let mut waiting = Waiting::default();
+    loop {
+        attempts += 1;
+        if !free {
+            counted += 1;
+        }
+        // What the channel had seen before the attempt: a release during
+        // the attempt still wakes the wait after it.
+        let listened = waiting.channel.clone();
+        let mark = listened.as_deref().map(Channel::mark);
+        let id = LockId::new(key.clone());
+        let cancel_guard = CancelGuard {
+            engine,
+            kind,
+            id: &id,
+        };
+        let span = tracing::debug_span!("redquorum.acquire", resource, attempt = attempts);
+        let attempt = engine
+            .attempt(kind, &id, &plan, listened.is_some())
+            .instrument(span)
+            .await;
+        // Completed: held, or already rolled back.
+        std::mem::forget(cancel_guard);
+        let (tally, took) = match attempt {
+            Attempt::Held { deadline } => return Ok((id, deadline)),
+            Attempt::Failed(tally, took) => (tally, took),
+        };
+        let give_up = |gave_up| Error::NotAcquired {
+            resource: resource.to_owned(),
+            attempts,
+            gave_up,
+            report: engine.report(&tally),
+        };
+        if counted > call.retries {
+            return Err(give_up(GaveUp::Retries));
+        }
+        // How long a new attempt may still start: one that starts later
+        // could end after the deadline.
+        let left = deadline.remaining().saturating_sub(options.node_timeout);
+        let pause = waiting
+            .pause(engine, &key, &tally, took, mark.as_ref(), left)
+            .await;
+        // Without a release to hope for, do not sleep into the deadline.
+        if pause.sleep >= left && waiting.awaited.is_none() {
+            return Err(give_up(GaveUp::Deadline));
+        }
+        let woken = async {
+            match (&waiting.channel, &mark) {
+                (Some(channel), Some(mark)) => channel.wake(mark, waiting.awaited.as_deref()).await,
+                _ => std::future::pending().await,
+            }
+        };
+        // The holder we waited for let go: the next attempt is not a poll.
+        let let_go = tokio::select! {
+            wake = woken => wake == Wake::Released,
+            () = tokio::time::sleep(pause.sleep.min(left)) => false,
+        };
+        free = let_go || !pause.counted;
+        if deadline.remaining() <= options.node_timeout {
+            return Err(give_up(GaveUp::Deadline));
+        }
+    }
+}
+
+/// What one call keeps between its attempts.
+#[derive(Default)]
+struct Waiting {
+    /// The release channel, once an attempt has failed (with
+    /// `wake_on_release`).
+    channel: Option<Arc<Channel>>,
+    /// The token of the holder the last attempt saw on a majority.
+    awaited: Option<Box<str>>,
+    /// Split votes in a row.
+    streak: u32,
+}
+
+impl Waiting {
+    /// How long to wait after a failed attempt, and whether the next one
+    /// counts as a retry. `mark` is the channel's state from before the
+    /// attempt; `left`, how long a new attempt may still start.
+    async fn pause(
+        &mut self,
+        engine: &Engine,
+        key: &str,
+        tally: &Tally,
+        took: Duration,
+        mark: Option<&Mark>,
+        left: Duration,
+    ) -> Pause {
+        let options = &engine.options;
+        let Some(channel) = &self.channel else {
+            if !options.wake_on_release {
+                return Pause {
+                    sleep: quorum::retry_delay(options.retry_delay, options.retry_jitter),
+                    counted: true,
+                };
+            }
+            // Listen from now on, and try again at once: a release made
+            // before the subscription would not be heard. Not a poll.
+            let channel = engine.waiters.channel(key);
+            let _ = tokio::time::timeout(left, channel.ensure()).await;
+            self.channel = Some(channel);
+            return Pause {
+                sleep: Duration::ZERO,
+                counted: false,
+            };
+        };
+        let mut seen = tally.seen();
+        if let Seen::Holder { token, .. } = &seen {
+            if channel.was_announced(token) {
+                // Its release is under way (announced by the nodes it has
+                // reached; the others follow): like a split, settled in a
+                // round trip or two.
+                seen = Seen::Contended;
+            }
+        }
+        self.streak = if seen == Seen::Contended {
+            self.streak + 1
+        } else {
+            0
+        };
+        self.awaited = match &seen {
+            Seen::Holder { token, .. } => Some(token.clone()),
+            _ => None,
+        };
+        // Judged on the subscriptions that were there before the attempt:
+        // one made since may have missed a release that the attempt did not
+        // see either.
+        let heard = mark.is_some_and(|mark| channel.heard_since(mark));
+        // Mends subscriptions that broke.
+        let _ = tokio::time::timeout(left, channel.ensure()).await;
+        if !heard && channel.listening() {
+            // Listening again: try once more at once, as after the first
+            // subscription (counted, so that a flapping node cannot make
+            // this loop for ever).
+            return Pause {
+                sleep: Duration::ZERO,
+                counted: true,
+            };
+        }
+        quorum::pause(
+            &seen,
+            heard,
+            took,
+            self.streak,
+            options.retry_delay,
+            options.retry_jitter,
+        )
+    }
+}
+
+/// Releases an attempt's token on every node if the attempt is dropped
+/// before it completes. Completed attempts `forget` it.
+struct CancelGuard<'a> {
+    engine: &'a Engine,
+    kind: &'a Arc<dyn Kind>,
+    id: &'a Arc<LockId>,
+}
+
+impl Drop for CancelGuard<'_> {
+    fn drop(&mut self) {
+        tracing::debug!(key = %self.id.key, "acquire cancelled: rolling back in the background");
+        self.engine.release_in_background(self.kind, self.id);
+    }
+}

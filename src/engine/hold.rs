@@ -1,0 +1,268 @@
+//! A held lock's shared state: its validity deadline, whether it has ended,
+//! the one extension in flight, and the watchdog.
+//!
+//! Every handle on a lock — the [`Lock`](crate::Lock) itself and each
+//! [`Held`](crate::Held) it hands out — reads the same [`Hold`], so they
+//! never disagree. A lock is **lost** as soon as any of these is true, and
+//! stays lost:
+//!
+//! * its validity deadline has passed — read from the clock on every
+//!   question, so the answer does not wait for the watchdog to run (a busy
+//!   or current-thread runtime may not let it);
+//! * it was released or dropped;
+//! * an extension found that a majority can no longer be had (another
+//!   owner's key, or keys gone, on too many nodes).
+//!
+//! **At most one extension in flight.** [`Hold::extend`] holds a lock for
+//! its whole round, so the watchdog and a caller's `extend` take turns: the
+//! deadline always comes from the last extension sent, whose TTL the nodes
+//! hold. An extension that fails may still have reached some nodes, so the
+//! deadline is then cut to what it would have set if that is earlier (a
+//! shorter TTL): the lock never believes in keys that may already be gone.
+//!
+//! **The watchdog** ([`keep_alive`]) extends the lock by its TTL every
+//! `ttl × keep_alive_fraction` (a third by default, as Redisson's watchdog
+//! does). An extension that fails for a passing reason (timeouts,
+//! connection errors) is tried again soon, for as long as one more attempt
+//! can still finish before the validity ends.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::clock::Moment;
+use crate::engine::Engine;
+use crate::error::{Error, NodeFailure, Report};
+use crate::kinds::Kind;
+use crate::proto::LockId;
+use crate::proto::quorum::{Plan, Tally};
+
+/// What every handle on one held lock shares.
+pub(crate) struct Hold {
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) kind: Arc<dyn Kind>,
+    pub(crate) id: Arc<LockId>,
+    pub(crate) resource: Box<str>,
+    state: watch::Sender<State>,
+    /// The TTL of the last acquisition or extension: what the watchdog
+    /// renews with.
+    plan: Mutex<Plan>,
+    /// Held for the whole round of an extension.
+    extending: tokio::sync::Mutex<()>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct State {
+    deadline: Moment,
+    ended: bool,
+}
+
+impl Hold {
+    pub(crate) fn new(
+        engine: Arc<Engine>,
+        kind: Arc<dyn Kind>,
+        id: Arc<LockId>,
+        resource: Box<str>,
+        plan: Plan,
+        deadline: Moment,
+    ) -> Arc<Hold> {
+        Arc::new(Hold {
+            engine,
+            kind,
+            id,
+            resource,
+            state: watch::Sender::new(State {
+                deadline,
+                ended: false,
+            }),
+            plan: Mutex::new(plan),
+            extending: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// The validity deadline; now, once the lock has ended.
+    fn deadline(&self) -> Moment {
+        let state = *self.state.borrow();
+        if state.ended {
+            Moment::now()
+        } else {
+            state.deadline
+        }
+    }
+
+    /// How long the lock is still valid; zero once lost.
+    pub(crate) fn remaining(&self) -> Duration {
+        self.deadline().remaining()
+    }
+
+    /// Whether the lock is lost: ended, or its deadline has passed.
+    pub(crate) fn is_lost(&self) -> bool {
+        self.remaining().is_zero()
+    }
+
+    /// Resolves when the lock is lost.
+    pub(crate) async fn lost(&self) {
+        let mut changes = self.state.subscribe();
+        loop {
+            let left = {
+                let state = changes.borrow_and_update();
+                if state.ended {
+                    return;
+                }
+                state.deadline.remaining()
+            };
+            if left.is_zero() {
+                return;
+            }
+            tokio::select! {
+                // The sender lives in `self`: this cannot fail while we run.
+                _ = changes.changed() => {}
+                () = tokio::time::sleep(left) => {}
+            }
+        }
+    }
+
+    /// Marks the lock as ended: every handle says it is lost from now on.
+    pub(crate) fn end(&self) {
+        self.state
+            .send_if_modified(|state| !std::mem::replace(&mut state.ended, true));
+    }
+
+    fn set_deadline(&self, deadline: Moment) {
+        self.state.send_if_modified(|state| {
+            let changed = !state.ended && state.deadline != deadline;
+            if changed {
+                state.deadline = deadline;
+            }
+            changed
+        });
+    }
+
+    fn plan(&self) -> Plan {
+        *self.plan.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// One extension round to `plan.ttl`, the only one in flight. `None` if
+    /// the lock was already lost (nothing sent).
+    async fn extend_once(&self, plan: Plan) -> Option<Result<(), Tally>> {
+        let _alone = self.extending.lock().await;
+        if self.is_lost() {
+            return None;
+        }
+        let start = Moment::now();
+        let outcome = self.engine.extend(&self.kind, &self.id, &plan, start).await;
+        match outcome {
+            Ok(deadline) => {
+                self.set_deadline(deadline);
+                *self.plan.lock().unwrap_or_else(|p| p.into_inner()) = plan;
+                Some(Ok(()))
+            }
+            Err(tally) => {
+                // Some nodes may hold the new TTL: never believe in more
+                // than the shorter of the two.
+                self.set_deadline(self.deadline().min(plan.deadline(start)));
+                Some(Err(tally))
+            }
+        }
+    }
+
+    /// Extends the lock to `plan.ttl` on a majority.
+    pub(crate) async fn extend(&self, plan: Plan) -> Result<(), Error> {
+        match self.extend_once(plan).await {
+            None => Err(self.gone(Report::default())),
+            Some(Ok(())) => Ok(()),
+            Some(Err(tally)) => Err(self.refused(self.engine.report(&tally))),
+        }
+    }
+
+    /// Releases the lock on every node; every handle says it is lost from
+    /// the start of the call.
+    pub(crate) async fn release(&self) -> Result<(), Error> {
+        let late = self.is_lost();
+        self.end();
+        let tally = self.engine.release(&self.kind, &self.id).await;
+        tracing::debug!(
+            resource = %self.resource,
+            agreed = tally.agreed(),
+            needed = tally.needed(),
+            "release"
+        );
+        let report = self.engine.report(&tally);
+        match (tally.has_majority(), late) {
+            (true, false) => Ok(()),
+            (true, true) => Err(Error::ReleasedLate {
+                resource: self.resource.to_string(),
+                report,
+            }),
+            (false, _) => Err(self.refused(report)),
+        }
+    }
+
+    /// Releases in the background, for a handle dropped without release.
+    pub(crate) fn release_in_background(&self) {
+        self.end();
+        self.engine.release_in_background(&self.kind, &self.id);
+    }
+
+    /// The error for votes without a majority.
+    fn refused(&self, report: Report) -> Error {
+        if report.held_by_others() > 0 {
+            Error::Taken {
+                resource: self.resource.to_string(),
+                report,
+            }
+        } else if report.count(|f| *f == NodeFailure::Missing) > 0 {
+            self.gone(report)
+        } else {
+            Error::NoQuorum {
+                resource: self.resource.to_string(),
+                report,
+            }
+        }
+    }
+
+    fn gone(&self, report: Report) -> Error {
+        Error::Expired {
+            resource: self.resource.to_string(),
+            report,
+        }
+    }
+}
+
+/// The watchdog: extends the lock until it is lost or has ended (the task
+/// is also aborted by a release or drop).
+pub(crate) async fn keep_alive(hold: Arc<Hold>) {
+    let options = &hold.engine.options;
+    let every = |plan: Plan| plan.ttl.mul_f64(options.keep_alive_fraction);
+    let mut next = Moment::now().after(every(hold.plan()));
+    loop {
+        // Sleep until the next extension is due, but wake while one more
+        // attempt can still finish before the validity ends.
+        let latest_start = hold.remaining().saturating_sub(options.node_timeout);
+        tokio::time::sleep(next.remaining().min(latest_start)).await;
+        if hold.state.borrow().ended {
+            return;
+        }
+        if hold.remaining() <= options.node_timeout {
+            tracing::warn!(key = %hold.id.key, "lock lost: validity ran out before an extension succeeded");
+            return hold.end();
+        }
+        let started = Moment::now();
+        let plan = hold.plan();
+        match hold.extend_once(plan).await {
+            None => return hold.end(),
+            Some(Ok(())) => next = started.after(every(plan)),
+            Some(Err(tally)) if !tally.recoverable() => {
+                let report = hold.engine.report(&tally);
+                tracing::warn!(key = %hold.id.key, %report, "lock lost: a majority no longer holds it");
+                return hold.end();
+            }
+            Some(Err(tally)) => {
+                let report = hold.engine.report(&tally);
+                tracing::debug!(key = %hold.id.key, %report, "extension failed; trying again");
+                next = Moment::now().after((every(plan) / 4).max(options.node_timeout));
+            }
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! The quorum engine: what every lock kind gets without a line of its own.
+//!
+//! An [`Engine`] holds the nodes and the options of one `Redlock`. Given a
+//! [`Kind`] and a lock's identity it runs the rounds of the protocol:
+//!
+//! * [`attempt`](Engine::attempt): the kind's acquisition on every node at
+//!   once, a decision at the first majority, the validity check, and on
+//!   failure the rollback on **every** node (a request that timed out may
+//!   still have been applied);
+//! * [`extend`](Engine::extend) and [`release`](Engine::release): the same
+//!   fan-out and count for the kind's other two commands;
+//! * [`acquire`]: the loop around attempts — cancel safety, retries, and
+//!   waiting for a release ([`waiters`]);
+//! * [`hold`]: what a held lock shares with its handles — its validity
+//!   deadline, the one extension in flight, the watchdog.
+//!
+//! Counting and its arithmetic live in [`crate::proto::quorum`]; connections
+//! in [`crate::net`].
+
+pub(crate) mod acquire;
+pub(crate) mod hold;
+pub(crate) mod waiters;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::{BoxFuture, FutureExt};
+use futures::stream::{FuturesUnordered, StreamExt};
+use redis::Value;
+
+use crate::clock::Moment;
+use crate::config::Options;
+use crate::error::Report;
+use crate::kinds::Kind;
+use crate::net::guard::Lives;
+use crate::net::{Limits, Node};
+use crate::proto::quorum::{self, Plan, Tally};
+use crate::proto::{Answer, Command, LockId};
+use waiters::Waiters;
+
+/// The nodes, the options and the waiters' subscriptions of one `Redlock`.
+pub(crate) struct Engine {
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) options: Options,
+    pub(crate) waiters: Waiters,
+}
+
+/// The outcome of one acquisition attempt.
+pub(crate) enum Attempt {
+    /// A majority holds the key; the lock is valid until `deadline`.
+    Held { deadline: Moment },
+    /// Not held; already rolled back on the nodes that answered (the others
+    /// in the background). Also how long the attempt took.
+    Failed(Tally, Duration),
+}
+
+impl Engine {
+    pub(crate) fn new(clients: Vec<redis::Client>, options: Options) -> Engine {
+        let limits = Limits {
+            request: options.node_timeout,
+            connect: options.connect_timeout,
+        };
+        let waiters = Waiters::new(&clients, limits);
+        // The restart guard's record of how long keys live, shared by the
+        // nodes: other clients are taken to use TTLs like ours.
+        let lives = options.restart_guard.then(|| Arc::new(Lives::default()));
+        let nodes = clients
+            .into_iter()
+            .map(|c| Node::new(c, limits, lives.clone()))
+            .collect();
+        Engine {
+            nodes,
+            options,
+            waiters,
+        }
+    }
+
+    /// How many nodes must agree.
+    pub(crate) fn quorum(&self) -> usize {
+        quorum::quorum(self.nodes.len())
+    }
+
+    /// The report of `tally`, with the nodes' names.
+    pub(crate) fn report(&self, tally: &Tally) -> Report {
+        tally.report(self.nodes.iter().map(Node::name))
+    }
+
+    /// Sends `command` to every node; each reply is read by `read`.
+    fn ask<R>(&self, command: Command, read: R) -> Vec<BoxFuture<'static, Answer>>
+    where
+        R: Fn(Value) -> Answer + Clone + Send + Sync + 'static,
+    {
+        let command = Arc::new(command);
+        self.nodes
+            .iter()
+            .map(|node| {
+                let reply = node.run(&command);
+                let (read, node) = (read.clone(), node.clone());
+                async move {
+                    let answer = match reply.await {
+                        Ok(reply) => read(reply),
+                        Err(failure) => Err(failure).into(),
+                    };
+                    if answer.unannounced {
+                        node.publish_refused();
+                    }
+                    answer
+                }
+                .boxed()
+            })
+            .collect()
+    }
+
+    fn outcomes(&self, kind: &Arc<dyn Kind>, command: Command) -> Vec<BoxFuture<'static, Answer>> {
+        let kind = kind.clone();
+        self.ask(command, move |reply| kind.read_outcome(reply))
+    }
+
+    /// One acquisition attempt.
+    pub(crate) async fn attempt(
+        &self,
+        kind: &Arc<dyn Kind>,
+        id: &Arc<LockId>,
+        plan: &Plan,
+        observe: bool,
+    ) -> Attempt {
+        let start = Moment::now();
+        let (reader, owner) = (kind.clone(), id.clone());
+        let answers = self.ask(kind.acquire(id, plan, observe), move |reply| {
+            reader.read_acquire(&owner, reply)
+        });
+        let (tally, stragglers) = quorum::decide(answers).await;
+        let elapsed = start.elapsed();
+        let valid = plan.validity(elapsed, self.options.min_validity);
+        tracing::debug!(
+            agreed = tally.agreed(),
+            needed = tally.needed(),
+            elapsed_us = elapsed.as_micros() as u64,
+            validity_ms = valid.map(|v| v.as_millis() as u64),
+            "acquire attempt"
+        );
+        if tally.has_majority() && valid.is_some() {
+            // The slow nodes still get the key: a lock on more than a bare
+            // majority survives the loss of more nodes.
+            detach(stragglers.finish());
+            return Attempt::Held {
+                deadline: plan.deadline(start),
+            };
+        }
+        // Stragglers are dropped: a command not yet written is then never
+        // sent, and one already written is ordered before the rollback on
+        // its connection.
+        drop(stragglers);
+        self.rollback(kind, id, &tally).await;
+        Attempt::Failed(tally, elapsed)
+    }
+
+    /// Releases on every node: waits for the nodes that answered the
+    /// acquisition and leaves the others to finish in the background.
+    async fn rollback(&self, kind: &Arc<dyn Kind>, id: &LockId, tally: &Tally) {
+        let release = kind.release(id, tally.might_hold_majority());
+        let mut waited = FuturesUnordered::new();
+        for (i, answer) in self.outcomes(kind, release).into_iter().enumerate() {
+            if tally.answered(i) {
+                waited.push(answer);
+            } else {
+                detach(answer);
+            }
+        }
+        while waited.next().await.is_some() {}
+    }
+
+    /// Extends the lock to `plan.ttl` on a majority: the new validity
+    /// deadline, or the votes that did not suffice. Never creates a key.
+    pub(crate) async fn extend(
+        &self,
+        kind: &Arc<dyn Kind>,
+        id: &LockId,
+        plan: &Plan,
+        start: Moment,
+    ) -> Result<Moment, Tally> {
+        let (tally, stragglers) = quorum::decide(self.outcomes(kind, kind.extend(id, plan))).await;
+        // Slow nodes still get the extension, so that they agree with the
+        // majority for as long as they can.
+        detach(stragglers.finish());
+        let valid = plan.validity(start.elapsed(), self.options.min_validity);
+        tracing::debug!(key = %id.key, agreed = tally.agreed(), needed = tally.needed(), "extend");
+        if tally.has_majority() && valid.is_some() {
+            Ok(plan.deadline(start))
+        } else {
+            Err(tally)
+        }
+    }
+
+    /// Releases on every node, announcing it; returns once decided, the
+    /// stragglers finishing in the background.
+    pub(crate) async fn release(&self, kind: &Arc<dyn Kind>, id: &LockId) -> Tally {
+        let (tally, stragglers) = quorum::decide(self.outcomes(kind, kind.release(id, true))).await;
+        detach(stragglers.finish());
+        tally
+    }
+
+    /// Fires a release on every node and forgets about it: for guards
+    /// dropped without `release()` and acquisitions cancelled mid-flight.
+    /// Does nothing (the keys then expire at their TTL) outside a tokio
+    /// runtime.
+    pub(crate) fn release_in_background(&self, kind: &Arc<dyn Kind>, id: &LockId) {
+        if tokio::runtime::Handle::try_current().is_err() {
+            tracing::debug!(key = %id.key, "no tokio runtime: lock keys expire at their TTL");
+            return;
+        }
+        for answer in self.outcomes(kind, kind.release(id, true)) {
+            detach(answer);
+        }
+    }
+}
+
+/// Runs a future to its end on the current tokio runtime, if there is one.
+pub(crate) fn detach<F>(fut: F)
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    if let Ok(handle) = tokio::runtime::Handle::try_current() {
+        handle.spawn(fut);
+    }
+}

@@ -1,0 +1,281 @@
+//! The restart guard: a node that restarted without persistence has
+//! forgotten the keys it granted, so its vote on an acquisition could hand
+//! out a lock that is still held elsewhere. It gets no vote on acquisitions
+//! (a *quarantine*) until those keys would have expired.
+//!
+//! Every new connection starts with `INFO server`; a `run_id` other than the
+//! one seen on the previous connection means a restart. How long the
+//! forgotten keys may still matter has two parts:
+//!
+//! * **Ours**, exactly: per node, the latest moment a key this client sent
+//!   there (acquisition or extension) may live to — the send moment plus
+//!   TTL plus drift, on our monotonic clock. Recorded before the command is
+//!   sent.
+//! * **Other clients'**, by assumption: they use TTLs like ours. The node
+//!   restarted `uptime` ago (Redis reports whole wall-clock seconds, so we
+//!   take a second off); keys granted before that live at most one TTL past
+//!   the restart. The TTL assumed is the longest among our keys that may
+//!   still be alive — so one long TTL, once, stops counting once its key
+//!   could have expired.
+//!
+//! Releases and extensions are never refused: they compare the token and
+//! cannot create a key.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::clock::Moment;
+use crate::error::NodeFailure;
+use crate::proto::Effect;
+
+/// How much more than the time since its start a node's reported uptime may
+/// be. Redis subtracts two wall-clock readings truncated to whole seconds.
+const UPTIME_SLACK: Duration = Duration::from_secs(1);
+
+/// What the guards of one `Redlock`'s nodes share: the longest key life
+/// among its acquisitions whose keys may still be alive, taken as what other
+/// clients use too.
+#[derive(Debug, Default)]
+pub(crate) struct Lives {
+    /// The life, and until when a key sent with it may live.
+    longest: Mutex<(Duration, Option<Moment>)>,
+}
+
+impl Lives {
+    fn note(&self, life: Duration, now: Moment) {
+        let mut longest = self.longest.lock().unwrap_or_else(|p| p.into_inner());
+        let (current, until) = *longest;
+        let current_gone = until.is_none_or(|u| u <= now);
+        if life >= current || current_gone {
+            *longest = (life, Some(now.after(life)));
+        }
+    }
+
+    fn longest(&self) -> Duration {
+        self.longest.lock().unwrap_or_else(|p| p.into_inner()).0
+    }
+}
+
+/// One node's restart guard.
+#[derive(Debug)]
+pub(crate) struct Guard {
+    lives: Arc<Lives>,
+    /// The latest moment a key we sent to this node may live to, as
+    /// [`Moment::as_nanos`].
+    latest_expiry: AtomicU64,
+    /// Until when acquisitions get no vote, as [`Moment::as_nanos`]; 0 when
+    /// there is no quarantine.
+    quarantine: AtomicU64,
+    /// The node's `run_id` as of the last connection, once known.
+    run_id: Mutex<Option<String>>,
+    /// Whether the node has refused `INFO`, so that its restarts cannot be
+    /// seen (warned about once).
+    unwatched: AtomicBool,
+}
+
+/// What `INFO server` tells of a node's process.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct ServerInfo {
+    /// Drawn afresh at every start: a new one means the node restarted.
+    pub(crate) run_id: String,
+    /// `uptime_in_seconds`.
+    pub(crate) uptime: Duration,
+}
+
+impl Guard {
+    pub(crate) fn new(lives: Arc<Lives>) -> Guard {
+        Guard {
+            lives,
+            latest_expiry: AtomicU64::new(0),
+            quarantine: AtomicU64::new(0),
+            run_id: Mutex::new(None),
+            unwatched: AtomicBool::new(false),
+        }
+    }
+
+    /// Refuses a command that may create a key while the node is
+    /// quarantined; records how long the keys of the others may live.
+    pub(crate) fn admit(&self, effect: Effect) -> Result<(), NodeFailure> {
+        if let Effect::Grant { .. } = effect {
+            self.check()?;
+        }
+        if let Some(life) = effect.life() {
+            let now = Moment::now();
+            self.latest_expiry
+                .fetch_max(now.after(life).as_nanos(), Ordering::AcqRel);
+            if let Effect::Grant { life } = effect {
+                self.lives.note(life, now);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether acquisitions may go to the node now.
+    pub(crate) fn check(&self) -> Result<(), NodeFailure> {
+        // 0 (no quarantine) spares the clock read on the hot path.
+        let until = self.quarantine.load(Ordering::Acquire);
+        if until == 0 {
+            return Ok(());
+        }
+        match Moment::from_nanos(until).remaining() {
+            remaining if remaining.is_zero() => {
+                // Over: back to 0, unless a newer restart moved it meanwhile.
+                let _ =
+                    self.quarantine
+                        .compare_exchange(until, 0, Ordering::AcqRel, Ordering::Relaxed);
+                Ok(())
+            }
+            remaining => Err(NodeFailure::Restarted { remaining }),
+        }
+    }
+
+    /// On a new connection: what `INFO server` answered (`None` if the node
+    /// refused it or the answer lacked the fields, with the reason). Returns
+    /// how long the node gets no vote, if it restarted.
+    pub(crate) fn connected(&self, node: &str, info: Result<ServerInfo, String>) -> Duration {
+        let info = match info {
+            Ok(info) => info,
+            Err(reason) => {
+                if !self.unwatched.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        node,
+                        reason,
+                        "INFO server failed on this node, so its restarts cannot be seen: after one, \
+                         it may grant locks it forgot; allow INFO in the ACL, or run the node with \
+                         appendfsync always and turn Builder::restart_guard off"
+                    );
+                }
+                return Duration::ZERO;
+            }
+        };
+        let mut known = self.run_id.lock().unwrap_or_else(|p| p.into_inner());
+        let restarted = known.as_deref().is_some_and(|id| id != info.run_id);
+        *known = Some(info.run_id);
+        if !restarted {
+            return Duration::ZERO;
+        }
+        let now = Moment::now();
+        let ours = Moment::from_nanos(self.latest_expiry.load(Ordering::Acquire)).remaining();
+        let theirs = self
+            .lives
+            .longest()
+            .saturating_sub(info.uptime.saturating_sub(UPTIME_SLACK));
+        let no_vote = ours.max(theirs);
+        if !no_vote.is_zero() {
+            self.quarantine
+                .fetch_max(now.after(no_vote).as_nanos(), Ordering::AcqRel);
+            tracing::warn!(
+                node,
+                uptime_s = info.uptime.as_secs(),
+                no_vote_ms = no_vote.as_millis() as u64,
+                "this node restarted and may have forgotten locks it granted: it gets no vote \
+                 on acquisitions until they would have expired"
+            );
+        }
+        no_vote
+    }
+}
+
+/// Reads `run_id` and `uptime_in_seconds` from the text of `INFO server`.
+pub(crate) fn parse_info(text: &str) -> Result<ServerInfo, String> {
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    };
+    let parsed = (|| {
+        let run_id = field("run_id").filter(|id| !id.is_empty())?.to_owned();
+        let uptime = Duration::from_secs(field("uptime_in_seconds")?.parse().ok()?);
+        Some(ServerInfo { run_id, uptime })
+    })();
+    parsed.ok_or_else(|| "no run_id or uptime_in_seconds in its answer".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(run_id: &str, uptime_s: u64) -> Result<ServerInfo, String> {
+        Ok(ServerInfo {
+            run_id: run_id.to_owned(),
+            uptime: Duration::from_secs(uptime_s),
+        })
+    }
+
+    fn s(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    #[test]
+    fn reads_run_id_and_uptime_from_info_server() {
+        let text = "# Server\r\nredis_version:7.0.15\r\nrun_id:4f1c9b0e\r\n\
+                    tcp_port:7001\r\nuptime_in_seconds:42\r\nuptime_in_days:0\r\n";
+        assert_eq!(parse_info(text), info("4f1c9b0e", 42));
+        // A field is matched whole, not by prefix.
+        let text = "run_idx:nope\nrun_id:a\nuptime_in_seconds_total:9\nuptime_in_seconds:3\n";
+        assert_eq!(parse_info(text), info("a", 3));
+        for broken in [
+            "",
+            "uptime_in_seconds:3\r\n",
+            "run_id:a\r\n",
+            "run_id:\r\nuptime_in_seconds:3\r\n",
+            "run_id:a\r\nuptime_in_seconds:-1\r\n",
+            "run_id:a\r\nuptime_in_seconds:soon\r\n",
+        ] {
+            assert!(parse_info(broken).is_err(), "{broken:?}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn quarantine_covers_our_keys_exactly_and_others_by_our_ttls() {
+        let guard = Guard::new(Arc::default());
+        // First meeting, or the same process: nothing to hold against it.
+        assert_eq!(guard.connected("n", info("a", 0)), Duration::ZERO);
+        assert_eq!(guard.connected("n", info("a", 0)), Duration::ZERO);
+        // No key sent yet: a restart costs nothing.
+        assert_eq!(guard.connected("n", info("b", 0)), Duration::ZERO);
+        guard.check().unwrap();
+
+        // A 30 s key sent now: a restart right away keeps the node out for
+        // 30 s (ours); one 10 s into its life, for the remaining 20 s.
+        guard.admit(Effect::Grant { life: s(30) }).unwrap();
+        assert_eq!(guard.connected("n", info("c", 0)), s(30));
+        assert!(matches!(guard.check(), Err(NodeFailure::Restarted { .. })));
+        // Acquisitions are refused, extensions and releases pass.
+        assert!(guard.admit(Effect::Grant { life: s(1) }).is_err());
+        guard.admit(Effect::Remove).unwrap();
+        tokio::time::sleep(s(30)).await;
+        guard.check().unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_long_ttl_stops_counting_once_its_key_could_have_expired() {
+        let guard = Guard::new(Arc::default());
+        guard.connected("n", info("a", 0));
+        guard.admit(Effect::Grant { life: s(60) }).unwrap();
+        tokio::time::sleep(s(61)).await;
+        guard.admit(Effect::Grant { life: s(2) }).unwrap();
+        // Our last key has 2 s left; others are assumed to use 2 s TTLs
+        // too, granted up to the restart 0–1 s ago.
+        let no_vote = guard.connected("n", info("b", 0));
+        assert_eq!(no_vote, s(2));
+        // Up for 10 s: others' keys are gone; ours is gone too.
+        tokio::time::sleep(s(3)).await;
+        assert_eq!(guard.connected("n", info("c", 10)), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn other_clients_keys_are_covered_by_the_uptime() {
+        // A client that has not sent to this node lately still assumes its
+        // peers hold keys with its TTLs.
+        let lives = Arc::new(Lives::default());
+        let quiet = Guard::new(lives.clone());
+        let busy = Guard::new(lives);
+        quiet.connected("n", info("a", 0));
+        busy.admit(Effect::Grant { life: s(30) }).unwrap();
+        tokio::time::sleep(s(5)).await;
+        // Restarted 10 s ago (reported 11, a second high): 20 s left.
+        assert_eq!(quiet.connected("n", info("b", 11)), s(20));
+    }
+}

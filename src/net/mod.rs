@@ -1,0 +1,432 @@
+//! One Redis node: a runner of bounded commands that knows nothing of locks.
+//!
+//! A [`Node`] runs the [`Command`]s that lock kinds build and hands back the
+//! raw reply, or a [`NodeFailure`] a user can act on. Four rules keep the
+//! protocol honest:
+//!
+//! * **Every request is bounded** by the per-node timeout, from the call to
+//!   the reply. Connecting is not part of it: a connection is made in the
+//!   background under its own connect timeout, shared by the requests that
+//!   need it ([`slot`]); a request that runs out of time waiting for it
+//!   votes `Timeout`, and the next one finds it made.
+//! * **Nothing is replayed behind our back.** We use a plain multiplexed
+//!   connection, not a connection manager that resends commands after a
+//!   reconnect, where they could land after a rollback. The one retry we
+//!   make ourselves, on a connection that went stale, happens inside the
+//!   same request, before its vote is counted (see `Inner::run`).
+//! * **A silent connection is replaced.** A single timeout is not a reason
+//!   to drop a connection (the node may be busy or briefly paused, and a
+//!   rollback on the same connection is ordered after the command it rolls
+//!   back). [`STRIKES`] timeouts in a row are: with no RST (a partition, a
+//!   dead NAT entry, a failover behind a virtual IP) the connection could
+//!   otherwise stay unusable until TCP gives up, minutes later. A command
+//!   still stuck in the old connection may then land after a rollback sent
+//!   on the new one; that leaves a key nobody holds, on a node that counted
+//!   as a no, until its TTL: it delays others, it never makes two holders.
+//! * **Errors are sorted** into [`NodeFailure`]s a user can act on.
+//!
+//! Scripts go by `EVALSHA`; on `NOSCRIPT` (the node restarted, or someone ran
+//! `SCRIPT FLUSH`) the same call is made once more with `EVAL`, which also
+//! puts the script back into the node's cache. The restart guard
+//! ([`guard`]) reads every new connection's `INFO server` before the
+//! connection is used.
+
+pub(crate) mod guard;
+pub(crate) mod slot;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::Duration;
+
+use futures::future::{BoxFuture, FutureExt};
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, ErrorKind, RedisError, ServerErrorKind, Value};
+use tokio::time::timeout_at;
+
+use crate::error::NodeFailure;
+use crate::proto::{Call, Command};
+use guard::{Guard, Lives};
+use slot::{Live, Slot};
+
+/// How many timeouts in a row make a connection count as dead.
+pub(crate) const STRIKES: u32 = 3;
+
+/// How a node is reached and bounded.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// Bound on one request, from the call to the reply.
+    pub(crate) request: Duration,
+    /// Bound on making a connection (TCP, handshake, `INFO`).
+    pub(crate) connect: Duration,
+}
+
+/// A handle on one node; clones share the connection.
+#[derive(Clone)]
+pub(crate) struct Node {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// `host:port`, for reports and logs (never the password).
+    name: String,
+    client: redis::Client,
+    limits: Limits,
+    slot: Arc<Slot<MultiplexedConnection>>,
+    /// Timeouts in a row on the live connection.
+    strikes: AtomicU32,
+    /// The restart guard, when on.
+    guard: Option<Guard>,
+    /// Whether the eviction policy has been asked about.
+    policy_checked: AtomicBool,
+    /// Whether the node has refused a release's announcement (`PUBLISH`).
+    publish_refused: AtomicBool,
+}
+
+impl Node {
+    /// A node reached through `client`. `lives` is shared by the nodes of
+    /// one `Redlock` when the restart guard is on.
+    pub(crate) fn new(client: redis::Client, limits: Limits, lives: Option<Arc<Lives>>) -> Node {
+        Node {
+            inner: Arc::new(Inner {
+                name: name(&client),
+                client,
+                limits,
+                slot: Slot::new(limits.connect),
+                strikes: AtomicU32::new(0),
+                guard: lives.map(Guard::new),
+                policy_checked: AtomicBool::new(false),
+                publish_refused: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// How the node is named in reports and logs: `host:port`.
+    pub(crate) fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Runs `command`, bounded by the request timeout. Refused at once,
+    /// with nothing sent, if it may create a key on a node that may have
+    /// forgotten keys (see [`guard`]).
+    pub(crate) fn run(
+        &self,
+        command: &Arc<Command>,
+    ) -> BoxFuture<'static, Result<Value, NodeFailure>> {
+        if let Some(guard) = &self.inner.guard {
+            if let Err(failure) = guard.admit(command.effect) {
+                return std::future::ready(Err(failure)).boxed();
+            }
+        }
+        let inner = self.inner.clone();
+        let command = command.clone();
+        async move {
+            let deadline = tokio::time::Instant::now() + inner.limits.request;
+            inner.run(&command, deadline).await
+        }
+        .boxed()
+    }
+
+    /// Warns, once per node, that it refuses to announce releases.
+    pub(crate) fn publish_refused(&self) {
+        if !self.inner.publish_refused.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                node = %self.inner.name,
+                "this node refuses PUBLISH to lock channels: waiters elsewhere are not \
+                 woken by releases and wait for the keys to expire; allow PUBLISH on \
+                 <key prefix>*:released in the ACL"
+            );
+        }
+    }
+}
+
+impl Inner {
+    /// Sends `command` by `deadline`, on a new connection if the live one
+    /// turns out to be dead. That one retry is safe for every command a
+    /// kind sends: it is made before the vote is counted and so before any
+    /// rollback; an acquisition that did land on the old connection makes
+    /// the retry answer "held" (a no, rolled back with the rest; one that
+    /// observes the key recognises its own token), and the scripts compare
+    /// the token, so running them twice changes nothing.
+    async fn run(
+        self: &Arc<Self>,
+        command: &Command,
+        deadline: tokio::time::Instant,
+    ) -> Result<Value, NodeFailure> {
+        let (live, fresh) = timeout_at(deadline, self.connection())
+            .await
+            .map_err(|_| NodeFailure::Timeout)??;
+        self.admit_again(command)?;
+        match timeout_at(deadline, send(live.conn.clone(), command)).await {
+            Err(_) => Err(self.strike(live.generation)),
+            Ok(Ok(reply)) => Ok(self.clear(reply)),
+            Ok(Err(e)) if is_connection_error(&e) && !fresh => {
+                // A connection made earlier went stale (the node restarted,
+                // say): make a new one and try once more.
+                self.drop_connection(live.generation, &e);
+                let (live, _) = timeout_at(deadline, self.connection())
+                    .await
+                    .map_err(|_| NodeFailure::Timeout)??;
+                self.admit_again(command)?;
+                match timeout_at(deadline, send(live.conn.clone(), command)).await {
+                    Err(_) => Err(self.strike(live.generation)),
+                    Ok(Ok(reply)) => Ok(self.clear(reply)),
+                    Ok(Err(e)) => Err(self.failed(live.generation, &e)),
+                }
+            }
+            Ok(Err(e)) => Err(self.failed(live.generation, &e)),
+        }
+    }
+
+    /// Connecting is what finds a restart: an acquisition is admitted again
+    /// after it.
+    fn admit_again(&self, command: &Command) -> Result<(), NodeFailure> {
+        match (&self.guard, command.effect) {
+            (Some(guard), crate::proto::Effect::Grant { .. }) => guard.check(),
+            _ => Ok(()),
+        }
+    }
+
+    /// A timeout on connection `generation`; the third in a row drops it.
+    fn strike(&self, generation: u64) -> NodeFailure {
+        if self.strikes.fetch_add(1, Ordering::AcqRel) + 1 >= STRIKES {
+            self.strikes.store(0, Ordering::Release);
+            if self.slot.forget(generation) {
+                tracing::warn!(
+                    node = %self.name,
+                    generation,
+                    "{STRIKES} timeouts in a row: replacing the connection"
+                );
+            }
+        }
+        NodeFailure::Timeout
+    }
+
+    /// An answer came: the connection is alive.
+    fn clear(&self, reply: Value) -> Value {
+        if self.strikes.load(Ordering::Relaxed) != 0 {
+            self.strikes.store(0, Ordering::Relaxed);
+        }
+        reply
+    }
+
+    /// An error answer, or a broken connection (dropped).
+    fn failed(&self, generation: u64, e: &RedisError) -> NodeFailure {
+        if is_connection_error(e) {
+            self.drop_connection(generation, e);
+        } else {
+            self.clear(Value::Nil);
+        }
+        classify(e)
+    }
+
+    fn drop_connection(&self, generation: u64, e: &RedisError) {
+        if self.slot.forget(generation) {
+            tracing::debug!(node = %self.name, generation, error = %e, "connection dropped");
+        }
+    }
+
+    /// The live connection, or the one being made (in the background, see
+    /// [`slot`]); says whether this call waited for it to be made.
+    async fn connection(
+        self: &Arc<Self>,
+    ) -> Result<(Live<MultiplexedConnection>, bool), NodeFailure> {
+        let inner = self.clone();
+        self.slot
+            .get(move |generation| async move { inner.connect(generation).await })
+            .await
+    }
+
+    /// Makes a connection: TCP and handshake, then the restart guard's
+    /// `INFO server`, before anyone uses it.
+    async fn connect(
+        self: Arc<Self>,
+        generation: u64,
+    ) -> Result<MultiplexedConnection, NodeFailure> {
+        // Our own timeouts bound connecting and every request; the
+        // library's would only add other ones.
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(None)
+            .set_response_timeout(None);
+        let mut conn = self
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(|e| classify(&e))?;
+        if let Some(guard) = &self.guard {
+            let reply: Result<String, RedisError> = redis::cmd("INFO")
+                .arg("server")
+                .query_async(&mut conn)
+                .await;
+            let info = match reply {
+                Ok(text) => guard::parse_info(&text),
+                Err(e) if is_connection_error(&e) => return Err(classify(&e)),
+                Err(e) => Err(e.to_string()),
+            };
+            guard.connected(&self.name, info);
+        }
+        tracing::debug!(node = %self.name, generation, "connected");
+        if !self.policy_checked.swap(true, Ordering::Relaxed) {
+            tokio::spawn(check_eviction_policy(self.name.clone(), conn.clone()));
+        }
+        Ok(conn)
+    }
+}
+
+/// Sends one command and reads its reply.
+async fn send(mut conn: MultiplexedConnection, command: &Command) -> Result<Value, RedisError> {
+    match &command.call {
+        Call::Pipeline(pipe) => pipe.query_async(&mut conn).await,
+        Call::Script { script, keys, args } => {
+            let call = |verb: &str, body: &str| {
+                let mut cmd = redis::cmd(verb);
+                cmd.arg(body).arg(keys.len());
+                for key in keys {
+                    cmd.arg(&**key);
+                }
+                for arg in args {
+                    cmd.arg(&arg[..]);
+                }
+                cmd
+            };
+            match call("EVALSHA", &script.sha1).query_async(&mut conn).await {
+                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    call("EVAL", script.source).query_async(&mut conn).await
+                }
+                other => other,
+            }
+        }
+    }
+}
+
+/// Warns if the node may evict lock keys under memory pressure: with a
+/// `maxmemory` set, every policy but `noeviction` can evict keys that have
+/// a TTL, and a lock whose key is evicted is silently lost. Asked once per
+/// node; a node that forbids `CONFIG` (managed Redis) cannot tell, and
+/// nothing is said.
+async fn check_eviction_policy(node: String, mut conn: MultiplexedConnection) {
+    let query = async {
+        let (_, max): (String, u64) = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("maxmemory")
+            .query_async(&mut conn)
+            .await?;
+        let (_, policy): (String, String) = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("maxmemory-policy")
+            .query_async(&mut conn)
+            .await?;
+        Ok::<_, RedisError>((max, policy))
+    };
+    if let Ok(Ok((max, policy))) = tokio::time::timeout(Duration::from_secs(5), query).await {
+        if max > 0 && policy != "noeviction" {
+            tracing::warn!(
+                node,
+                maxmemory = max,
+                policy = %policy,
+                "this node may evict lock keys under memory pressure, silently losing locks: \
+                 set maxmemory-policy noeviction"
+            );
+        }
+    }
+}
+
+/// How a node is named: `host:port` (or the socket path), never the
+/// password.
+pub(crate) fn name(client: &redis::Client) -> String {
+    client.get_connection_info().addr().to_string()
+}
+
+/// Whether `e` means the connection is gone (as opposed to an error answer).
+pub(crate) fn is_connection_error(e: &RedisError) -> bool {
+    e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error()
+}
+
+/// Sorts a Redis error into the failure a user can act on.
+pub(crate) fn classify(e: &RedisError) -> NodeFailure {
+    const KNOWN: [&str; 6] = [
+        "WRONGTYPE",
+        "OOM",
+        "NOAUTH",
+        "WRONGPASS",
+        "NOPERM",
+        "READONLY",
+    ];
+    let message = e.to_string();
+    let known = |code: Option<&str>| match code {
+        Some("WRONGTYPE") => Some(NodeFailure::WrongType(message.clone())),
+        Some("OOM") => Some(NodeFailure::OutOfMemory(message.clone())),
+        Some("NOAUTH" | "WRONGPASS" | "NOPERM") => Some(NodeFailure::Auth(message.clone())),
+        Some("READONLY") => Some(NodeFailure::ReadOnly(message.clone())),
+        _ => None,
+    };
+    if let Some(failure) = known(e.code()) {
+        return failure;
+    }
+    if e.kind() == ErrorKind::AuthenticationFailed {
+        return NodeFailure::Auth(message);
+    }
+    if is_connection_error(e) {
+        return NodeFailure::Connection(message);
+    }
+    // Errors raised inside a script, or answered within a pipeline, carry
+    // the code of the command that failed only in their text.
+    if let Some(failure) = known(KNOWN.into_iter().find(|code| message.contains(code))) {
+        return failure;
+    }
+    NodeFailure::Server {
+        code: e.code().unwrap_or("ERR").to_owned(),
+        message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kinds::{Kind, mutex::Mutex};
+    use crate::proto::quorum::Plan;
+    use crate::proto::{Effect, LockId};
+
+    #[tokio::test]
+    async fn a_quarantined_node_refuses_acquisitions_at_once_and_lets_the_rest_through() {
+        // Nothing listens on port 1: what is sent fails as a connection.
+        let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
+        let limits = Limits {
+            request: Duration::from_secs(5),
+            connect: Duration::from_secs(5),
+        };
+        let node = Node::new(client, limits, Some(Arc::default()));
+        let id = LockId::new("k".into());
+        let plan = Plan::new(Duration::from_millis(1_500), 0.01).unwrap();
+        let acquire = Arc::new(Mutex.acquire(&id, &plan, false));
+        let extend = Arc::new(Mutex.extend(&id, &plan));
+        let release = Arc::new(Mutex.release(&id, true));
+        let sent = |r: Result<Value, NodeFailure>| matches!(r, Err(NodeFailure::Connection(_)));
+
+        assert!(sent(node.run(&acquire).await));
+        let guard = node.inner.guard.as_ref().unwrap();
+        guard.connected(
+            "n",
+            Ok(guard::ServerInfo {
+                run_id: "a".into(),
+                uptime: Duration::ZERO,
+            }),
+        );
+        guard.connected(
+            "n",
+            Ok(guard::ServerInfo {
+                run_id: "b".into(),
+                uptime: Duration::ZERO,
+            }),
+        );
+        match node.run(&acquire).await {
+            Err(NodeFailure::Restarted { remaining }) => {
+                assert!(remaining > Duration::from_millis(1_400), "{remaining:?}");
+                assert!(remaining <= Duration::from_millis(1_600), "{remaining:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(sent(node.run(&extend).await));
+        assert!(sent(node.run(&release).await));
+        assert_eq!(release.effect, Effect::Remove);
+    }
+}

@@ -1,0 +1,213 @@
+//! What the layers say to each other: the commands a lock kind asks the
+//! nodes to run, and the answers it reads back as votes.
+//!
+//! A [`Command`] is built once per operation and shared by every node (an
+//! `Arc`): a pipeline of plain commands or a Lua [`Script`], plus its
+//! [`Effect`] on the node's keys, which is all a node needs to know of it
+//! (the restart guard records how long a key it granted may live, and
+//! refuses acquisitions while it may have forgotten keys). A node runs the
+//! command and hands back the raw reply; the kind turns that into an
+//! [`Answer`]: a vote, and what it saw of another holder.
+//!
+//! [`quorum`] counts the answers.
+
+pub(crate) mod quorum;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::NodeFailure;
+
+/// Which lock: the Redis key and the owner's token. One allocation per
+/// lock, shared by every request about it.
+#[derive(Debug)]
+pub(crate) struct LockId {
+    pub(crate) key: Box<str>,
+    token: [u8; 40],
+}
+
+impl LockId {
+    /// A lock on `key` with a fresh token: 20 bytes from the operating
+    /// system's CSPRNG, in hex. Not from a user-space generator: one seeded
+    /// once per thread would hand the same tokens to both sides of a `fork`
+    /// or to two VMs restored from one snapshot.
+    pub(crate) fn new(key: Box<str>) -> Arc<LockId> {
+        let mut token = [0u8; 40];
+        // Cannot fail: the output is exactly twice the input.
+        let _ = hex::encode_to_slice(fresh_bytes(), &mut token);
+        Arc::new(LockId { key, token })
+    }
+
+    /// The token, 40 hex digits.
+    pub(crate) fn token(&self) -> &str {
+        // Hex digits are ASCII.
+        std::str::from_utf8(&self.token).unwrap_or_default()
+    }
+}
+
+/// 20 bytes from the OS. Should the OS ever refuse (no `getrandom`, no
+/// `/dev/urandom`), the thread's generator stands in, with an error logged:
+/// unique tokens within the process still keep its own locks apart.
+fn fresh_bytes() -> [u8; 20] {
+    use rand::TryRng;
+    let mut bytes = [0u8; 20];
+    if let Err(e) = rand::rngs::SysRng.try_fill_bytes(&mut bytes) {
+        tracing::error!(error = %e, "the OS random source failed; lock tokens come from the thread's generator");
+        rand::fill(&mut bytes);
+    }
+    bytes
+}
+
+/// A command for every node: built once, shared by all of them.
+#[derive(Debug)]
+pub(crate) struct Command {
+    pub(crate) call: Call,
+    pub(crate) effect: Effect,
+}
+
+/// How a command is sent.
+#[derive(Debug)]
+pub(crate) enum Call {
+    /// Plain commands in one round trip; the reply is the array of their
+    /// replies.
+    Pipeline(redis::Pipeline),
+    /// A Lua script, by `EVALSHA`, reloaded by `EVAL` on `NOSCRIPT`.
+    Script {
+        script: &'static Script,
+        keys: Vec<Box<str>>,
+        args: Vec<Vec<u8>>,
+    },
+}
+
+/// What a command may do to the keys on a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Effect {
+    /// It may create a key living up to `life` (the TTL plus the drift
+    /// allowance, on our clock). A node that may have forgotten keys gets
+    /// no say on these.
+    Grant { life: Duration },
+    /// It may prolong a key it finds (compare-and-pexpire), never create one.
+    Refresh { life: Duration },
+    /// It may delete a key it finds.
+    Remove,
+}
+
+impl Effect {
+    /// How long a key this command touches may live on the node.
+    pub(crate) fn life(self) -> Option<Duration> {
+        match self {
+            Effect::Grant { life } | Effect::Refresh { life } => Some(life),
+            Effect::Remove => None,
+        }
+    }
+}
+
+/// A Lua script and its SHA1 digest, for `EVALSHA`.
+#[derive(Debug)]
+pub(crate) struct Script {
+    pub(crate) source: &'static str,
+    pub(crate) sha1: String,
+}
+
+impl Script {
+    pub(crate) fn new(source: &'static str) -> Script {
+        Script {
+            source,
+            sha1: sha1_smol::Sha1::from(source).digest().to_string(),
+        }
+    }
+}
+
+/// One node's vote: agreed, or why not.
+pub(crate) type Vote = Result<(), NodeFailure>;
+
+/// One node's answer, as its lock kind reads it.
+#[derive(Debug, Clone)]
+pub(crate) struct Answer {
+    pub(crate) vote: Vote,
+    /// Another owner of the key, where the command asked who holds it.
+    pub(crate) holder: Option<Holder>,
+    /// The node deleted the key but refused to announce it (an ACL without
+    /// `PUBLISH`): worth a warning, not a different vote.
+    pub(crate) unannounced: bool,
+}
+
+/// Another owner of a key, as one node sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Holder {
+    /// The value of the key: the owner's token.
+    pub(crate) token: Box<str>,
+    /// How long the key has left on that node; `None` if it has no expiry.
+    pub(crate) ttl: Option<Duration>,
+}
+
+impl From<Vote> for Answer {
+    fn from(vote: Vote) -> Answer {
+        Answer {
+            vote,
+            holder: None,
+            unannounced: false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_40_hex_digits_and_fresh() {
+        let (a, b) = (LockId::new("k".into()), LockId::new("k".into()));
+        assert_eq!(a.token().len(), 40);
+        assert!(a.token().bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a.token(), b.token());
+    }
+
+    /// Both sides of a `fork` draw different tokens. A generator seeded once
+    /// per thread would be copied into the child and give both the same
+    /// next token.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn tokens_differ_across_fork() {
+        // Warm any per-thread generator up before the fork.
+        let _ = LockId::new("k".into());
+        let mut fds = [0i32; 2];
+        // SAFETY: a valid array of two ints for pipe(2).
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: the child only draws a token, writes it and `_exit`s.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let id = LockId::new("k".into());
+            // SAFETY: writing 40 bytes from a live buffer to our pipe, then
+            // leaving without running any destructor or atexit handler.
+            unsafe {
+                libc::write(fds[1], id.token().as_ptr().cast(), 40);
+                libc::_exit(0);
+            }
+        }
+        let ours = LockId::new("k".into());
+        let mut theirs = [0u8; 40];
+        // SAFETY: reading into a live 40-byte buffer; waiting for our child.
+        unsafe {
+            libc::close(fds[1]);
+            assert_eq!(libc::read(fds[0], theirs.as_mut_ptr().cast(), 40), 40);
+            libc::close(fds[0]);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
+        assert_ne!(
+            ours.token().as_bytes(),
+            &theirs[..],
+            "same token on both sides of fork"
+        );
+    }
+
+    #[test]
+    fn digests_are_sha1_of_the_source() {
+        // Known vector: SHA1("abc").
+        assert_eq!(
+            Script::new("abc").sha1,
+            "a9993e364706816aba3e25717850c26c9cd0d89d"
+        );
+    }
+}

@@ -1,0 +1,684 @@
+//! The quorum rule and all its arithmetic, with no Redis in it.
+//!
+//! Every operation asks all N nodes **at once** and counts the answers as
+//! they come in ([`decide`]). The count stops as soon as the outcome is
+//! decided: a majority (`N/2 + 1`, [`quorum`]) agreed, or so many disagreed
+//! that a majority is out of reach. A slow or frozen minority therefore costs
+//! nothing, and a lost cause is given up without waiting for the stragglers.
+//! With an even N a split vote (two against two) is decided as a failure at
+//! once.
+//!
+//! **Why a majority.** Two majorities of the same N nodes share at least one
+//! node, and a node holds a key for one owner at a time: two owners cannot
+//! both hold a majority of keys at once.
+//!
+//! **Validity.** Keys expire on the nodes' clocks; the holder measures on its
+//! own. An acquisition (or extension) holds only if, when the majority is
+//! reached, time is left ([`Plan`]):
+//!
+//! ```text
+//! validity = ttl − elapsed − drift        drift = ttl × drift_factor + 2 ms
+//! ```
+//!
+//! where `elapsed` runs from before the first request was sent, so every
+//! round trip of the operation is paid for. The lock's deadline is then
+//! `start + ttl − drift`: no key granted by the operation can expire on a
+//! node clock running within the drift allowance before it.
+//!
+//! **Waiting.** A waiter's failed attempt can also observe the key (who holds
+//! it, for how long); [`Tally::seen`] sorts that into one holder on a
+//! majority, a vote split among contenders, or too few answers, and
+//! [`pause`] turns it into how long to sleep before the next attempt.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::future::FutureExt;
+use futures::stream::{FuturesUnordered, StreamExt};
+
+use crate::clock::Moment;
+use crate::error::{ConfigError, NodeFailure, Report};
+use crate::proto::{Answer, Vote};
+
+/// The quorum for `n` nodes: a strict majority.
+pub(crate) fn quorum(n: usize) -> usize {
+    n / 2 + 1
+}
+
+/// The largest TTL accepted. Redis rejects an expiry whose absolute time in
+/// milliseconds overflows a signed 64-bit integer; half of that leaves room
+/// for any server clock.
+pub const MAX_TTL: Duration = Duration::from_millis(i64::MAX as u64 / 2);
+
+/// The constant part of the clock drift allowance: Redis expires keys with
+/// up to 1 ms of imprecision on each side.
+const DRIFT_CONSTANT: Duration = Duration::from_millis(2);
+
+/// The numbers one acquisition or extension works with, derived from its TTL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Plan {
+    /// The TTL in whole milliseconds, as sent with `PX`.
+    pub(crate) ttl_ms: u64,
+    /// The TTL as a duration (`ttl_ms` exactly).
+    pub(crate) ttl: Duration,
+    /// The clock drift allowance, `floor(ttl_ms × factor) + 2 ms` as in the
+    /// reference clients.
+    pub(crate) drift: Duration,
+}
+
+impl Plan {
+    /// Checks a TTL and derives its drift allowance.
+    pub(crate) fn new(ttl: Duration, drift_factor: f64) -> Result<Plan, ConfigError> {
+        if ttl > MAX_TTL {
+            return Err(ConfigError::TtlTooLarge { ttl, max: MAX_TTL });
+        }
+        let ttl_ms = ttl.as_millis() as u64;
+        if ttl_ms == 0 {
+            return Err(ConfigError::ZeroTtl);
+        }
+        let ttl = Duration::from_millis(ttl_ms);
+        let drift = Duration::from_millis((ttl_ms as f64 * drift_factor) as u64) + DRIFT_CONSTANT;
+        if drift >= ttl {
+            return Err(ConfigError::DriftExceedsTtl { ttl, drift });
+        }
+        Ok(Plan { ttl_ms, ttl, drift })
+    }
+
+    /// The most validity an operation under this plan can leave:
+    /// `ttl − drift`, when it takes no time at all.
+    pub(crate) fn best_validity(&self) -> Duration {
+        self.ttl - self.drift
+    }
+
+    /// The validity left after an operation that took `elapsed`, if more
+    /// than `min` is left: `ttl − elapsed − drift`.
+    pub(crate) fn validity(&self, elapsed: Duration, min: Duration) -> Option<Duration> {
+        self.best_validity()
+            .checked_sub(elapsed)
+            .filter(|v| !v.is_zero() && *v > min)
+    }
+
+    /// The validity deadline of an operation that started at `start`.
+    pub(crate) fn deadline(&self, start: Moment) -> Moment {
+        start.after(self.best_validity())
+    }
+
+    /// How long a key sent now may live on a node, as our clock measures:
+    /// the TTL plus the drift allowance (a node clock may run slow).
+    pub(crate) fn life(&self) -> Duration {
+        self.ttl + self.drift
+    }
+}
+
+/// The votes counted so far.
+#[derive(Debug)]
+pub(crate) struct Tally {
+    needed: usize,
+    agreed: usize,
+    /// `None` while a node has not answered.
+    votes: Vec<Option<Vote>>,
+    /// The other owners seen, where the acquisition asked.
+    holders: Vec<crate::proto::Holder>,
+}
+
+impl Tally {
+    pub(crate) fn new(nodes: usize) -> Tally {
+        Tally {
+            needed: quorum(nodes),
+            agreed: 0,
+            votes: vec![None; nodes],
+            holders: Vec::new(),
+        }
+    }
+
+    pub(crate) fn record(&mut self, node: usize, answer: Answer) {
+        if answer.vote.is_ok() {
+            self.agreed += 1;
+        }
+        self.holders.extend(answer.holder);
+        self.votes[node] = Some(answer.vote);
+    }
+
+    /// What a failed acquisition that observed the key saw of its other
+    /// owners.
+    pub(crate) fn seen(&self) -> Seen {
+        for h in &self.holders {
+            let same = || self.holders.iter().filter(|o| o.token == h.token);
+            if same().count() >= self.needed {
+                // The soonest expiry among its keys; `None` only if none expires.
+                let ttl = same()
+                    .map(|o| o.ttl)
+                    .min_by_key(|t| t.unwrap_or(Duration::MAX))
+                    .flatten();
+                return Seen::Holder {
+                    ttl,
+                    token: h.token.clone(),
+                };
+            }
+        }
+        if self.agreed + self.holders.len() >= self.needed {
+            Seen::Contended
+        } else {
+            Seen::Unreachable
+        }
+    }
+
+    fn undecided(&self) -> usize {
+        self.votes.iter().filter(|v| v.is_none()).count()
+    }
+
+    pub(crate) fn agreed(&self) -> usize {
+        self.agreed
+    }
+
+    pub(crate) fn needed(&self) -> usize {
+        self.needed
+    }
+
+    pub(crate) fn has_majority(&self) -> bool {
+        self.agreed >= self.needed
+    }
+
+    /// Whether our key may be on a majority of nodes although the attempt
+    /// failed: the yes votes and the nodes whose answer is unknown (timed
+    /// out, connection failed, not waited for) could make one. The rollback
+    /// of such an attempt is announced, since a waiter may have seen our
+    /// token on a majority and be waiting for it to go.
+    pub(crate) fn might_hold_majority(&self) -> bool {
+        let unknown = self
+            .votes
+            .iter()
+            .filter(|v| {
+                matches!(
+                    v,
+                    None | Some(Err(NodeFailure::Timeout | NodeFailure::Connection(_)))
+                )
+            })
+            .count();
+        self.agreed + unknown >= self.needed
+    }
+
+    /// Whether the nodes that still agree, or might, could make a majority:
+    /// false once so many nodes hold another owner's key, or none, that no
+    /// later try can win them back.
+    pub(crate) fn recoverable(&self) -> bool {
+        let hopeless = self
+            .votes
+            .iter()
+            .filter(|v| {
+                matches!(
+                    v,
+                    Some(Err(NodeFailure::Held
+                        | NodeFailure::Missing
+                        | NodeFailure::WrongType(_)))
+                )
+            })
+            .count();
+        self.votes.len() - hopeless >= self.needed
+    }
+
+    /// Whether the outcome no longer depends on the nodes still out.
+    fn decided(&self) -> bool {
+        self.has_majority() || self.agreed + self.undecided() < self.needed
+    }
+
+    /// Whether node `i` answered (yes, no or error) before the decision.
+    pub(crate) fn answered(&self, i: usize) -> bool {
+        self.votes[i].is_some()
+    }
+
+    /// The report for users: who did not agree, and why. `names` are the
+    /// nodes' names, in node order.
+    pub(crate) fn report<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> Report {
+        Report {
+            needed: self.needed,
+            agreed: self.agreed,
+            nodes: self
+                .votes
+                .iter()
+                .zip(names)
+                .filter_map(|(vote, name)| match vote {
+                    Some(Ok(())) => None,
+                    Some(Err(f)) => Some((name.to_owned(), f.clone())),
+                    None => Some((name.to_owned(), NodeFailure::NotWaited)),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A node's answer future, tagged with the node's index.
+struct Tagged<F>(usize, F);
+
+impl<F: Future<Output = Answer> + Unpin> Future for Tagged<F> {
+    type Output = (usize, Answer);
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let i = self.0;
+        self.1.poll_unpin(cx).map(|answer| (i, answer))
+    }
+}
+
+/// The answers not yet in when the outcome was decided.
+pub(crate) struct Stragglers<F>(FuturesUnordered<Tagged<F>>);
+
+impl<F: Future<Output = Answer> + Unpin> Stragglers<F> {
+    /// Whether every node had answered.
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Runs the outstanding requests to their end.
+    pub(crate) async fn finish(self) {
+        self.0.for_each(|_| async {}).await;
+    }
+}
+
+/// Counts the answers of every node (one future each, in node order) until
+/// the outcome is decided.
+pub(crate) async fn decide<F>(answers: impl IntoIterator<Item = F>) -> (Tally, Stragglers<F>)
+where
+    F: Future<Output = Answer> + Unpin,
+{
+    let mut pending: FuturesUnordered<Tagged<F>> = answers
+        .into_iter()
+        .enumerate()
+        .map(|(i, f)| Tagged(i, f))
+        .collect();
+    let mut tally = Tally::new(pending.len());
+    while !tally.decided() {
+        match pending.next().await {
+            Some((i, answer)) => tally.record(i, answer),
+            None => break,
+        }
+    }
+    (tally, Stragglers(pending))
+}
+
+/// The pause before the next attempt: uniform in `delay ± jitter`.
+pub(crate) fn retry_delay(delay: Duration, jitter: Duration) -> Duration {
+    uniform(delay.saturating_sub(jitter), delay.saturating_add(jitter))
+}
+
+fn uniform(low: Duration, high: Duration) -> Duration {
+    let (low, high) = (low.as_micros() as u64, high.as_micros() as u64);
+    Duration::from_micros(rand::random_range(low..=high.max(low)))
+}
+
+/// What a failed acquisition saw of the key's other owners.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Seen {
+    /// One owner, `token`, holds the key on a majority; its keys expire
+    /// after `ttl` at the soonest (`None`: not known, or no expiry).
+    Holder {
+        ttl: Option<Duration>,
+        token: Box<str>,
+    },
+    /// Enough nodes answered, but their votes were split among several
+    /// contenders (waiters that woke together), none with a majority.
+    Contended,
+    /// Too few nodes answered to tell.
+    Unreachable,
+}
+
+/// How long a waiter sleeps before it tries again (an announced release
+/// wakes it sooner), and whether that next attempt counts against the
+/// retry limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Pause {
+    pub(crate) sleep: Duration,
+    /// False for the quick retries that settle a split vote: contention
+    /// among waiters, not polling.
+    pub(crate) counted: bool,
+}
+
+/// The longest a waiter sleeps on a holder's expiry, in retry delays. A
+/// holder whose node cannot announce its release (an ACL without
+/// `PUBLISH` there) would otherwise keep a waiter asleep for the whole
+/// TTL after letting go; this costs one attempt per ten delays while a
+/// long lock is held.
+const HOLDER_SLEEP_CAP: u32 = 10;
+
+/// The pause of a waiter after a failed attempt that observed the key.
+/// `listening` says whether announcements can be relied on: enough nodes
+/// are subscribed that any release that reaches a majority is heard.
+///
+/// * A holder with a known expiry: sleep until its keys expire (a release
+///   wakes the waiter sooner), plus up to `jitter` so that waiters do not
+///   all try at the same instant, but no longer than
+///   [`HOLDER_SLEEP_CAP`] retry delays.
+/// * Contenders split the vote: try again after a random pause of up to
+///   two attempts' time, so that one of them wins the next round; the
+///   bound doubles with each split in a row (`streak`, this one included),
+///   so that a split that does not resolve itself (an owner left with a
+///   minority of keys) soon costs what polling does. These retries are
+///   not counted until they are as slow as polling.
+/// * Otherwise, and whenever announcements could be missed: the ordinary
+///   retry pause, `delay ± jitter`, at the most.
+pub(crate) fn pause(
+    seen: &Seen,
+    listening: bool,
+    attempt: Duration,
+    streak: u32,
+    delay: Duration,
+    jitter: Duration,
+) -> Pause {
+    let poll = retry_delay(delay, jitter);
+    let (informed, counted) = match seen {
+        Seen::Holder { ttl: Some(ttl), .. } => {
+            let cap = delay.saturating_mul(HOLDER_SLEEP_CAP).max(poll);
+            ((*ttl + uniform(Duration::ZERO, jitter)).min(cap), true)
+        }
+        Seen::Contended => {
+            let bound = attempt.saturating_mul(2u32.saturating_pow(streak));
+            (uniform(Duration::ZERO, bound.min(poll)), bound >= poll)
+        }
+        Seen::Holder { ttl: None, .. } | Seen::Unreachable => (poll, true),
+    };
+    Pause {
+        sleep: if listening {
+            informed
+        } else {
+            informed.min(poll)
+        },
+        counted,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::Holder;
+    use futures::future::BoxFuture;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    const YES: Vote = Ok(());
+    const HELD: Vote = Err(NodeFailure::Held);
+
+    /// Answers from `(delay_ms, vote)` pairs, on tokio's (paused) clock.
+    fn answers(spec: &[(u64, Vote)]) -> Vec<BoxFuture<'static, Answer>> {
+        spec.iter()
+            .map(|(delay, vote)| {
+                let (delay, vote) = (ms(*delay), vote.clone());
+                async move {
+                    tokio::time::sleep(delay).await;
+                    Answer::from(vote)
+                }
+                .boxed()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn quorum_is_a_strict_majority() {
+        let q: Vec<usize> = (1..=7).map(quorum).collect();
+        assert_eq!(q, [1, 2, 2, 3, 3, 4, 4]);
+    }
+
+    #[test]
+    fn validity_is_ttl_minus_elapsed_minus_drift() {
+        let plan = Plan::new(ms(10_000), 0.01).unwrap();
+        assert_eq!(plan.drift, ms(102));
+        assert_eq!(plan.validity(ms(30), Duration::ZERO), Some(ms(9_868)));
+        assert_eq!(plan.validity(ms(30), ms(9_868)), None);
+        assert_eq!(plan.validity(ms(30), ms(9_867)), Some(ms(9_868)));
+        let plan = Plan::new(ms(100), 0.0).unwrap();
+        assert_eq!(plan.validity(ms(98), Duration::ZERO), None);
+        assert_eq!(plan.validity(ms(97), Duration::ZERO), Some(ms(1)));
+        assert_eq!(plan.validity(ms(500), Duration::ZERO), None);
+        assert_eq!(plan.life(), ms(102));
+    }
+
+    #[test]
+    fn ttl_plans() {
+        assert_eq!(Plan::new(Duration::ZERO, 0.01), Err(ConfigError::ZeroTtl));
+        assert_eq!(
+            Plan::new(Duration::from_micros(900), 0.01),
+            Err(ConfigError::ZeroTtl)
+        );
+        assert!(matches!(
+            Plan::new(MAX_TTL + ms(1), 0.01),
+            Err(ConfigError::TtlTooLarge { .. })
+        ));
+        assert!(matches!(
+            Plan::new(Duration::MAX, 0.01),
+            Err(ConfigError::TtlTooLarge { .. })
+        ));
+        // Sub-millisecond parts are cut, as PX would.
+        let p = Plan::new(Duration::from_micros(10_000_900), 0.01).unwrap();
+        assert_eq!((p.ttl_ms, p.drift), (10_000, ms(102)));
+        // Drift that eats the TTL: 2 ms of constant alone.
+        assert_eq!(
+            Plan::new(ms(2), 0.01),
+            Err(ConfigError::DriftExceedsTtl {
+                ttl: ms(2),
+                drift: ms(2)
+            })
+        );
+        assert!(Plan::new(ms(3), 0.01).is_ok());
+        assert!(matches!(
+            Plan::new(Duration::from_secs(1), 0.998),
+            Err(ConfigError::DriftExceedsTtl { .. })
+        ));
+        assert!(Plan::new(MAX_TTL, 0.01).is_ok());
+    }
+
+    #[test]
+    fn retry_delay_stays_within_jitter_and_varies() {
+        let draws: Vec<Duration> = (0..200).map(|_| retry_delay(ms(200), ms(100))).collect();
+        assert!(draws.iter().all(|d| (ms(100)..=ms(300)).contains(d)));
+        assert!(draws.iter().any(|d| *d != draws[0]), "no randomness");
+        assert_eq!(retry_delay(ms(10), ms(50)).max(ms(60)), ms(60));
+        assert_eq!(retry_delay(ms(7), Duration::ZERO), ms(7));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn decides_at_the_first_majority_without_waiting_for_stragglers() {
+        // Two nodes never answer in time (frozen): the decision comes after
+        // the third fast yes, at 3 ms, not at the stragglers' 10 s.
+        let t = tokio::time::Instant::now();
+        let (tally, stragglers) = decide(answers(&[
+            (1, YES),
+            (2, YES),
+            (10_000, YES),
+            (3, YES),
+            (10_000, YES),
+        ]))
+        .await;
+        assert!(tally.has_majority());
+        assert_eq!(t.elapsed(), ms(3));
+        assert!(!stragglers.is_empty());
+        stragglers.finish().await;
+        assert_eq!(t.elapsed(), ms(10_000));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fails_as_soon_as_a_majority_is_out_of_reach() {
+        let t = tokio::time::Instant::now();
+        let (tally, _) = decide(answers(&[
+            (1, HELD),
+            (2, YES),
+            (3, HELD),
+            (4, HELD),
+            (10_000, YES),
+        ]))
+        .await;
+        assert_eq!(t.elapsed(), ms(4));
+        let report = tally.report(["n0", "n1", "n2", "n3", "n4"]);
+        assert_eq!(
+            (report.agreed(), report.needed(), report.held_by_others()),
+            (1, 3, 3)
+        );
+        assert_eq!(
+            report.failures()[3],
+            ("n4".to_owned(), NodeFailure::NotWaited)
+        );
+        assert!(!tally.answered(4) && tally.answered(3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_even_split_is_a_failure_not_a_hang() {
+        let attempt = decide(answers(&[(1, YES), (1, HELD), (2, YES), (2, HELD)]));
+        let (tally, _) = tokio::time::timeout(ms(100), attempt).await.expect("hung");
+        assert!(!tally.has_majority());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn errors_and_timeouts_count_against() {
+        let (tally, _) = decide(answers(&[
+            (1, YES),
+            (2, Err(NodeFailure::Timeout)),
+            (2, Err(NodeFailure::Connection("refused".into()))),
+            (2, Err(NodeFailure::OutOfMemory("OOM".into()))),
+            (1, YES),
+        ]))
+        .await;
+        let text = tally.report(["n0", "n1", "n2", "n3", "n4"]).to_string();
+        assert!(text.starts_with("2 of 3 needed nodes agreed"), "{text}");
+        assert!(text.contains("n3: the node is out of memory"), "{text}");
+    }
+
+    fn tally(needed: usize, agreed: usize, holders: &[(&str, Option<u64>)]) -> Tally {
+        let n = agreed + holders.len();
+        let mut t = Tally::new(n);
+        t.needed = needed;
+        for i in 0..agreed {
+            t.record(i, YES.into());
+        }
+        for (j, (token, ttl)) in holders.iter().enumerate() {
+            let holder = Holder {
+                token: (*token).into(),
+                ttl: ttl.map(ms),
+            };
+            t.record(
+                agreed + j,
+                Answer {
+                    holder: Some(holder),
+                    ..HELD.into()
+                },
+            );
+        }
+        t
+    }
+
+    #[test]
+    fn a_failed_attempt_tells_a_holder_from_contenders() {
+        // One owner on a majority: its soonest expiry.
+        let t = tally(
+            3,
+            0,
+            &[("a", Some(900)), ("a", Some(700)), ("a", Some(800))],
+        );
+        let holder = |ttl: Option<u64>| Seen::Holder {
+            ttl: ttl.map(ms),
+            token: "a".into(),
+        };
+        assert_eq!(t.seen(), holder(Some(700)));
+        // Keys without expiry do not hide one that has one.
+        let t = tally(3, 1, &[("a", None), ("a", Some(50)), ("a", None)]);
+        assert_eq!(t.seen(), holder(Some(50)));
+        let t = tally(3, 0, &[("a", None), ("a", None), ("a", None)]);
+        assert_eq!(t.seen(), holder(None));
+        // Three owners, none on a majority, with our own vote: a split.
+        let t = tally(3, 1, &[("a", Some(9)), ("b", Some(9)), ("c", Some(9))]);
+        assert_eq!(t.seen(), Seen::Contended);
+        let t = tally(3, 2, &[("a", Some(9))]);
+        assert_eq!(t.seen(), Seen::Contended);
+        // Too few answers to tell.
+        let t = tally(3, 1, &[("a", Some(9))]);
+        assert_eq!(t.seen(), Seen::Unreachable);
+        assert_eq!(tally(3, 0, &[]).seen(), Seen::Unreachable);
+    }
+
+    #[test]
+    fn waiters_sleep_until_expiry_split_briefly_and_poll_when_deaf() {
+        let (delay, jitter) = (ms(200), ms(100));
+        let attempt = ms(1);
+        let pause =
+            |seen: &Seen, listening, streak| pause(seen, listening, attempt, streak, delay, jitter);
+        let holder = |ttl| Seen::Holder {
+            ttl: Some(ms(ttl)),
+            token: "a".into(),
+        };
+        let forever = Seen::Holder {
+            ttl: None,
+            token: "a".into(),
+        };
+        for _ in 0..100 {
+            // A holder whose keys expire in 1.5 s: no polling meanwhile.
+            let p = pause(&holder(1_500), true, 0);
+            assert!(
+                (ms(1_500)..=ms(1_600)).contains(&p.sleep) && p.counted,
+                "{p:?}"
+            );
+            // One whose keys expire in a minute: at most ten delays, in
+            // case its release is not announced.
+            let p = pause(&holder(60_000), true, 0);
+            assert!((ms(1_900)..=ms(2_000)).contains(&p.sleep), "{p:?}");
+            // Not listening: never longer than a poll.
+            let p = pause(&holder(1_500), false, 0);
+            assert!((ms(100)..=ms(300)).contains(&p.sleep), "{p:?}");
+            // A split: a few attempts' time, doubling with the streak,
+            // never beyond a poll, and not counted until as slow as one.
+            let p = pause(&Seen::Contended, true, 1);
+            assert!(p.sleep <= ms(2) && !p.counted, "{p:?}");
+            let p = pause(&Seen::Contended, true, 3);
+            assert!(p.sleep <= ms(8) && !p.counted, "{p:?}");
+            let p = pause(&Seen::Contended, true, 40);
+            assert!(p.sleep <= ms(300) && p.counted, "{p:?}");
+            // Nodes not answering, or a holder without expiry: poll.
+            for seen in [&Seen::Unreachable, &forever] {
+                let p = pause(seen, true, 0);
+                assert!((ms(100)..=ms(300)).contains(&p.sleep) && p.counted, "{p:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_rollback_is_announced_only_when_the_key_may_be_on_a_majority() {
+        let voted = |votes: &[Vote]| {
+            let mut t = Tally::new(votes.len());
+            for (i, v) in votes.iter().enumerate() {
+                t.record(i, v.clone().into());
+            }
+            t
+        };
+        let timeout = Err(NodeFailure::Timeout);
+        let refused = Err(NodeFailure::Connection("refused".into()));
+        // A split among contenders, every node answered: nothing to announce.
+        assert!(!voted(&[YES, YES, HELD, HELD, HELD]).might_hold_majority());
+        // A node that timed out may hold our key: with two yes, a majority.
+        assert!(voted(&[YES, YES, timeout.clone(), HELD, HELD]).might_hold_majority());
+        assert!(voted(&[YES, refused, HELD]).might_hold_majority());
+        // A majority that came too late for the validity.
+        assert!(voted(&[YES, YES, YES]).might_hold_majority());
+        // Not waited for counts as unknown.
+        let mut t = Tally::new(5);
+        t.record(0, YES.into());
+        t.record(1, YES.into());
+        t.record(2, HELD.into());
+        assert!(t.might_hold_majority());
+        assert!(!voted(&[YES, timeout, HELD, HELD, HELD]).might_hold_majority());
+    }
+
+    #[test]
+    fn a_majority_of_taken_or_gone_keys_cannot_be_won_back() {
+        let voted = |votes: &[Vote]| {
+            let mut t = Tally::new(votes.len());
+            for (i, v) in votes.iter().enumerate() {
+                t.record(i, v.clone().into());
+            }
+            t
+        };
+        let missing = Err(NodeFailure::Missing);
+        let timeout = Err(NodeFailure::Timeout);
+        assert!(voted(&[YES, timeout.clone(), timeout.clone(), HELD, HELD]).recoverable());
+        assert!(!voted(&[YES, missing.clone(), timeout, HELD, HELD]).recoverable());
+        assert!(!voted(&[missing.clone(), missing, HELD]).recoverable());
+    }
+}
