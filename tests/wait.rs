@@ -349,3 +349,45 @@ async fn a_waiter_refused_subscriptions_falls_back_to_polling() {
     println!("release to next holder, polling: {gap:?}");
     assert!(gap < Duration::from_secs(3), "took {gap:?}");
 }
+
+/// The subscriber connections are pinged every second (so that a silent
+/// one is noticed); a healthy one answers and is kept, and the waiter
+/// neither reconnects nor tries again because of it.
+#[tokio::test]
+async fn a_healthy_subscriber_answers_its_pings_and_is_kept() {
+    let c = cluster(3);
+    let holder = redlock(&c);
+    let waiting = waiter(&c, Duration::from_secs(5));
+    let lock = holder.lock("r", LONG_TTL).await.unwrap();
+    let task = start_waiting(&waiting).await;
+    run(&c, 0, &["CONFIG", "RESETSTAT"]);
+    tokio::time::sleep(ms(3_500)).await;
+    let Reply::Bulk(Some(list)) = run(&c, 0, &["CLIENT", "LIST", "TYPE", "pubsub"]) else {
+        panic!("CLIENT LIST")
+    };
+    let list = String::from_utf8(list).unwrap();
+    let subscribers: Vec<&str> = list.lines().filter(|l| l.contains("sub=1")).collect();
+    assert_eq!(subscribers.len(), 1, "{list}");
+    // Made before the wait began, pinged since, not replaced.
+    let age: u64 = subscribers[0]
+        .split(' ')
+        .find_map(|f| f.strip_prefix("age="))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(age >= 3, "{list}");
+    let Reply::Bulk(Some(stats)) = run(&c, 0, &["INFO", "commandstats"]) else {
+        panic!("INFO")
+    };
+    let stats = String::from_utf8(stats).unwrap();
+    let pings = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_ping:calls="))
+        .map_or(0, |rest| {
+            rest.split(',').next().unwrap().parse::<u64>().unwrap()
+        });
+    assert!(pings >= 2, "{stats}");
+    // No attempt while held.
+    assert_eq!(set_calls(&c, 0), 0, "{stats}");
+    hand_over(lock, task).await;
+}

@@ -19,6 +19,11 @@ use crate::proto::quorum::Plan;
 use crate::proto::{Answer, Command, LockId};
 
 /// One kind of lock, as the engine drives it.
+///
+/// Every command must be safe to run twice on one node: a node sends a
+/// command once more, within the same request, when it finds its connection
+/// went stale (see `net`). Comparing the token makes the mutex's scripts so;
+/// a kind that counts must make a repeated command count once.
 pub(crate) trait Kind: Send + Sync + 'static {
     /// Takes the lock on one node, for `plan.ttl`. With `observe`, the reply
     /// also says who holds the key there and for how long, for a waiter.

@@ -152,28 +152,23 @@ impl Inner {
         command: &Command,
         deadline: tokio::time::Instant,
     ) -> Result<Value, NodeFailure> {
-        let (live, fresh) = timeout_at(deadline, self.connection())
-            .await
-            .map_err(|_| NodeFailure::Timeout)??;
-        self.admit_again(command)?;
-        match timeout_at(deadline, send(live.conn.clone(), command)).await {
-            Err(_) => Err(self.strike(live.generation)),
-            Ok(Ok(reply)) => Ok(self.clear(reply)),
-            Ok(Err(e)) if is_connection_error(&e) && !fresh => {
+        let mut retried = false;
+        loop {
+            let (live, fresh) = timeout_at(deadline, self.connection())
+                .await
+                .map_err(|_| NodeFailure::Timeout)??;
+            self.admit_again(command)?;
+            match timeout_at(deadline, send(live.conn.clone(), command)).await {
+                Err(_) => return Err(self.strike(live.generation)),
+                Ok(Ok(reply)) => return Ok(self.clear(reply)),
                 // A connection made earlier went stale (the node restarted,
                 // say): make a new one and try once more.
-                self.drop_connection(live.generation, &e);
-                let (live, _) = timeout_at(deadline, self.connection())
-                    .await
-                    .map_err(|_| NodeFailure::Timeout)??;
-                self.admit_again(command)?;
-                match timeout_at(deadline, send(live.conn.clone(), command)).await {
-                    Err(_) => Err(self.strike(live.generation)),
-                    Ok(Ok(reply)) => Ok(self.clear(reply)),
-                    Ok(Err(e)) => Err(self.failed(live.generation, &e)),
+                Ok(Err(e)) if is_connection_error(&e) && !fresh && !retried => {
+                    self.drop_connection(live.generation, &e);
+                    retried = true;
                 }
+                Ok(Err(e)) => return Err(self.failed(live.generation, &e)),
             }
-            Ok(Err(e)) => Err(self.failed(live.generation, &e)),
         }
     }
 
