@@ -1,0 +1,307 @@
+//! The lock over a network that is slow or drops connections silently: each
+//! node sits behind a [`Proxy`] that adds a delay, or stops forwarding on
+//! the connections open at some moment without closing them (a dead NAT
+//! entry, a failover behind a virtual IP).
+
+mod common;
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::proxy::Proxy;
+use common::*;
+use redquorum::local_cluster::{LocalCluster, Reply};
+use redquorum::{Error, Lock, NodeFailure, Redlock};
+
+const TTL: Duration = Duration::from_secs(10);
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// One proxy in front of each node of `c`.
+fn proxies(c: &LocalCluster) -> Vec<Proxy> {
+    (0..c.len()).map(|i| Proxy::start(c.port(i))).collect()
+}
+
+fn urls(proxies: &[Proxy]) -> Vec<String> {
+    proxies.iter().map(Proxy::url).collect()
+}
+
+/// The name a report gives the node behind `proxy`.
+fn name(proxy: &Proxy) -> String {
+    format!("127.0.0.1:{}", proxy.port())
+}
+
+/// The names of the nodes that failed with `failure` in the report of a
+/// failed acquisition; panics on any other outcome.
+fn failed_with(result: &Result<Lock, Error>, failure: &NodeFailure) -> Vec<String> {
+    match result {
+        Err(Error::NotAcquired { report, .. }) => report
+            .failures()
+            .iter()
+            .filter(|(_, f)| f == failure)
+            .map(|(name, _)| name.clone())
+            .collect(),
+        Err(other) => panic!("{other}"),
+        Ok(_) => panic!("acquired"),
+    }
+}
+
+/// Sends a PING on `stream` and reads the answer, bounded by `limit`.
+fn ping(stream: &mut TcpStream, limit: Duration) -> std::io::Result<Vec<u8>> {
+    stream.set_read_timeout(Some(limit))?;
+    stream.write_all(b"PING\r\n")?;
+    let mut answer = [0; 7];
+    stream.read_exact(&mut answer)?;
+    Ok(answer.to_vec())
+}
+
+/// The proxy itself: a delay costs each round trip twice its value, and a
+/// blackholed connection stays open and silent while new ones work.
+#[test]
+fn the_proxy_delays_and_blackholes() {
+    let c = cluster(1);
+    let proxy = Proxy::start(c.port(0));
+    let connect = || TcpStream::connect(("127.0.0.1", proxy.port())).unwrap();
+    let mut first = connect();
+    assert_eq!(ping(&mut first, ms(2_000)).unwrap(), b"+PONG\r\n");
+    proxy.set_delay(ms(50));
+    let started = Instant::now();
+    assert_eq!(ping(&mut first, ms(2_000)).unwrap(), b"+PONG\r\n");
+    let took = started.elapsed();
+    assert!(took >= ms(100), "a round trip took {took:?}");
+    // Chunks in a row are delayed, not queued behind each other's delay.
+    let started = Instant::now();
+    for _ in 0..5 {
+        first.write_all(b"PING\r\n").unwrap();
+        std::thread::sleep(ms(5));
+    }
+    let mut answers = [0; 35];
+    first.read_exact(&mut answers).unwrap();
+    assert_eq!(&answers, b"+PONG\r\n".repeat(5).as_slice());
+    let took = started.elapsed();
+    assert!(
+        (ms(120)..ms(400)).contains(&took),
+        "5 round trips in a row took {took:?}"
+    );
+    proxy.set_delay(Duration::ZERO);
+    proxy.blackhole_existing();
+    // Held: no answer, no end of stream, no reset.
+    let held = ping(&mut first, ms(300));
+    assert!(
+        held.as_ref()
+            .is_err_and(|e| matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)),
+        "a blackholed connection answered {held:?}"
+    );
+    let mut second = connect();
+    assert_eq!(ping(&mut second, ms(2_000)).unwrap(), b"+PONG\r\n");
+    assert_eq!(proxy.connections(), 2);
+}
+
+/// Connecting to a distant node takes several round trips (the connection's
+/// handshake, the restart guard's `INFO server`) before the request's own:
+/// a per-request timeout above one round trip but below all of them must
+/// not cancel the connection set-up on every attempt, leaving the node
+/// unreachable for good.
+#[tokio::test]
+async fn connection_set_up_is_not_bounded_by_the_request_timeout() {
+    let c = cluster(3);
+    let proxies = proxies(&c);
+    for proxy in &proxies {
+        // 50 ms round trips: set-up and request take about 4 of them.
+        proxy.set_delay(ms(25));
+    }
+    let redlock = Redlock::builder()
+        .nodes(urls(&proxies))
+        .node_timeout(ms(100))
+        .connect_timeout(Duration::from_secs(2))
+        .retry_count(0)
+        .build()
+        .unwrap();
+    let mut acquired_at = None;
+    for attempt in 1..=8 {
+        let result = redlock.try_lock(&format!("far-{attempt}"), TTL).await;
+        match result {
+            Ok(lock) => {
+                lock.release().await.unwrap();
+                acquired_at = Some(attempt);
+                break;
+            }
+            Err(e) => println!("attempt {attempt}: {e}"),
+        }
+        tokio::time::sleep(ms(100)).await;
+    }
+    let Some(attempt) = acquired_at else {
+        panic!("8 attempts failed: the connections were never made")
+    };
+    println!("acquired at attempt {attempt}");
+    assert!(attempt <= 5, "acquired only at attempt {attempt}");
+    // Connected, an attempt is one round trip, well within the timeout.
+    for round in 0..3 {
+        redlock
+            .try_lock(&format!("near-{round}"), TTL)
+            .await
+            .unwrap_or_else(|e| panic!("round {round} once connected: {e}"))
+            .release()
+            .await
+            .unwrap();
+    }
+}
+
+/// Connections that stop answering without closing (the node failed over
+/// behind its address, a NAT entry expired) are replaced after a few
+/// timeouts, and the lock works again; a healthy connection is kept.
+#[tokio::test]
+async fn a_blackholed_connection_is_replaced() {
+    let c = cluster(3);
+    let proxies = proxies(&c);
+    let redlock = Redlock::builder()
+        .nodes(urls(&proxies))
+        .node_timeout(ms(100))
+        .restart_guard(false)
+        .retry_count(0)
+        .build()
+        .unwrap();
+    redlock
+        .try_lock("warm", TTL)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let before: Vec<usize> = proxies.iter().map(Proxy::connections).collect();
+    proxies[0].blackhole_existing();
+    proxies[1].blackhole_existing();
+    let result = redlock.try_lock("dark", TTL).await;
+    let mut timed_out = failed_with(&result, &NodeFailure::Timeout);
+    timed_out.sort();
+    let mut expected = vec![name(&proxies[0]), name(&proxies[1])];
+    expected.sort();
+    assert_eq!(timed_out, expected, "{:?}", result.err());
+    let started = Instant::now();
+    let mut attempts = 1;
+    loop {
+        tokio::time::sleep(ms(100)).await;
+        attempts += 1;
+        let result = redlock.try_lock(&format!("back-{attempts}"), TTL).await;
+        match result {
+            Ok(lock) => {
+                lock.release().await.unwrap();
+                break;
+            }
+            Err(e) => assert!(
+                started.elapsed() < Duration::from_secs(8),
+                "still failing after {attempts} attempts over {:?}: {e}",
+                started.elapsed()
+            ),
+        }
+    }
+    println!(
+        "acquired again at attempt {attempts}, {:?} after the blackhole",
+        started.elapsed()
+    );
+    // And it stays that way. One of the two silent connections may still
+    // be in use (two nodes made a majority without it); the requests that
+    // finish in the background after a decided vote time out on it until
+    // it is replaced too.
+    let mut round = 0;
+    let after = loop {
+        round += 1;
+        redlock
+            .try_lock(&format!("after-{round}"), TTL)
+            .await
+            .unwrap_or_else(|e| panic!("round {round} after recovering: {e}"))
+            .release()
+            .await
+            .unwrap();
+        let after: Vec<usize> = proxies.iter().map(Proxy::connections).collect();
+        let replaced = after[0] > before[0] && after[1] > before[1];
+        if (round >= 3 && replaced) || started.elapsed() > ms(10_000) {
+            break after;
+        }
+        tokio::time::sleep(ms(50)).await;
+    };
+    println!("connections accepted: before {before:?}, after {after:?} ({round} rounds)");
+    assert!(after[0] > before[0], "{before:?} -> {after:?}");
+    assert!(after[1] > before[1], "{before:?} -> {after:?}");
+    assert_eq!(after[2], before[2], "a healthy connection was replaced");
+}
+
+/// How many subscriber connections node `i` has.
+fn subscriber_connections(c: &LocalCluster, i: usize) -> usize {
+    let Reply::Bulk(Some(list)) = run(c, i, &["CLIENT", "LIST", "TYPE", "pubsub"]) else {
+        panic!("CLIENT LIST")
+    };
+    String::from_utf8(list).unwrap().lines().count()
+}
+
+/// A waiter whose connections, subscriber connections included, all go
+/// silent (no FIN, no RST) just before the holder releases: the release's
+/// announcement is lost, and the waiter must notice that its connections
+/// are dead and get the lock in seconds, not when the holder's 30 s TTL
+/// runs out.
+#[tokio::test]
+async fn a_waiter_with_silently_dead_connections_still_takes_over() {
+    const LONG_TTL: Duration = Duration::from_secs(30);
+    const WITHIN: Duration = Duration::from_secs(9);
+    let c = cluster(3);
+    let proxies = proxies(&c);
+    // Connected directly, so that its release reaches every node.
+    let holder = builder(&c).build().unwrap();
+    // A retry pause of 5 s; a waiter that hears no announcement sleeps
+    // until the holder's keys expire, at most 10 pauses (50 s).
+    let waiter = Redlock::builder()
+        .nodes(urls(&proxies))
+        .node_timeout(ms(300))
+        .retry_count(1_000)
+        .retry_delay(Duration::from_secs(5))
+        .retry_jitter(Duration::ZERO)
+        .wait_timeout(Duration::from_secs(25))
+        .build()
+        .unwrap();
+    let lock = holder.try_lock("r", LONG_TTL).await.unwrap();
+    let task = tokio::spawn(async move {
+        let result = waiter.lock("r", LONG_TTL).await;
+        (result, Instant::now())
+    });
+    // Subscribed on every node, and waiting.
+    let subscribed = Instant::now();
+    while (0..3).any(|i| subscriber_connections(&c, i) == 0) {
+        assert!(
+            subscribed.elapsed() < Duration::from_secs(3),
+            "the waiter did not subscribe"
+        );
+        tokio::time::sleep(ms(20)).await;
+    }
+    tokio::time::sleep(ms(500)).await;
+    assert!(!task.is_finished(), "the waiter did not wait");
+    let before: Vec<usize> = proxies.iter().map(Proxy::connections).collect();
+    for proxy in &proxies {
+        proxy.blackhole_existing();
+    }
+    let released_at = Instant::now();
+    lock.release().await.unwrap();
+    // The budget: the subscriber connections found silent by their ping
+    // (within 2 s), the attempts that time out on the silent command
+    // connections until those are replaced (a few node timeouts), and one
+    // retry pause (5 s). Sleeping until the holder's keys expire would take
+    // 30 s, the wait deadline 25 s, the cap on a waiter's sleep 50 s.
+    let (result, got_at) = tokio::time::timeout(WITHIN, task)
+        .await
+        .unwrap_or_else(|_| {
+            panic!("the waiter did not get the lock within {WITHIN:?} of the release")
+        })
+        .unwrap();
+    let lock = result.unwrap();
+    let gap = got_at - released_at;
+    let after: Vec<usize> = proxies.iter().map(Proxy::connections).collect();
+    println!("release to next holder: {gap:?}; connections accepted {before:?} -> {after:?}");
+    assert!(gap < WITHIN, "took {gap:?}");
+    assert!(
+        before.iter().zip(&after).filter(|(b, a)| a > b).count() >= 2,
+        "{before:?} -> {after:?}"
+    );
+    lock.release().await.unwrap();
+}
