@@ -16,9 +16,12 @@
 //! **At most one extension in flight.** [`Hold::extend`] holds a lock for
 //! its whole round, so the watchdog and a caller's `extend` take turns: the
 //! deadline always comes from the last extension sent, whose TTL the nodes
-//! hold. An extension that fails may still have reached some nodes, so the
-//! deadline is then cut to what it would have set if that is earlier (a
-//! shorter TTL): the lock never believes in keys that may already be gone.
+//! hold (the watchdog reads the TTL to renew with only once its turn has
+//! come, so a caller's newer TTL is never overwritten by an older one). An
+//! extension to a shorter TTL may be taken by some nodes from the moment it
+//! is sent, so the deadline is cut to it before sending, and stays cut if
+//! the extension fails: the lock never believes in keys that may already be
+//! gone.
 //!
 //! **The watchdog** ([`keep_alive`]) extends the lock by its TTL every
 //! `ttl × keep_alive_fraction` (a third by default, as Redisson's watchdog
@@ -143,36 +146,43 @@ impl Hold {
         *self.plan.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// One extension round to `plan.ttl`, the only one in flight. `None` if
-    /// the lock was already lost (nothing sent).
-    async fn extend_once(&self, plan: Plan) -> Option<Result<(), Tally>> {
+    /// One extension round, the only one in flight: to `plan.ttl`, or, for
+    /// the watchdog (`None`), to the TTL of the last acquisition or
+    /// extension as of when its turn comes. `None` if the lock was already
+    /// lost (nothing sent); the plan used, and the outcome, otherwise.
+    async fn extend_once(&self, plan: Option<Plan>) -> Option<(Plan, Result<(), Tally>)> {
         let _alone = self.extending.lock().await;
         if self.is_lost() {
             return None;
         }
+        let plan = plan.unwrap_or_else(|| self.plan());
         let start = Moment::now();
+        // Nodes may take the new TTL from the moment it is sent: if it is
+        // shorter than what is left, believe in no more than it from now on.
+        let promised = plan.deadline(start);
+        if promised < self.deadline() {
+            self.set_deadline(promised);
+        }
         let outcome = self.engine.extend(&self.kind, &self.id, &plan, start).await;
         match outcome {
             Ok(deadline) => {
                 self.set_deadline(deadline);
                 *self.plan.lock().unwrap_or_else(|p| p.into_inner()) = plan;
-                Some(Ok(()))
+                Some((plan, Ok(())))
             }
-            Err(tally) => {
-                // Some nodes may hold the new TTL: never believe in more
-                // than the shorter of the two.
-                self.set_deadline(self.deadline().min(plan.deadline(start)));
-                Some(Err(tally))
-            }
+            // Some nodes may hold the new TTL, others the old one: the
+            // shorter of the two stands (set above), the longer is kept
+            // only by the nodes that did not take the new one.
+            Err(tally) => Some((plan, Err(tally))),
         }
     }
 
     /// Extends the lock to `plan.ttl` on a majority.
     pub(crate) async fn extend(&self, plan: Plan) -> Result<(), Error> {
-        match self.extend_once(plan).await {
+        match self.extend_once(Some(plan)).await {
             None => Err(self.gone(Report::default())),
-            Some(Ok(())) => Ok(()),
-            Some(Err(tally)) => Err(self.refused(self.engine.report(&tally))),
+            Some((_, Ok(()))) => Ok(()),
+            Some((_, Err(tally))) => Err(self.refused(self.engine.report(&tally))),
         }
     }
 
@@ -249,16 +259,15 @@ pub(crate) async fn keep_alive(hold: Arc<Hold>) {
             return hold.end();
         }
         let started = Moment::now();
-        let plan = hold.plan();
-        match hold.extend_once(plan).await {
+        match hold.extend_once(None).await {
             None => return hold.end(),
-            Some(Ok(())) => next = started.after(every(plan)),
-            Some(Err(tally)) if !tally.recoverable() => {
+            Some((plan, Ok(()))) => next = started.after(every(plan)),
+            Some((_, Err(tally))) if !tally.recoverable() => {
                 let report = hold.engine.report(&tally);
                 tracing::warn!(key = %hold.id.key, %report, "lock lost: a majority no longer holds it");
                 return hold.end();
             }
-            Some(Err(tally)) => {
+            Some((plan, Err(tally))) => {
                 let report = hold.engine.report(&tally);
                 tracing::debug!(key = %hold.id.key, %report, "extension failed; trying again");
                 next = Moment::now().after((every(plan) / 4).max(options.node_timeout));
