@@ -195,7 +195,7 @@ impl Builder {
     }
 
     /// How often the watchdog of [`Lock::keep_alive`](crate::Lock::keep_alive)
-    /// and [`Redlock::with_lock`] extends a lock: every `ttl × fraction`, in
+    /// and [`Redlock::with_lock`](crate::Redlock::with_lock) extends a lock: every `ttl × fraction`, in
     /// `(0.0, 1.0)`. Default a third, as Redisson's watchdog: two extensions
     /// can fail before the lock runs out.
     pub fn keep_alive_fraction(mut self, fraction: f64) -> Self {

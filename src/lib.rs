@@ -60,7 +60,7 @@
 //! * `net`: one node — a connection slot made in the background, the
 //!   per-request bound, replacing silent connections, the restart guard.
 //! * `config`, `error`, `clock` (the suspend-aware monotonic clock).
-//! * [`local_cluster`] (feature `local-cluster`): local `redis-server`
+//! * `local_cluster` (feature `local-cluster`): local `redis-server`
 //!   processes for tests, examples and benchmarks.
 
 #![warn(missing_docs)]
