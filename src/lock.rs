@@ -108,7 +108,9 @@ impl Lock {
     /// updates [`remaining`](Self::remaining) in place.
     ///
     /// A node whose key is gone (expired, or lost in a restart) is not given
-    /// the key back: an extension never resurrects a lock.
+    /// the key back: an extension never resurrects a lock. Nor does it take
+    /// validity back: a `ttl` shorter than what is left changes nothing,
+    /// on the nodes or here.
     ///
     /// # Errors
     /// * [`Error::Expired`] if the validity had already run out (nothing is
@@ -118,9 +120,7 @@ impl Lock {
     /// * [`Error::Config`] for a TTL that cannot work with the options.
     ///
     /// A failed extension deletes nothing: the lock stays held until its old
-    /// validity ends (or, if `ttl` is shorter than what was left, until the
-    /// shorter one would end: some nodes may have taken it), and the call
-    /// may be tried again.
+    /// validity ends, and the call may be tried again.
     pub async fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
         let plan = self.hold.engine.options.plan(ttl)?;
         self.hold.extend(plan).await

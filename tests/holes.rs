@@ -514,3 +514,33 @@ async fn release_tells_a_late_release_from_keys_that_were_gone() {
     let gone = lock.release().await.unwrap_err();
     assert!(matches!(gone, Error::Expired { .. }), "gone: {gone}");
 }
+
+/// Found in review: two extensions of one lock can reach a node out of
+/// order (one waits for a connection that the other overtakes), and a late
+/// shorter one cut the key below the deadline the newer one set — a second
+/// holder, reproduced. An extension therefore never shortens a key, and the
+/// lock's deadline never moves back: after `extend(3 s)` on a 30 s lock, a
+/// majority still holds the key for about 30 s and the lock says so.
+#[tokio::test]
+async fn an_extension_never_shortens_a_key_nor_the_validity() {
+    let c = cluster(5);
+    let redlock = redlock(&c);
+    let mut lock = redlock.lock("r", Duration::from_secs(30)).await.unwrap();
+    await_holders(&c, &ALL, &key("r"), 5, Duration::from_secs(5)).await;
+    lock.extend(Duration::from_secs(3)).await.unwrap();
+    // Every node answers before the test reads them.
+    tokio::time::sleep(ms(100)).await;
+    let mut pttls: Vec<i64> = ALL.iter().map(|&i| pttl(&c, i, &key("r"))).collect();
+    pttls.sort_unstable();
+    assert!(pttls[0] > 25_000, "a key was shortened: {pttls:?}");
+    let remaining = lock.remaining();
+    assert!(remaining > Duration::from_secs(25), "{remaining:?}");
+    assert!(
+        remaining <= Duration::from_millis(pttls[2] as u64 + 30),
+        "the lock says {remaining:?}, a majority holds {pttls:?}"
+    );
+    // A longer one still extends both.
+    lock.extend(Duration::from_secs(60)).await.unwrap();
+    assert!(lock.remaining() > Duration::from_secs(55));
+    lock.release().await.unwrap();
+}

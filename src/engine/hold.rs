@@ -13,15 +13,15 @@
 //! * an extension found that a majority can no longer be had (another
 //!   owner's key, or keys gone, on too many nodes).
 //!
-//! **At most one extension in flight.** [`Hold::extend`] holds a lock for
-//! its whole round, so the watchdog and a caller's `extend` take turns: the
-//! deadline always comes from the last extension sent, whose TTL the nodes
-//! hold (the watchdog reads the TTL to renew with only once its turn has
-//! come, so a caller's newer TTL is never overwritten by an older one). An
-//! extension to a shorter TTL may be taken by some nodes from the moment it
-//! is sent, so the deadline is cut to it before sending, and stays cut if
-//! the extension fails: the lock never believes in keys that may already be
-//! gone.
+//! **Extensions never take validity back.** The extension script never
+//! shortens a key (see `kinds::mutex`), so every majority that took an
+//! extension keeps our keys at least until the deadline that extension
+//! produced: the lock's deadline is the latest of them, and a failed or
+//! shorter extension leaves it where it was. At most one extension is in
+//! flight ([`Hold::extend`] holds a lock for its whole round), so the
+//! watchdog and a caller's `extend` take turns, and the watchdog reads the
+//! TTL to renew with only when its turn has come: a caller's newer TTL is
+//! never overwritten by an older one.
 //!
 //! **The watchdog** ([`keep_alive`]) extends the lock by its TTL every
 //! `ttl × keep_alive_fraction` (a third by default, as Redisson's watchdog
@@ -118,10 +118,12 @@ impl Hold {
             if left.is_zero() {
                 return;
             }
+            // In steps of at most a second: tokio's timers stop while the
+            // machine is suspended, the deadline's clock does not.
             tokio::select! {
                 // The sender lives in `self`: this cannot fail while we run.
                 _ = changes.changed() => {}
-                () = tokio::time::sleep(left) => {}
+                () = tokio::time::sleep(left.min(Duration::from_secs(1))) => {}
             }
         }
     }
@@ -132,13 +134,23 @@ impl Hold {
             .send_if_modified(|state| !std::mem::replace(&mut state.ended, true));
     }
 
+    /// Moves the deadline to `deadline` if that is later. A lock that has
+    /// ended, or whose deadline has passed, stays lost: it is marked ended
+    /// instead (an extension that got through after the validity ran out
+    /// does not make it valid again).
     fn set_deadline(&self, deadline: Moment) {
         self.state.send_if_modified(|state| {
-            let changed = !state.ended && state.deadline != deadline;
-            if changed {
+            if state.ended {
+                false
+            } else if state.deadline.remaining().is_zero() {
+                state.ended = true;
+                true
+            } else if deadline > state.deadline {
                 state.deadline = deadline;
+                true
+            } else {
+                false
             }
-            changed
         });
     }
 
@@ -157,24 +169,14 @@ impl Hold {
         }
         let plan = plan.unwrap_or_else(|| self.plan());
         let start = Moment::now();
-        // Nodes may take the new TTL from the moment it is sent: if it is
-        // shorter than what is left, believe in no more than it from now on.
-        let promised = plan.deadline(start);
-        if promised < self.deadline() {
-            self.set_deadline(promised);
-        }
         let outcome = self.engine.extend(&self.kind, &self.id, &plan, start).await;
-        match outcome {
-            Ok(deadline) => {
+        Some((
+            plan,
+            outcome.map(|deadline| {
                 self.set_deadline(deadline);
                 *self.plan.lock().unwrap_or_else(|p| p.into_inner()) = plan;
-                Some((plan, Ok(())))
-            }
-            // Some nodes may hold the new TTL, others the old one: the
-            // shorter of the two stands (set above), the longer is kept
-            // only by the nodes that did not take the new one.
-            Err(tally) => Some((plan, Err(tally))),
-        }
+            }),
+        ))
     }
 
     /// Extends the lock to `plan.ttl` on a majority.

@@ -4,7 +4,7 @@
 //! |---|---|---|
 //! | acquire | `SET key token NX PX ttl` (a waiter adds `GET key`, `PTTL key`) | 1 |
 //! | release | [`release.lua`](RELEASE): compare-and-delete, announce | 1 |
-//! | extend | [`extend.lua`](EXTEND): compare-and-pexpire | 1 |
+//! | extend | [`extend.lua`](EXTEND): compare-and-pexpire, never shortening | 1 |
 //!
 //! **Guarantee.** While a majority of nodes run and keep their keys and
 //! clocks drift within the allowance, at most one holder at a time believes
@@ -19,7 +19,12 @@
 //! moment; any two majorities of `N` share a node, which cannot hold both.
 //! An extension only prolongs keys that still hold our token on a majority
 //! and never recreates a lost one, so it cannot stretch a belief that the
-//! nodes no longer back. Each attempt draws a fresh token, so the late
+//! nodes no longer back. Nor does it ever shorten a key: two extensions of
+//! one lock can reach a node out of order (one waited for a connection that
+//! the other overtook, or sat on a connection that was replaced), and a
+//! late shorter one would otherwise cut a key below the deadline a newer
+//! extension set. So after any extension that reached a majority, each of
+//! those keys lives at least as long as the deadline it produced. Each attempt draws a fresh token, so the late
 //! rollback of one attempt never deletes the key of the next.
 //!
 //! Tested by `tests/lock.rs` (mutual exclusion, every subset of failed
@@ -40,7 +45,7 @@ use crate::proto::{Answer, Call, Command, Effect, Holder, LockId, Script};
 pub(crate) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("release.lua")));
 
-/// Compare-and-pexpire.
+/// Compare-and-pexpire, never shortening.
 pub(crate) static EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("extend.lua")));
 
