@@ -40,7 +40,7 @@ use crate::proto::quorum::Plan;
 /// assert_eq!(redlock.quorum(), 2);
 /// # Ok::<(), redquorum::Error>(())
 /// ```
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 #[must_use]
 pub struct Builder {
     urls: Vec<String>,
@@ -309,31 +309,62 @@ fn node_identity(client: &redis::Client) -> String {
         .to_ascii_lowercase()
 }
 
-/// A URL with its password replaced, for error messages and logs.
+impl std::fmt::Debug for Builder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Builder")
+            .field(
+                "urls",
+                &self.urls.iter().map(|u| redact(u)).collect::<Vec<_>>(),
+            )
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+/// A URL with its password replaced, for error messages, logs and `Debug`:
+/// the password of `user:password@`, and the value of a `pass=` or
+/// `password=` query parameter (unix-socket URLs carry it there).
 pub(crate) fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
+    let mut out = match (url.find("://"), url.rfind('@')) {
         (Some(scheme_end), Some(at)) if at > scheme_end => {
             format!("{}***{}", &url[..scheme_end + 3], &url[at..])
         }
         _ => url.to_owned(),
+    };
+    if let Some(q) = out.find('?') {
+        let query: Vec<String> = out[q + 1..]
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((k, _)) if k == "pass" || k == "password" => format!("{k}=***"),
+                _ => pair.to_owned(),
+            })
+            .collect();
+        out = format!("{}?{}", &out[..q], query.join("&"));
     }
+    out
 }
 
-/// `text` with any password of `url` taken out: a parser's message may
-/// quote the URL.
+/// `text` with every password of `url` taken out: a parser's message may
+/// quote the URL, or parts of it.
 fn redact_all(text: &str, url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => {
-            let secret = &url[scheme_end + 3..at];
-            let password = secret.split_once(':').map_or(secret, |(_, p)| p);
-            if password.is_empty() {
-                text.to_owned()
-            } else {
-                text.replace(password, "***")
+    let mut secrets = Vec::new();
+    if let (Some(scheme_end), Some(at)) = (url.find("://"), url.rfind('@')) {
+        if at > scheme_end {
+            let userinfo = &url[scheme_end + 3..at];
+            secrets.push(userinfo.split_once(':').map_or(userinfo, |(_, p)| p));
+        }
+    }
+    if let Some((_, query)) = url.split_once('?') {
+        for pair in query.split('&') {
+            if let Some(("pass" | "password", value)) = pair.split_once('=') {
+                secrets.push(value);
             }
         }
-        _ => text.to_owned(),
     }
+    secrets
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .fold(text.to_owned(), |text, secret| text.replace(secret, "***"))
 }
 
 impl Options {
@@ -423,8 +454,24 @@ mod tests {
     fn url_errors_do_not_leak_passwords() {
         let e = config_err(Builder::default().node("redis://:s3cret@host:notaport"));
         assert!(!e.to_string().contains("s3cret"), "{e}");
+        assert!(!format!("{e:?}").contains("s3cret"), "{e:?}");
+        let e = config_err(Builder::default().node("redis+unix:///tmp/r.sock?db=x&pass=s3cret"));
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+        assert!(!format!("{e:?}").contains("s3cret"), "{e:?}");
         assert_eq!(redact("redis://u:p@h:1/0"), "redis://***@h:1/0");
         assert_eq!(redact("redis://h:1"), "redis://h:1");
+        assert_eq!(
+            redact("redis+unix:///s.sock?db=1&pass=x&password=y"),
+            "redis+unix:///s.sock?db=1&pass=***&password=***"
+        );
+    }
+
+    #[test]
+    fn builder_debug_does_not_show_passwords() {
+        let b = Builder::default().nodes(["redis://u:s3cret@h:1", "redis+unix:///s?pass=s3cret"]);
+        let shown = format!("{b:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("h:1"), "{shown}");
     }
 
     #[test]

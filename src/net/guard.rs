@@ -34,8 +34,8 @@ use crate::proto::Effect;
 const UPTIME_SLACK: Duration = Duration::from_secs(1);
 
 /// What the guards of one `Redlock`'s nodes share: the longest key life
-/// among its acquisitions whose keys may still be alive, taken as what other
-/// clients use too.
+/// among its acquisitions and extensions whose keys may still be alive,
+/// taken as what other clients use too.
 #[derive(Debug, Default)]
 pub(crate) struct Lives {
     /// The life, and until when a key sent with it may live.
@@ -104,9 +104,7 @@ impl Guard {
             let now = Moment::now();
             self.latest_expiry
                 .fetch_max(now.after(life).as_nanos(), Ordering::AcqRel);
-            if let Effect::Grant { life } = effect {
-                self.lives.note(life, now);
-            }
+            self.lives.note(life, now);
         }
         Ok(())
     }
@@ -130,13 +128,33 @@ impl Guard {
         }
     }
 
-    /// On a new connection: what `INFO server` answered (`None` if the node
-    /// refused it or the answer lacked the fields, with the reason). Returns
-    /// how long the node gets no vote, if it restarted.
-    pub(crate) fn connected(&self, node: &str, info: Result<ServerInfo, String>) -> Duration {
+    /// On a new connection: what `INFO server` answered (the reason, if the
+    /// node refused it or the answer lacked the fields). Returns how long
+    /// the node gets no vote, if it restarted. A node whose run id is known
+    /// from an earlier connection and that fails to answer now could have
+    /// restarted unseen: the connection is refused (the next request tries
+    /// again). One that never answered is watched by no one, with a warning
+    /// once.
+    pub(crate) fn connected(
+        &self,
+        node: &str,
+        info: Result<ServerInfo, String>,
+    ) -> Result<Duration, NodeFailure> {
         let info = match info {
             Ok(info) => info,
             Err(reason) => {
+                if self
+                    .run_id
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .is_some()
+                {
+                    return Err(NodeFailure::Connection(format!(
+                        "INFO server failed on a new connection ({reason}), so a restart since \
+                         the last one cannot be ruled out; allow INFO in the ACL, or turn \
+                         Builder::restart_guard off for nodes run with appendfsync always"
+                    )));
+                }
                 if !self.unwatched.swap(true, Ordering::Relaxed) {
                     tracing::warn!(
                         node,
@@ -146,14 +164,14 @@ impl Guard {
                          appendfsync always and turn Builder::restart_guard off"
                     );
                 }
-                return Duration::ZERO;
+                return Ok(Duration::ZERO);
             }
         };
         let mut known = self.run_id.lock().unwrap_or_else(|p| p.into_inner());
         let restarted = known.as_deref().is_some_and(|id| id != info.run_id);
         *known = Some(info.run_id);
         if !restarted {
-            return Duration::ZERO;
+            return Ok(Duration::ZERO);
         }
         let now = Moment::now();
         let ours = Moment::from_nanos(self.latest_expiry.load(Ordering::Acquire)).remaining();
@@ -173,7 +191,7 @@ impl Guard {
                  on acquisitions until they would have expired"
             );
         }
-        no_vote
+        Ok(no_vote)
     }
 }
 
@@ -231,16 +249,16 @@ mod tests {
     async fn quarantine_covers_our_keys_exactly_and_others_by_our_ttls() {
         let guard = Guard::new(Arc::default());
         // First meeting, or the same process: nothing to hold against it.
-        assert_eq!(guard.connected("n", info("a", 0)), Duration::ZERO);
-        assert_eq!(guard.connected("n", info("a", 0)), Duration::ZERO);
+        assert_eq!(guard.connected("n", info("a", 0)).unwrap(), Duration::ZERO);
+        assert_eq!(guard.connected("n", info("a", 0)).unwrap(), Duration::ZERO);
         // No key sent yet: a restart costs nothing.
-        assert_eq!(guard.connected("n", info("b", 0)), Duration::ZERO);
+        assert_eq!(guard.connected("n", info("b", 0)).unwrap(), Duration::ZERO);
         guard.check().unwrap();
 
         // A 30 s key sent now: a restart right away keeps the node out for
         // 30 s (ours); one 10 s into its life, for the remaining 20 s.
         guard.admit(Effect::Grant { life: s(30) }).unwrap();
-        assert_eq!(guard.connected("n", info("c", 0)), s(30));
+        assert_eq!(guard.connected("n", info("c", 0)).unwrap(), s(30));
         assert!(matches!(guard.check(), Err(NodeFailure::Restarted { .. })));
         // Acquisitions are refused, extensions and releases pass.
         assert!(guard.admit(Effect::Grant { life: s(1) }).is_err());
@@ -252,17 +270,45 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn one_long_ttl_stops_counting_once_its_key_could_have_expired() {
         let guard = Guard::new(Arc::default());
-        guard.connected("n", info("a", 0));
+        guard.connected("n", info("a", 0)).unwrap();
         guard.admit(Effect::Grant { life: s(60) }).unwrap();
         tokio::time::sleep(s(61)).await;
         guard.admit(Effect::Grant { life: s(2) }).unwrap();
         // Our last key has 2 s left; others are assumed to use 2 s TTLs
         // too, granted up to the restart 0–1 s ago.
-        let no_vote = guard.connected("n", info("b", 0));
+        let no_vote = guard.connected("n", info("b", 0)).unwrap();
         assert_eq!(no_vote, s(2));
         // Up for 10 s: others' keys are gone; ours is gone too.
         tokio::time::sleep(s(3)).await;
-        assert_eq!(guard.connected("n", info("c", 10)), Duration::ZERO);
+        assert_eq!(guard.connected("n", info("c", 10)).unwrap(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_known_node_that_stops_answering_info_is_not_trusted() {
+        let guard = Guard::new(Arc::default());
+        // Never answered: cannot be watched, votes as usual.
+        assert_eq!(
+            guard.connected("n", Err("NOPERM".into())),
+            Ok(Duration::ZERO)
+        );
+        guard.connected("n", info("a", 0)).unwrap();
+        // Answered before: a failure now could hide a restart.
+        assert!(matches!(
+            guard.connected("n", Err("BUSY".into())),
+            Err(NodeFailure::Connection(_))
+        ));
+        assert_eq!(guard.connected("n", info("a", 5)), Ok(Duration::ZERO));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn extensions_count_as_what_others_use_too() {
+        let lives = Arc::new(Lives::default());
+        let quiet = Guard::new(lives.clone());
+        let busy = Guard::new(lives);
+        quiet.connected("n", info("a", 0)).unwrap();
+        busy.admit(Effect::Grant { life: s(2) }).unwrap();
+        busy.admit(Effect::Refresh { life: s(60) }).unwrap();
+        assert_eq!(quiet.connected("n", info("b", 1)), Ok(s(60)));
     }
 
     #[tokio::test(start_paused = true)]
@@ -272,10 +318,10 @@ mod tests {
         let lives = Arc::new(Lives::default());
         let quiet = Guard::new(lives.clone());
         let busy = Guard::new(lives);
-        quiet.connected("n", info("a", 0));
+        quiet.connected("n", info("a", 0)).unwrap();
         busy.admit(Effect::Grant { life: s(30) }).unwrap();
         tokio::time::sleep(s(5)).await;
         // Restarted 10 s ago (reported 11, a second high): 20 s left.
-        assert_eq!(quiet.connected("n", info("b", 11)), s(20));
+        assert_eq!(quiet.connected("n", info("b", 11)).unwrap(), s(20));
     }
 }

@@ -14,15 +14,19 @@
 //!   reconnect, where they could land after a rollback. The one retry we
 //!   make ourselves, on a connection that went stale, happens inside the
 //!   same request, before its vote is counted (see `Inner::run`).
-//! * **A silent connection is replaced.** A single timeout is not a reason
+//! * **A silent connection is replaced.** A timeout alone is not a reason
 //!   to drop a connection (the node may be busy or briefly paused, and a
 //!   rollback on the same connection is ordered after the command it rolls
-//!   back). [`STRIKES`] timeouts in a row are: with no RST (a partition, a
-//!   dead NAT entry, a failover behind a virtual IP) the connection could
+//!   back; several requests in flight time out together in one stall). A
+//!   request that times out on a connection that has not answered anything
+//!   for [`SILENT_TIMEOUTS`] request timeouts is: with no RST (a partition,
+//!   a dead NAT entry, a failover behind a virtual IP) the connection could
 //!   otherwise stay unusable until TCP gives up, minutes later. A command
-//!   still stuck in the old connection may then land after a rollback sent
-//!   on the new one; that leaves a key nobody holds, on a node that counted
-//!   as a no, until its TTL: it delays others, it never makes two holders.
+//!   still stuck in the old connection may then land after commands sent on
+//!   the new one. An acquisition that lands late leaves a key nobody holds,
+//!   on a node that counted as a no, until its TTL; a late release or
+//!   extension compares the token, and an extension never shortens a key
+//!   (see `kinds::mutex`). It delays others; it never makes two holders.
 //! * **Errors are sorted** into [`NodeFailure`]s a user can act on.
 //!
 //! Scripts go by `EVALSHA`; on `NOSCRIPT` (the node restarted, or someone ran
@@ -35,7 +39,7 @@ pub(crate) mod guard;
 pub(crate) mod slot;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt};
@@ -43,13 +47,15 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ErrorKind, RedisError, ServerErrorKind, Value};
 use tokio::time::timeout_at;
 
+use crate::clock::Moment;
 use crate::error::NodeFailure;
 use crate::proto::{Call, Command};
 use guard::{Guard, Lives};
 use slot::{Live, Slot};
 
-/// How many timeouts in a row make a connection count as dead.
-pub(crate) const STRIKES: u32 = 3;
+/// For how many request timeouts a connection may stay silent, with a
+/// request on it timing out, before it counts as dead.
+pub(crate) const SILENT_TIMEOUTS: u32 = 3;
 
 /// How a node is reached and bounded.
 #[derive(Debug, Clone, Copy)]
@@ -72,8 +78,10 @@ struct Inner {
     client: redis::Client,
     limits: Limits,
     slot: Arc<Slot<MultiplexedConnection>>,
-    /// Timeouts in a row on the live connection.
-    strikes: AtomicU32,
+    /// The generation of the connection that answered last, and when (as
+    /// [`Moment::as_nanos`]): a connection made counts as an answer.
+    heard_from: AtomicU64,
+    heard_at: AtomicU64,
     /// The restart guard, when on.
     guard: Option<Guard>,
     /// Whether the eviction policy has been asked about.
@@ -92,7 +100,8 @@ impl Node {
                 client,
                 limits,
                 slot: Slot::new(limits.connect),
-                strikes: AtomicU32::new(0),
+                heard_from: AtomicU64::new(0),
+                heard_at: AtomicU64::new(0),
                 guard: lives.map(Guard::new),
                 policy_checked: AtomicBool::new(false),
                 publish_refused: AtomicBool::new(false),
@@ -159,8 +168,8 @@ impl Inner {
                 .map_err(|_| NodeFailure::Timeout)??;
             self.admit_again(command)?;
             match timeout_at(deadline, send(live.conn.clone(), command)).await {
-                Err(_) => return Err(self.strike(live.generation)),
-                Ok(Ok(reply)) => return Ok(self.clear(reply)),
+                Err(_) => return Err(self.timed_out(live.generation)),
+                Ok(Ok(reply)) => return Ok(self.heard(live.generation, reply)),
                 // A connection made earlier went stale (the node restarted,
                 // say): make a new one and try once more.
                 Ok(Err(e)) if is_connection_error(&e) && !fresh && !retried => {
@@ -181,26 +190,28 @@ impl Inner {
         }
     }
 
-    /// A timeout on connection `generation`; the third in a row drops it.
-    fn strike(&self, generation: u64) -> NodeFailure {
-        if self.strikes.fetch_add(1, Ordering::AcqRel) + 1 >= STRIKES {
-            self.strikes.store(0, Ordering::Release);
-            if self.slot.forget(generation) {
-                tracing::warn!(
-                    node = %self.name,
-                    generation,
-                    "{STRIKES} timeouts in a row: replacing the connection"
-                );
-            }
+    /// A request on connection `generation` timed out: the connection is
+    /// dropped if it has been silent for [`SILENT_TIMEOUTS`] request
+    /// timeouts.
+    fn timed_out(&self, generation: u64) -> NodeFailure {
+        let silent = self.heard_from.load(Ordering::Acquire) == generation
+            && Moment::from_nanos(self.heard_at.load(Ordering::Acquire)).elapsed()
+                >= self.limits.request * SILENT_TIMEOUTS;
+        if silent && self.slot.forget(generation) {
+            tracing::warn!(
+                node = %self.name,
+                generation,
+                "no answer for {SILENT_TIMEOUTS} request timeouts: replacing the connection"
+            );
         }
         NodeFailure::Timeout
     }
 
-    /// An answer came: the connection is alive.
-    fn clear(&self, reply: Value) -> Value {
-        if self.strikes.load(Ordering::Relaxed) != 0 {
-            self.strikes.store(0, Ordering::Relaxed);
-        }
+    /// Connection `generation` answered: it is alive.
+    fn heard<R>(&self, generation: u64, reply: R) -> R {
+        self.heard_at
+            .store(Moment::now().as_nanos(), Ordering::Release);
+        self.heard_from.store(generation, Ordering::Release);
         reply
     }
 
@@ -209,7 +220,7 @@ impl Inner {
         if is_connection_error(e) {
             self.drop_connection(generation, e);
         } else {
-            self.clear(Value::Nil);
+            self.heard(generation, ());
         }
         classify(e)
     }
@@ -257,8 +268,9 @@ impl Inner {
                 Err(e) if is_connection_error(&e) => return Err(classify(&e)),
                 Err(e) => Err(e.to_string()),
             };
-            guard.connected(&self.name, info);
+            guard.connected(&self.name, info)?;
         }
+        self.heard(generation, ());
         tracing::debug!(node = %self.name, generation, "connected");
         if !self.policy_checked.swap(true, Ordering::Relaxed) {
             tokio::spawn(check_eviction_policy(self.name.clone(), conn.clone()));
@@ -399,20 +411,24 @@ mod tests {
 
         assert!(sent(node.run(&acquire).await));
         let guard = node.inner.guard.as_ref().unwrap();
-        guard.connected(
-            "n",
-            Ok(guard::ServerInfo {
-                run_id: "a".into(),
-                uptime: Duration::ZERO,
-            }),
-        );
-        guard.connected(
-            "n",
-            Ok(guard::ServerInfo {
-                run_id: "b".into(),
-                uptime: Duration::ZERO,
-            }),
-        );
+        guard
+            .connected(
+                "n",
+                Ok(guard::ServerInfo {
+                    run_id: "a".into(),
+                    uptime: Duration::ZERO,
+                }),
+            )
+            .unwrap();
+        guard
+            .connected(
+                "n",
+                Ok(guard::ServerInfo {
+                    run_id: "b".into(),
+                    uptime: Duration::ZERO,
+                }),
+            )
+            .unwrap();
         match node.run(&acquire).await {
             Err(NodeFailure::Restarted { remaining }) => {
                 assert!(remaining > Duration::from_millis(1_400), "{remaining:?}");

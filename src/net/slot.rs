@@ -45,6 +45,18 @@ pub(crate) struct Slot<T> {
     state: Mutex<State<T>>,
 }
 
+/// Settles connection attempt `.1` as failed when dropped, unless it was
+/// settled already.
+struct Unfinished<T: Clone + Send + Sync + 'static>(Weak<Slot<T>>, u64);
+
+impl<T: Clone + Send + Sync + 'static> Drop for Unfinished<T> {
+    fn drop(&mut self) {
+        if let Some(slot) = self.0.upgrade() {
+            slot.settle(self.1, &Err(NodeFailure::Timeout));
+        }
+    }
+}
+
 /// Generations, unique in the process; 0 means none.
 static GENERATION: AtomicU64 = AtomicU64::new(1);
 
@@ -111,6 +123,10 @@ impl<T: Clone + Send + Sync + 'static> Slot<T> {
         let slot: Weak<Slot<T>> = Arc::downgrade(self);
         let limit = self.connect_timeout;
         let task = tokio::spawn(async move {
+            // Settles the slot even if the task is dropped unfinished (its
+            // runtime shut down): a slot must never stay "connecting" to an
+            // attempt that will not end.
+            let _unfinished = Unfinished(slot.clone(), generation);
             let connect = AssertUnwindSafe(connect).catch_unwind();
             let made = match tokio::time::timeout(limit, connect).await {
                 Ok(Ok(made)) => made,
@@ -199,6 +215,21 @@ mod tests {
         assert!(!slot.forget(live.generation + 1000));
         assert!(slot.forget(live.generation));
         assert!(slot.live().is_none());
+    }
+
+    #[test]
+    fn an_attempt_cut_off_by_its_runtime_shutting_down_does_not_wedge_the_slot() {
+        let slot = Slot::<u32>::new(ms(60_000));
+        let first = tokio::runtime::Runtime::new().unwrap();
+        first.block_on(async {
+            let started = slot.get(|_| std::future::pending::<Result<u32, NodeFailure>>());
+            assert!(tokio::time::timeout(ms(20), started).await.is_err());
+        });
+        // The connecting task dies with its runtime.
+        drop(first);
+        let second = tokio::runtime::Runtime::new().unwrap();
+        let (live, waited) = second.block_on(slot.get(|_| async { Ok(5) })).unwrap();
+        assert_eq!((live.conn, waited), (5, true));
     }
 
     #[tokio::test(start_paused = true)]

@@ -334,12 +334,16 @@ pub(crate) struct Pause {
     pub(crate) counted: bool,
 }
 
-/// The longest a waiter sleeps on a holder's expiry, in retry delays. A
-/// holder whose node cannot announce its release (an ACL without
-/// `PUBLISH` there) would otherwise keep a waiter asleep for the whole
-/// TTL after letting go; this costs one attempt per ten delays while a
-/// long lock is held.
+/// The longest a waiter sleeps on a holder's expiry, in retry delays, but
+/// never less than [`HOLDER_SLEEP_FLOOR`]. A holder whose node cannot
+/// announce its release (an ACL without `PUBLISH` there) would otherwise
+/// keep a waiter asleep for the whole TTL after letting go; this costs one
+/// attempt per ten delays (per second, at least) while a long lock is held.
 const HOLDER_SLEEP_CAP: u32 = 10;
+
+/// The least of the cap on a waiter's sleep on a holder's expiry, so that a
+/// short retry delay does not turn waiting into polling.
+const HOLDER_SLEEP_FLOOR: Duration = Duration::from_secs(1);
 
 /// The pause of a waiter after a failed attempt that observed the key.
 /// `listening` says whether announcements can be relied on: enough nodes
@@ -348,7 +352,7 @@ const HOLDER_SLEEP_CAP: u32 = 10;
 /// * A holder with a known expiry: sleep until its keys expire (a release
 ///   wakes the waiter sooner), plus up to `jitter` so that waiters do not
 ///   all try at the same instant, but no longer than
-///   [`HOLDER_SLEEP_CAP`] retry delays.
+///   [`HOLDER_SLEEP_CAP`] retry delays (or [`HOLDER_SLEEP_FLOOR`]).
 /// * Contenders split the vote: try again after a random pause of up to
 ///   two attempts' time, so that one of them wins the next round; the
 ///   bound doubles with each split in a row (`streak`, this one included),
@@ -368,7 +372,10 @@ pub(crate) fn pause(
     let poll = retry_delay(delay, jitter);
     let (informed, counted) = match seen {
         Seen::Holder { ttl: Some(ttl), .. } => {
-            let cap = delay.saturating_mul(HOLDER_SLEEP_CAP).max(poll);
+            let cap = delay
+                .saturating_mul(HOLDER_SLEEP_CAP)
+                .max(HOLDER_SLEEP_FLOOR)
+                .max(poll);
             ((*ttl + uniform(Duration::ZERO, jitter)).min(cap), true)
         }
         Seen::Contended => {
@@ -620,6 +627,9 @@ mod tests {
             // case its release is not announced.
             let p = pause(&holder(60_000), true, 0);
             assert!((ms(1_900)..=ms(2_000)).contains(&p.sleep), "{p:?}");
+            // With a short delay, a second at the least.
+            let short = |seen: &Seen| super::pause(seen, true, attempt, 0, ms(20), ms(5));
+            assert_eq!(short(&holder(60_000)).sleep, ms(1_000));
             // Not listening: never longer than a poll.
             let p = pause(&holder(1_500), false, 0);
             assert!((ms(100)..=ms(300)).contains(&p.sleep), "{p:?}");
