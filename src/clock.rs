@@ -78,7 +78,13 @@ fn read_clock() -> Duration {
 #[cfg(test)]
 fn test_clock() -> Duration {
     use std::sync::LazyLock;
-    static BASE: LazyLock<std::time::Instant> = LazyLock::new(std::time::Instant::now);
+    // An hour back, so that a paused runtime's clock, frozen when the
+    // runtime was built (perhaps before this first reading), is never
+    // before it: readings would be clamped to zero and lose time.
+    static BASE: LazyLock<std::time::Instant> = LazyLock::new(|| {
+        let now = std::time::Instant::now();
+        now.checked_sub(Duration::from_secs(3600)).unwrap_or(now)
+    });
     let base = *BASE;
     tokio::time::Instant::now()
         .into_std()

@@ -124,8 +124,9 @@ impl Builder {
     /// Keep it small against the TTL: the Redis docs suggest 5–50 ms for a
     /// 10 s TTL. A dead or frozen node costs at most this much, and nothing
     /// when a majority has already answered. Connecting is bounded
-    /// separately ([`connect_timeout`](Self::connect_timeout)). Three
-    /// timeouts in a row on one connection replace it. Default 50 ms.
+    /// separately ([`connect_timeout`](Self::connect_timeout)). A request
+    /// that times out on a connection that has left a request unanswered for
+    /// three node timeouts (a second at least) replaces it. Default 50 ms.
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.options.node_timeout = timeout;
         self
@@ -249,8 +250,10 @@ impl Builder {
     ///   the same TTLs).
     /// * A restart that happened before this `Redlock` first connected to
     ///   the node: with no run id to compare, it cannot tell.
-    /// * A node whose ACL forbids `INFO`, or that renamed it: it cannot be
-    ///   watched; a warning is logged once per node and it votes as usual.
+    /// * A node whose ACL forbids `INFO`, or that renamed it, from the
+    ///   start: it cannot be watched; a warning is logged once per node and
+    ///   it votes as usual. (One that answered `INFO` before and stops
+    ///   answering is taken as restarted, with the same warning.)
     ///
     /// A node run with `appendonly yes` and `appendfsync always` keeps its
     /// keys across restarts and does not need the guard: turn it off there.

@@ -158,3 +158,69 @@ async fn a_lock_survives_a_minority_restart_and_release_cleans_up() {
     lock.release().await.unwrap();
     await_gone(&c, &ALL, &key("r"), Duration::from_secs(5)).await;
 }
+
+/// A failed attempt's `SET`s that a frozen node applies when it thaws are
+/// rolled back: after a quiet spell (found in review: an idle connection
+/// used to count as silent, and its first timeout replaced it, sending the
+/// rollback to a connection that could not be made while the node was
+/// frozen), and after a freeze long enough that the connection is replaced
+/// (the rollback nobody waits for then waits for the new connection).
+#[tokio::test]
+async fn late_sets_of_frozen_nodes_are_rolled_back_after_idling_and_after_a_replacement() {
+    let ms = Duration::from_millis;
+    let mut c = cluster(3);
+    let redlock = builder(&c)
+        .node_timeout(ms(100))
+        .restart_guard(false)
+        .build()
+        .unwrap();
+    let warm = redlock
+        .try_lock("warm", Duration::from_secs(10))
+        .await
+        .unwrap();
+    warm.release().await.unwrap();
+    tokio::time::sleep(ms(400)).await;
+
+    // A short freeze after idling: the connections are kept.
+    c.freeze(1);
+    c.freeze(2);
+    assert!(
+        redlock
+            .try_lock("a", Duration::from_secs(10))
+            .await
+            .is_err()
+    );
+    tokio::time::sleep(ms(300)).await;
+    c.thaw(1);
+    c.thaw(2);
+    await_gone(&c, &[0, 1, 2], &key("a"), Duration::from_secs(3)).await;
+
+    // A long freeze with attempts throughout: the silent connections are
+    // replaced, and the rollbacks still reach the nodes once they thaw.
+    c.freeze(1);
+    c.freeze(2);
+    let frozen = std::time::Instant::now();
+    let mut attempt = 0;
+    while frozen.elapsed() < ms(1_500) {
+        attempt += 1;
+        let resource = format!("b{attempt}");
+        assert!(
+            redlock
+                .try_lock(&resource, Duration::from_secs(10))
+                .await
+                .is_err()
+        );
+        tokio::time::sleep(ms(150)).await;
+    }
+    c.thaw(1);
+    c.thaw(2);
+    for i in 1..=attempt {
+        await_gone(
+            &c,
+            &[0, 1, 2],
+            &key(&format!("b{i}")),
+            Duration::from_secs(5),
+        )
+        .await;
+    }
+}

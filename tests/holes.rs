@@ -187,7 +187,8 @@ async fn extend_racing_the_watchdog_never_overstates_the_validity() {
     let held = lock.keep_alive();
     // Shorter than the watchdog's TTL (an extension of the watchdog that
     // completes after ours would claim its longer validity), the same, and
-    // longer (the watchdog's next extension shortens the keys).
+    // longer (a watchdog that renewed with a stale, shorter TTL would have
+    // shortened the keys; now no extension shortens a key).
     let ttls = [ms(600), ms(2_000), ms(600), ms(3_000)];
     let started = Instant::now();
     let mut rounds = 0;

@@ -134,11 +134,12 @@ impl Hold {
             .send_if_modified(|state| !std::mem::replace(&mut state.ended, true));
     }
 
-    /// Moves the deadline to `deadline` if that is later. A lock that has
-    /// ended, or whose deadline has passed, stays lost: it is marked ended
-    /// instead (an extension that got through after the validity ran out
-    /// does not make it valid again).
-    fn set_deadline(&self, deadline: Moment) {
+    /// Moves the deadline to `deadline` if that is later; says whether it
+    /// moved. A lock that has ended, or whose deadline has passed, stays
+    /// lost: it is marked ended instead (an extension that got through
+    /// after the validity ran out does not make it valid again).
+    fn set_deadline(&self, deadline: Moment) -> bool {
+        let mut moved = false;
         self.state.send_if_modified(|state| {
             if state.ended {
                 false
@@ -147,11 +148,13 @@ impl Hold {
                 true
             } else if deadline > state.deadline {
                 state.deadline = deadline;
+                moved = true;
                 true
             } else {
                 false
             }
         });
+        moved
     }
 
     fn plan(&self) -> Plan {
@@ -173,8 +176,11 @@ impl Hold {
         Some((
             plan,
             outcome.map(|deadline| {
-                self.set_deadline(deadline);
-                *self.plan.lock().unwrap_or_else(|p| p.into_inner()) = plan;
+                // The TTL the keys now have: what the watchdog renews with.
+                // One shorter than what was left changed nothing.
+                if self.set_deadline(deadline) {
+                    *self.plan.lock().unwrap_or_else(|p| p.into_inner()) = plan;
+                }
             }),
         ))
     }
@@ -183,6 +189,8 @@ impl Hold {
     pub(crate) async fn extend(&self, plan: Plan) -> Result<(), Error> {
         match self.extend_once(Some(plan)).await {
             None => Err(self.gone(Report::default())),
+            // Got through, but only after the validity had run out.
+            Some((_, Ok(()))) if self.is_lost() => Err(self.gone(Report::default())),
             Some((_, Ok(()))) => Ok(()),
             Some((_, Err(tally))) => Err(self.refused(self.engine.report(&tally))),
         }
@@ -263,6 +271,10 @@ pub(crate) async fn keep_alive(hold: Arc<Hold>) {
         let started = Moment::now();
         match hold.extend_once(None).await {
             None => return hold.end(),
+            Some((_, Ok(()))) if hold.is_lost() => {
+                tracing::warn!(key = %hold.id.key, "lock lost: validity ran out before an extension succeeded");
+                return hold.end();
+            }
             Some((plan, Ok(()))) => next = started.after(every(plan)),
             Some((_, Err(tally))) if !tally.recoverable() => {
                 let report = hold.engine.report(&tally);

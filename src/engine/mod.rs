@@ -61,14 +61,14 @@ impl Engine {
             request: options.node_timeout,
             connect: options.connect_timeout,
         };
-        let waiters = Waiters::new(&clients, limits);
         // The restart guard's record of how long keys live, shared by the
         // nodes: other clients are taken to use TTLs like ours.
         let lives = options.restart_guard.then(|| Arc::new(Lives::default()));
-        let nodes = clients
-            .into_iter()
-            .map(|c| Node::new(c, limits, lives.clone()))
+        let nodes: Vec<Node> = clients
+            .iter()
+            .map(|c| Node::new(c.clone(), limits, lives.clone()))
             .collect();
+        let waiters = Waiters::new(&clients, &nodes, limits);
         Engine {
             nodes,
             options,
@@ -86,16 +86,23 @@ impl Engine {
         tally.report(self.nodes.iter().map(Node::name))
     }
 
-    /// Sends `command` to every node; each reply is read by `read`.
-    fn ask<R>(&self, command: Command, read: R) -> Vec<BoxFuture<'static, Answer>>
+    /// Sends `command` to every node; each reply is read by `read`. Node
+    /// `i` is patient (cleanup nobody waits for: see `net`) if `patient(i)`.
+    fn ask<R>(
+        &self,
+        command: Command,
+        read: R,
+        patient: impl Fn(usize) -> bool,
+    ) -> Vec<BoxFuture<'static, Answer>>
     where
         R: Fn(Value) -> Answer + Clone + Send + Sync + 'static,
     {
         let command = Arc::new(command);
         self.nodes
             .iter()
-            .map(|node| {
-                let reply = node.run(&command);
+            .enumerate()
+            .map(|(i, node)| {
+                let reply = node.run(&command, patient(i));
                 let (read, node) = (read.clone(), node.clone());
                 async move {
                     let answer = match reply.await {
@@ -112,9 +119,14 @@ impl Engine {
             .collect()
     }
 
-    fn outcomes(&self, kind: &Arc<dyn Kind>, command: Command) -> Vec<BoxFuture<'static, Answer>> {
+    fn outcomes(
+        &self,
+        kind: &Arc<dyn Kind>,
+        command: Command,
+        patient: impl Fn(usize) -> bool,
+    ) -> Vec<BoxFuture<'static, Answer>> {
         let kind = kind.clone();
-        self.ask(command, move |reply| kind.read_outcome(reply))
+        self.ask(command, move |reply| kind.read_outcome(reply), patient)
     }
 
     /// One acquisition attempt.
@@ -127,9 +139,11 @@ impl Engine {
     ) -> Attempt {
         let start = Moment::now();
         let (reader, owner) = (kind.clone(), id.clone());
-        let answers = self.ask(kind.acquire(id, plan, observe), move |reply| {
-            reader.read_acquire(&owner, reply)
-        });
+        let answers = self.ask(
+            kind.acquire(id, plan, observe),
+            move |reply| reader.read_acquire(&owner, reply),
+            |_| false,
+        );
         let (tally, stragglers) = quorum::decide(answers).await;
         let elapsed = start.elapsed();
         let valid = plan.validity(elapsed, self.options.min_validity);
@@ -156,13 +170,16 @@ impl Engine {
         Attempt::Failed(tally, elapsed)
     }
 
-    /// Releases on every node: waits for the nodes that answered the
-    /// acquisition and leaves the others to finish in the background.
+    /// Releases on every node: waits for the nodes that replied to the
+    /// acquisition (they are fast) and leaves the others — timed out, not
+    /// connected, not waited for — to finish in the background, patiently:
+    /// a node that was only paused still gets it.
     async fn rollback(&self, kind: &Arc<dyn Kind>, id: &LockId, tally: &Tally) {
         let release = kind.release(id, tally.might_hold_majority());
         let mut waited = FuturesUnordered::new();
-        for (i, answer) in self.outcomes(kind, release).into_iter().enumerate() {
-            if tally.answered(i) {
+        let silent = |i| !tally.replied(i);
+        for (i, answer) in self.outcomes(kind, release, silent).into_iter().enumerate() {
+            if tally.replied(i) {
                 waited.push(answer);
             } else {
                 detach(answer);
@@ -180,7 +197,8 @@ impl Engine {
         plan: &Plan,
         start: Moment,
     ) -> Result<Moment, Tally> {
-        let (tally, stragglers) = quorum::decide(self.outcomes(kind, kind.extend(id, plan))).await;
+        let (tally, stragglers) =
+            quorum::decide(self.outcomes(kind, kind.extend(id, plan), |_| false)).await;
         // Slow nodes still get the extension, so that they agree with the
         // majority for as long as they can.
         detach(stragglers.finish());
@@ -196,7 +214,8 @@ impl Engine {
     /// Releases on every node, announcing it; returns once decided, the
     /// stragglers finishing in the background.
     pub(crate) async fn release(&self, kind: &Arc<dyn Kind>, id: &LockId) -> Tally {
-        let (tally, stragglers) = quorum::decide(self.outcomes(kind, kind.release(id, true))).await;
+        let (tally, stragglers) =
+            quorum::decide(self.outcomes(kind, kind.release(id, true), |_| false)).await;
         detach(stragglers.finish());
         tally
     }
@@ -210,7 +229,7 @@ impl Engine {
             tracing::debug!(key = %id.key, "no tokio runtime: lock keys expire at their TTL");
             return;
         }
-        for answer in self.outcomes(kind, kind.release(id, true)) {
+        for answer in self.outcomes(kind, kind.release(id, true), |_| true) {
             detach(answer);
         }
     }

@@ -60,7 +60,7 @@ use tokio::sync::{Notify, oneshot};
 
 use crate::error::NodeFailure;
 use crate::net::slot::Slot;
-use crate::net::{Limits, classify, is_connection_error};
+use crate::net::{Limits, Node, classify, is_connection_error};
 
 /// How often an idle subscriber connection is pinged.
 pub(crate) const PING_EVERY: Duration = Duration::from_secs(1);
@@ -83,6 +83,8 @@ struct Inner {
 /// One node's subscriber connection.
 struct Subscriber {
     client: redis::Client,
+    /// The node's command side, told when this connection goes silent.
+    node: Node,
     limits: Limits,
     slot: Arc<Slot<Arc<Live>>>,
 }
@@ -140,14 +142,16 @@ pub(crate) enum Wake {
 }
 
 impl Waiters {
-    pub(crate) fn new(clients: &[redis::Client], limits: Limits) -> Waiters {
+    pub(crate) fn new(clients: &[redis::Client], nodes: &[Node], limits: Limits) -> Waiters {
         let quorum = crate::proto::quorum::quorum(clients.len());
         Waiters {
             inner: Arc::new(Inner {
                 nodes: clients
                     .iter()
-                    .map(|client| Subscriber {
+                    .zip(nodes)
+                    .map(|(client, node)| Subscriber {
                         client: client.clone(),
+                        node: node.clone(),
                         limits,
                         slot: Slot::new(limits.connect),
                     })
@@ -447,6 +451,9 @@ async fn connect(
                     let pong = tokio::time::timeout(ping_limit, pinger.ping::<redis::Value>()).await;
                     if !matches!(pong, Ok(Ok(_))) {
                         tracing::debug!(node = i, generation, "subscriber connection silent");
+                        if let Some(inner) = inner.upgrade() {
+                            inner.nodes[i].node.suspect();
+                        }
                         break;
                     }
                 }

@@ -130,31 +130,22 @@ impl Guard {
 
     /// On a new connection: what `INFO server` answered (the reason, if the
     /// node refused it or the answer lacked the fields). Returns how long
-    /// the node gets no vote, if it restarted. A node whose run id is known
-    /// from an earlier connection and that fails to answer now could have
-    /// restarted unseen: the connection is refused (the next request tries
-    /// again). One that never answered is watched by no one, with a warning
-    /// once.
-    pub(crate) fn connected(
-        &self,
-        node: &str,
-        info: Result<ServerInfo, String>,
-    ) -> Result<Duration, NodeFailure> {
+    /// the node gets no vote, if it restarted.
+    ///
+    /// A node whose run id is known from an earlier connection and that
+    /// does not answer now could have restarted unseen: it is treated as
+    /// just restarted (no vote on acquisitions until the keys it may have
+    /// forgotten would have expired), with a warning once. One that never
+    /// answered is watched by no one, with a warning once.
+    pub(crate) fn connected(&self, node: &str, info: Result<ServerInfo, String>) -> Duration {
         let info = match info {
             Ok(info) => info,
             Err(reason) => {
-                if self
+                let known = self
                     .run_id
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .is_some()
-                {
-                    return Err(NodeFailure::Connection(format!(
-                        "INFO server failed on a new connection ({reason}), so a restart since \
-                         the last one cannot be ruled out; allow INFO in the ACL, or turn \
-                         Builder::restart_guard off for nodes run with appendfsync always"
-                    )));
-                }
+                    .is_some();
                 if !self.unwatched.swap(true, Ordering::Relaxed) {
                     tracing::warn!(
                         node,
@@ -164,34 +155,44 @@ impl Guard {
                          appendfsync always and turn Builder::restart_guard off"
                     );
                 }
-                return Ok(Duration::ZERO);
+                return if known {
+                    self.quarantine(node, Duration::ZERO)
+                } else {
+                    Duration::ZERO
+                };
             }
         };
         let mut known = self.run_id.lock().unwrap_or_else(|p| p.into_inner());
         let restarted = known.as_deref().is_some_and(|id| id != info.run_id);
         *known = Some(info.run_id);
         if !restarted {
-            return Ok(Duration::ZERO);
+            return Duration::ZERO;
         }
+        self.quarantine(node, info.uptime)
+    }
+
+    /// Quarantines the node after a restart `uptime` ago (taken a second
+    /// short); returns for how long.
+    fn quarantine(&self, node: &str, uptime: Duration) -> Duration {
         let now = Moment::now();
         let ours = Moment::from_nanos(self.latest_expiry.load(Ordering::Acquire)).remaining();
         let theirs = self
             .lives
             .longest()
-            .saturating_sub(info.uptime.saturating_sub(UPTIME_SLACK));
+            .saturating_sub(uptime.saturating_sub(UPTIME_SLACK));
         let no_vote = ours.max(theirs);
         if !no_vote.is_zero() {
             self.quarantine
                 .fetch_max(now.after(no_vote).as_nanos(), Ordering::AcqRel);
             tracing::warn!(
                 node,
-                uptime_s = info.uptime.as_secs(),
+                uptime_s = uptime.as_secs(),
                 no_vote_ms = no_vote.as_millis() as u64,
-                "this node restarted and may have forgotten locks it granted: it gets no vote \
-                 on acquisitions until they would have expired"
+                "this node restarted (or cannot say it did not) and may have forgotten locks it \
+                 granted: it gets no vote on acquisitions until they would have expired"
             );
         }
-        Ok(no_vote)
+        no_vote
     }
 }
 
@@ -249,16 +250,16 @@ mod tests {
     async fn quarantine_covers_our_keys_exactly_and_others_by_our_ttls() {
         let guard = Guard::new(Arc::default());
         // First meeting, or the same process: nothing to hold against it.
-        assert_eq!(guard.connected("n", info("a", 0)).unwrap(), Duration::ZERO);
-        assert_eq!(guard.connected("n", info("a", 0)).unwrap(), Duration::ZERO);
+        assert_eq!(guard.connected("n", info("a", 0)), Duration::ZERO);
+        assert_eq!(guard.connected("n", info("a", 0)), Duration::ZERO);
         // No key sent yet: a restart costs nothing.
-        assert_eq!(guard.connected("n", info("b", 0)).unwrap(), Duration::ZERO);
+        assert_eq!(guard.connected("n", info("b", 0)), Duration::ZERO);
         guard.check().unwrap();
 
         // A 30 s key sent now: a restart right away keeps the node out for
         // 30 s (ours); one 10 s into its life, for the remaining 20 s.
         guard.admit(Effect::Grant { life: s(30) }).unwrap();
-        assert_eq!(guard.connected("n", info("c", 0)).unwrap(), s(30));
+        assert_eq!(guard.connected("n", info("c", 0)), s(30));
         assert!(matches!(guard.check(), Err(NodeFailure::Restarted { .. })));
         // Acquisitions are refused, extensions and releases pass.
         assert!(guard.admit(Effect::Grant { life: s(1) }).is_err());
@@ -270,34 +271,31 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn one_long_ttl_stops_counting_once_its_key_could_have_expired() {
         let guard = Guard::new(Arc::default());
-        guard.connected("n", info("a", 0)).unwrap();
+        guard.connected("n", info("a", 0));
         guard.admit(Effect::Grant { life: s(60) }).unwrap();
         tokio::time::sleep(s(61)).await;
         guard.admit(Effect::Grant { life: s(2) }).unwrap();
         // Our last key has 2 s left; others are assumed to use 2 s TTLs
         // too, granted up to the restart 0–1 s ago.
-        let no_vote = guard.connected("n", info("b", 0)).unwrap();
+        let no_vote = guard.connected("n", info("b", 0));
         assert_eq!(no_vote, s(2));
         // Up for 10 s: others' keys are gone; ours is gone too.
         tokio::time::sleep(s(3)).await;
-        assert_eq!(guard.connected("n", info("c", 10)).unwrap(), Duration::ZERO);
+        assert_eq!(guard.connected("n", info("c", 10)), Duration::ZERO);
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_known_node_that_stops_answering_info_is_not_trusted() {
+    async fn a_known_node_that_stops_answering_info_is_taken_as_restarted() {
         let guard = Guard::new(Arc::default());
         // Never answered: cannot be watched, votes as usual.
-        assert_eq!(
-            guard.connected("n", Err("NOPERM".into())),
-            Ok(Duration::ZERO)
-        );
-        guard.connected("n", info("a", 0)).unwrap();
+        assert_eq!(guard.connected("n", Err("NOPERM".into())), Duration::ZERO);
+        guard.connected("n", info("a", 0));
+        guard.admit(Effect::Grant { life: s(10) }).unwrap();
         // Answered before: a failure now could hide a restart.
-        assert!(matches!(
-            guard.connected("n", Err("BUSY".into())),
-            Err(NodeFailure::Connection(_))
-        ));
-        assert_eq!(guard.connected("n", info("a", 5)), Ok(Duration::ZERO));
+        assert_eq!(guard.connected("n", Err("NOPERM".into())), s(10));
+        assert!(matches!(guard.check(), Err(NodeFailure::Restarted { .. })));
+        tokio::time::sleep(s(10)).await;
+        guard.check().unwrap();
     }
 
     #[tokio::test(start_paused = true)]
@@ -305,10 +303,10 @@ mod tests {
         let lives = Arc::new(Lives::default());
         let quiet = Guard::new(lives.clone());
         let busy = Guard::new(lives);
-        quiet.connected("n", info("a", 0)).unwrap();
+        quiet.connected("n", info("a", 0));
         busy.admit(Effect::Grant { life: s(2) }).unwrap();
         busy.admit(Effect::Refresh { life: s(60) }).unwrap();
-        assert_eq!(quiet.connected("n", info("b", 1)), Ok(s(60)));
+        assert_eq!(quiet.connected("n", info("b", 1)), s(60));
     }
 
     #[tokio::test(start_paused = true)]
@@ -318,10 +316,10 @@ mod tests {
         let lives = Arc::new(Lives::default());
         let quiet = Guard::new(lives.clone());
         let busy = Guard::new(lives);
-        quiet.connected("n", info("a", 0)).unwrap();
+        quiet.connected("n", info("a", 0));
         busy.admit(Effect::Grant { life: s(30) }).unwrap();
         tokio::time::sleep(s(5)).await;
         // Restarted 10 s ago (reported 11, a second high): 20 s left.
-        assert_eq!(quiet.connected("n", info("b", 11)).unwrap(), s(20));
+        assert_eq!(quiet.connected("n", info("b", 11)), s(20));
     }
 }

@@ -18,15 +18,20 @@
 //!   to drop a connection (the node may be busy or briefly paused, and a
 //!   rollback on the same connection is ordered after the command it rolls
 //!   back; several requests in flight time out together in one stall). A
-//!   request that times out on a connection that has not answered anything
-//!   for [`SILENT_TIMEOUTS`] request timeouts is: with no RST (a partition,
-//!   a dead NAT entry, a failover behind a virtual IP) the connection could
-//!   otherwise stay unusable until TCP gives up, minutes later. A command
+//!   request that times out on a connection that has left a request
+//!   unanswered for [`SILENT_TIMEOUTS`] request timeouts (a second at the
+//!   least, [`SILENCE_FLOOR`]) is: with no RST (a partition, a dead NAT
+//!   entry, a failover behind a virtual IP) the connection could otherwise
+//!   stay unusable until TCP gives up, minutes later. A command
 //!   still stuck in the old connection may then land after commands sent on
 //!   the new one. An acquisition that lands late leaves a key nobody holds,
 //!   on a node that counted as a no, until its TTL; a late release or
 //!   extension compares the token, and an extension never shortens a key
 //!   (see `kinds::mutex`). It delays others; it never makes two holders.
+//!   Cleanup that nobody waits for (the rollback on nodes that had not
+//!   answered, the release of a dropped lock) is *patient*: it waits for a
+//!   connection up to the connect timeout, not the request timeout, so that
+//!   it still reaches a node that was only paused.
 //! * **Errors are sorted** into [`NodeFailure`]s a user can act on.
 //!
 //! Scripts go by `EVALSHA`; on `NOSCRIPT` (the node restarted, or someone ran
@@ -53,9 +58,14 @@ use crate::proto::{Call, Command};
 use guard::{Guard, Lives};
 use slot::{Live, Slot};
 
-/// For how many request timeouts a connection may stay silent, with a
-/// request on it timing out, before it counts as dead.
+/// For how many request timeouts a connection may leave a request
+/// unanswered before a timeout on it counts it as dead.
 pub(crate) const SILENT_TIMEOUTS: u32 = 3;
+
+/// The least silence that counts a connection as dead, so that a node
+/// paused for less (a fork, a slow script) keeps its connection and the
+/// order of the commands queued on it.
+pub(crate) const SILENCE_FLOOR: Duration = Duration::from_secs(1);
 
 /// How a node is reached and bounded.
 #[derive(Debug, Clone, Copy)]
@@ -77,17 +87,31 @@ struct Inner {
     name: String,
     client: redis::Client,
     limits: Limits,
-    slot: Arc<Slot<MultiplexedConnection>>,
-    /// The generation of the connection that answered last, and when (as
-    /// [`Moment::as_nanos`]): a connection made counts as an answer.
-    heard_from: AtomicU64,
-    heard_at: AtomicU64,
+    slot: Arc<Slot<Conn>>,
     /// The restart guard, when on.
     guard: Option<Guard>,
     /// Whether the eviction policy has been asked about.
     policy_checked: AtomicBool,
     /// Whether the node has refused a release's announcement (`PUBLISH`).
     publish_refused: AtomicBool,
+}
+
+/// A command connection, since when it has left a request unanswered, and
+/// when it last answered (as [`Moment::as_nanos`]; 0: nothing outstanding,
+/// never).
+#[derive(Clone)]
+struct Conn {
+    conn: MultiplexedConnection,
+    waiting_since: Arc<AtomicU64>,
+    heard_at: Arc<AtomicU64>,
+}
+
+impl Conn {
+    fn heard(&self) {
+        self.waiting_since.store(0, Ordering::Release);
+        self.heard_at
+            .store(Moment::now().as_nanos(), Ordering::Release);
+    }
 }
 
 impl Node {
@@ -100,8 +124,6 @@ impl Node {
                 client,
                 limits,
                 slot: Slot::new(limits.connect),
-                heard_from: AtomicU64::new(0),
-                heard_at: AtomicU64::new(0),
                 guard: lives.map(Guard::new),
                 policy_checked: AtomicBool::new(false),
                 publish_refused: AtomicBool::new(false),
@@ -114,12 +136,14 @@ impl Node {
         &self.inner.name
     }
 
-    /// Runs `command`, bounded by the request timeout. Refused at once,
-    /// with nothing sent, if it may create a key on a node that may have
-    /// forgotten keys (see [`guard`]).
+    /// Runs `command`, bounded by the request timeout; a `patient` one (for
+    /// cleanup nobody waits for) may first wait for a connection up to the
+    /// connect timeout. Refused at once, with nothing sent, if it may create
+    /// a key on a node that may have forgotten keys (see [`guard`]).
     pub(crate) fn run(
         &self,
         command: &Arc<Command>,
+        patient: bool,
     ) -> BoxFuture<'static, Result<Value, NodeFailure>> {
         if let Some(guard) = &self.inner.guard {
             if let Err(failure) = guard.admit(command.effect) {
@@ -128,11 +152,26 @@ impl Node {
         }
         let inner = self.inner.clone();
         let command = command.clone();
-        async move {
-            let deadline = tokio::time::Instant::now() + inner.limits.request;
-            inner.run(&command, deadline).await
+        async move { inner.run(&command, patient).await }.boxed()
+    }
+
+    /// Another connection to this node went silent (a subscriber that did
+    /// not answer its ping): the network path may be dead, so the command
+    /// connection is replaced too, unless it answered within the last
+    /// [`SILENCE_FLOOR`]. Saves the requests that would otherwise time out
+    /// on it before it counts as silent by itself.
+    pub(crate) fn suspect(&self) {
+        let Some(live) = self.inner.slot.live() else {
+            return;
+        };
+        let heard = Moment::from_nanos(live.conn.heard_at.load(Ordering::Acquire));
+        if heard.elapsed() >= SILENCE_FLOOR && self.inner.slot.forget(live.generation) {
+            tracing::debug!(
+                node = %self.inner.name,
+                generation = live.generation,
+                "another connection to this node went silent: replacing this one too"
+            );
         }
-        .boxed()
     }
 
     /// Warns, once per node, that it refuses to announce releases.
@@ -156,27 +195,48 @@ impl Inner {
     /// the retry answer "held" (a no, rolled back with the rest; one that
     /// observes the key recognises its own token), and the scripts compare
     /// the token, so running them twice changes nothing.
-    async fn run(
-        self: &Arc<Self>,
-        command: &Command,
-        deadline: tokio::time::Instant,
-    ) -> Result<Value, NodeFailure> {
+    async fn run(self: &Arc<Self>, command: &Command, patient: bool) -> Result<Value, NodeFailure> {
+        let start = tokio::time::Instant::now();
+        let connected_by = start + self.limits.connect.max(self.limits.request);
         let mut retried = false;
         loop {
-            let (live, fresh) = timeout_at(deadline, self.connection())
-                .await
-                .map_err(|_| NodeFailure::Timeout)??;
+            let deadline = if patient {
+                tokio::time::Instant::now() + self.limits.request
+            } else {
+                start + self.limits.request
+            };
+            let (live, fresh) = timeout_at(
+                if patient { connected_by } else { deadline },
+                self.connection(),
+            )
+            .await
+            .map_err(|_| NodeFailure::Timeout)??;
             self.admit_again(command)?;
-            match timeout_at(deadline, send(live.conn.clone(), command)).await {
-                Err(_) => return Err(self.timed_out(live.generation)),
-                Ok(Ok(reply)) => return Ok(self.heard(live.generation, reply)),
+            let deadline = if patient {
+                tokio::time::Instant::now() + self.limits.request
+            } else {
+                deadline
+            };
+            let conn = &live.conn;
+            let _ = conn.waiting_since.compare_exchange(
+                0,
+                Moment::now().as_nanos(),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            );
+            match timeout_at(deadline, send(conn.conn.clone(), command)).await {
+                Err(_) => return Err(self.timed_out(live.generation, conn)),
+                Ok(Ok(reply)) => {
+                    conn.heard();
+                    return Ok(reply);
+                }
                 // A connection made earlier went stale (the node restarted,
                 // say): make a new one and try once more.
                 Ok(Err(e)) if is_connection_error(&e) && !fresh && !retried => {
                     self.drop_connection(live.generation, &e);
                     retried = true;
                 }
-                Ok(Err(e)) => return Err(self.failed(live.generation, &e)),
+                Ok(Err(e)) => return Err(self.failed(live.generation, conn, &e)),
             }
         }
     }
@@ -191,36 +251,32 @@ impl Inner {
     }
 
     /// A request on connection `generation` timed out: the connection is
-    /// dropped if it has been silent for [`SILENT_TIMEOUTS`] request
-    /// timeouts.
-    fn timed_out(&self, generation: u64) -> NodeFailure {
-        let silent = self.heard_from.load(Ordering::Acquire) == generation
-            && Moment::from_nanos(self.heard_at.load(Ordering::Acquire)).elapsed()
-                >= self.limits.request * SILENT_TIMEOUTS;
-        if silent && self.slot.forget(generation) {
+    /// dropped if it has left a request unanswered for [`SILENT_TIMEOUTS`]
+    /// request timeouts, and at least [`SILENCE_FLOOR`].
+    fn timed_out(&self, generation: u64, conn: &Conn) -> NodeFailure {
+        let since = conn.waiting_since.load(Ordering::Acquire);
+        let limit = (self.limits.request * SILENT_TIMEOUTS).max(SILENCE_FLOOR);
+        if since != 0
+            && Moment::from_nanos(since).elapsed() >= limit
+            && self.slot.forget(generation)
+        {
             tracing::warn!(
                 node = %self.name,
                 generation,
-                "no answer for {SILENT_TIMEOUTS} request timeouts: replacing the connection"
+                silent_ms = Moment::from_nanos(since).elapsed().as_millis() as u64,
+                "no answer on this connection for too long: replacing it"
             );
         }
         NodeFailure::Timeout
     }
 
-    /// Connection `generation` answered: it is alive.
-    fn heard<R>(&self, generation: u64, reply: R) -> R {
-        self.heard_at
-            .store(Moment::now().as_nanos(), Ordering::Release);
-        self.heard_from.store(generation, Ordering::Release);
-        reply
-    }
-
-    /// An error answer, or a broken connection (dropped).
-    fn failed(&self, generation: u64, e: &RedisError) -> NodeFailure {
+    /// An error answer (the connection is alive), or a broken connection
+    /// (dropped).
+    fn failed(&self, generation: u64, conn: &Conn, e: &RedisError) -> NodeFailure {
         if is_connection_error(e) {
             self.drop_connection(generation, e);
         } else {
-            self.heard(generation, ());
+            conn.heard();
         }
         classify(e)
     }
@@ -233,9 +289,7 @@ impl Inner {
 
     /// The live connection, or the one being made (in the background, see
     /// [`slot`]); says whether this call waited for it to be made.
-    async fn connection(
-        self: &Arc<Self>,
-    ) -> Result<(Live<MultiplexedConnection>, bool), NodeFailure> {
+    async fn connection(self: &Arc<Self>) -> Result<(Live<Conn>, bool), NodeFailure> {
         let inner = self.clone();
         self.slot
             .get(move |generation| async move { inner.connect(generation).await })
@@ -244,10 +298,7 @@ impl Inner {
 
     /// Makes a connection: TCP and handshake, then the restart guard's
     /// `INFO server`, before anyone uses it.
-    async fn connect(
-        self: Arc<Self>,
-        generation: u64,
-    ) -> Result<MultiplexedConnection, NodeFailure> {
+    async fn connect(self: Arc<Self>, generation: u64) -> Result<Conn, NodeFailure> {
         // Our own timeouts bound connecting and every request; the
         // library's would only add other ones.
         let config = AsyncConnectionConfig::new()
@@ -268,14 +319,17 @@ impl Inner {
                 Err(e) if is_connection_error(&e) => return Err(classify(&e)),
                 Err(e) => Err(e.to_string()),
             };
-            guard.connected(&self.name, info)?;
+            guard.connected(&self.name, info);
         }
-        self.heard(generation, ());
         tracing::debug!(node = %self.name, generation, "connected");
         if !self.policy_checked.swap(true, Ordering::Relaxed) {
             tokio::spawn(check_eviction_policy(self.name.clone(), conn.clone()));
         }
-        Ok(conn)
+        Ok(Conn {
+            conn,
+            waiting_since: Arc::default(),
+            heard_at: Arc::new(AtomicU64::new(Moment::now().as_nanos())),
+        })
     }
 }
 
@@ -409,35 +463,31 @@ mod tests {
         let release = Arc::new(Mutex.release(&id, true));
         let sent = |r: Result<Value, NodeFailure>| matches!(r, Err(NodeFailure::Connection(_)));
 
-        assert!(sent(node.run(&acquire).await));
+        assert!(sent(node.run(&acquire, false).await));
         let guard = node.inner.guard.as_ref().unwrap();
-        guard
-            .connected(
-                "n",
-                Ok(guard::ServerInfo {
-                    run_id: "a".into(),
-                    uptime: Duration::ZERO,
-                }),
-            )
-            .unwrap();
-        guard
-            .connected(
-                "n",
-                Ok(guard::ServerInfo {
-                    run_id: "b".into(),
-                    uptime: Duration::ZERO,
-                }),
-            )
-            .unwrap();
-        match node.run(&acquire).await {
+        guard.connected(
+            "n",
+            Ok(guard::ServerInfo {
+                run_id: "a".into(),
+                uptime: Duration::ZERO,
+            }),
+        );
+        guard.connected(
+            "n",
+            Ok(guard::ServerInfo {
+                run_id: "b".into(),
+                uptime: Duration::ZERO,
+            }),
+        );
+        match node.run(&acquire, false).await {
             Err(NodeFailure::Restarted { remaining }) => {
                 assert!(remaining > Duration::from_millis(1_400), "{remaining:?}");
                 assert!(remaining <= Duration::from_millis(1_600), "{remaining:?}");
             }
             other => panic!("{other:?}"),
         }
-        assert!(sent(node.run(&extend).await));
-        assert!(sent(node.run(&release).await));
+        assert!(sent(node.run(&extend, false).await));
+        assert!(sent(node.run(&release, true).await));
         assert_eq!(release.effect, Effect::Remove);
     }
 }

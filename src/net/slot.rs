@@ -144,9 +144,18 @@ impl<T: Clone + Send + Sync + 'static> Slot<T> {
             }
             made
         });
-        task.map(|joined| {
-            joined
-                .unwrap_or_else(|e| Err(NodeFailure::Connection(format!("connecting failed: {e}"))))
+        let slot = Arc::downgrade(self);
+        task.map(move |joined| {
+            joined.unwrap_or_else(|e| {
+                // Cut off before it could settle the slot (its runtime shut
+                // down, perhaps before it ever ran): settle it here, outside
+                // the slot's lock, so that the next request connects anew.
+                let failed = Err(NodeFailure::Connection(format!("connecting failed: {e}")));
+                if let Some(slot) = slot.upgrade() {
+                    slot.settle(generation, &failed);
+                }
+                failed
+            })
         })
         .boxed()
         .shared()
@@ -230,6 +239,28 @@ mod tests {
         let second = tokio::runtime::Runtime::new().unwrap();
         let (live, waited) = second.block_on(slot.get(|_| async { Ok(5) })).unwrap();
         assert_eq!((live.conn, waited), (5, true));
+    }
+
+    #[test]
+    fn an_attempt_never_run_before_its_runtime_shut_down_does_not_wedge_the_slot() {
+        let slot = Slot::<u32>::new(ms(60_000));
+        let first = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        // Starts the connection and is done before the task is ever polled.
+        first.block_on(async {
+            let started = slot.get(|_| async { Ok::<u32, NodeFailure>(1) });
+            assert!(futures::FutureExt::now_or_never(started).is_none());
+        });
+        drop(first);
+        let second = tokio::runtime::Runtime::new().unwrap();
+        second.block_on(async {
+            // The first request after finds the attempt gone; the next connects.
+            let _ = slot.get(|_| async { Ok(5) }).await;
+            let (live, _) = slot.get(|_| async { Ok(5) }).await.unwrap();
+            assert_eq!(live.conn, 5);
+        });
     }
 
     #[tokio::test(start_paused = true)]

@@ -224,9 +224,17 @@ impl Tally {
         self.has_majority() || self.agreed + self.undecided() < self.needed
     }
 
-    /// Whether node `i` answered (yes, no or error) before the decision.
-    pub(crate) fn answered(&self, i: usize) -> bool {
-        self.votes[i].is_some()
+    /// Whether node `i` replied before the decision (yes, no, or an error
+    /// reply), as opposed to timing out, failing to connect, or not being
+    /// waited for.
+    pub(crate) fn replied(&self, i: usize) -> bool {
+        matches!(
+            &self.votes[i],
+            Some(Ok(()) | Err(_)) if !matches!(
+                self.votes[i],
+                Some(Err(NodeFailure::Timeout | NodeFailure::Connection(_)))
+            )
+        )
     }
 
     /// The report for users: who did not agree, and why. `names` are the
@@ -525,7 +533,7 @@ mod tests {
             report.failures()[3],
             ("n4".to_owned(), NodeFailure::NotWaited)
         );
-        assert!(!tally.answered(4) && tally.answered(3));
+        assert!(!tally.replied(4) && tally.replied(3));
     }
 
     #[tokio::test(start_paused = true)]

@@ -9,7 +9,8 @@
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
   local left = redis.call('PTTL', KEYS[1])
-  if left >= 0 and left < tonumber(ARGV[2]) then
+  -- -1: no expiry (someone ran PERSIST): give it one, not eternity.
+  if left == -1 or left < tonumber(ARGV[2]) then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
   end
   return 1
