@@ -307,3 +307,33 @@ async fn a_waiter_with_silently_dead_connections_still_takes_over() {
     );
     lock.release().await.unwrap();
 }
+
+/// Found in review: an extension sent with a little validity left, whose
+/// round outlasts it, used to return `Ok` on a lock that it had just marked
+/// lost. Once lost, a lock stays lost, and `extend` says so.
+#[tokio::test]
+async fn an_extension_that_gets_through_after_the_validity_ran_out_is_an_error() {
+    let c = cluster(1);
+    let proxy = Proxy::start(c.port(0));
+    let redlock = Redlock::builder()
+        .node(proxy.url())
+        .node_timeout(ms(300))
+        .retry_count(0)
+        .build()
+        .unwrap();
+    // Connected, and the scripts cached, before the delay.
+    let mut warm = redlock.try_lock("warm", ms(1_000)).await.unwrap();
+    warm.extend(ms(1_000)).await.unwrap();
+    warm.release().await.unwrap();
+    proxy.set_delay(ms(50));
+    let mut lock = redlock.try_lock("r", ms(1_000)).await.unwrap();
+    tokio::time::sleep(lock.remaining().saturating_sub(ms(40))).await;
+    assert!(!lock.is_lost());
+    // A round trip of 100 ms against 40 ms of validity left.
+    let extended = lock.extend(ms(1_000)).await;
+    assert!(lock.is_lost(), "{:?} left", lock.remaining());
+    assert!(
+        matches!(extended, Err(Error::Expired { .. })),
+        "{extended:?} on a lost lock"
+    );
+}
