@@ -43,11 +43,11 @@
 pub(crate) mod guard;
 pub(crate) mod slot;
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use futures::future::{BoxFuture, FutureExt};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ErrorKind, RedisError, ServerErrorKind, Value};
 use tokio::time::timeout_at;
@@ -107,10 +107,13 @@ struct Conn {
 }
 
 impl Conn {
-    fn heard(&self) {
-        self.waiting_since.store(0, Ordering::Release);
-        self.heard_at
-            .store(Moment::now().as_nanos(), Ordering::Release);
+    /// A request sent at `sent` was answered: nothing is outstanding as far
+    /// as silence goes, and the connection answered (no earlier than then).
+    fn heard(&self, sent: u64) {
+        if self.waiting_since.load(Ordering::Relaxed) != 0 {
+            self.waiting_since.store(0, Ordering::Release);
+        }
+        self.heard_at.fetch_max(sent, Ordering::AcqRel);
     }
 }
 
@@ -144,15 +147,17 @@ impl Node {
         &self,
         command: &Arc<Command>,
         patient: bool,
-    ) -> BoxFuture<'static, Result<Value, NodeFailure>> {
-        if let Some(guard) = &self.inner.guard {
-            if let Err(failure) = guard.admit(command.effect) {
-                return std::future::ready(Err(failure)).boxed();
-            }
-        }
+    ) -> impl Future<Output = Result<Value, NodeFailure>> + Send + 'static {
+        let admitted = match &self.inner.guard {
+            Some(guard) => guard.admit(command.effect),
+            None => Ok(()),
+        };
         let inner = self.inner.clone();
         let command = command.clone();
-        async move { inner.run(&command, patient).await }.boxed()
+        async move {
+            admitted?;
+            inner.run(&command, patient).await
+        }
     }
 
     /// Another connection to this node went silent (a subscriber that did
@@ -218,16 +223,19 @@ impl Inner {
                 deadline
             };
             let conn = &live.conn;
-            let _ = conn.waiting_since.compare_exchange(
-                0,
-                Moment::now().as_nanos(),
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            );
+            let sent = Moment::now().as_nanos();
+            if conn.waiting_since.load(Ordering::Relaxed) == 0 {
+                let _ = conn.waiting_since.compare_exchange(
+                    0,
+                    sent,
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                );
+            }
             match timeout_at(deadline, send(conn.conn.clone(), command)).await {
                 Err(_) => return Err(self.timed_out(live.generation, conn)),
                 Ok(Ok(reply)) => {
-                    conn.heard();
+                    conn.heard(sent);
                     return Ok(reply);
                 }
                 // A connection made earlier went stale (the node restarted,
@@ -236,7 +244,7 @@ impl Inner {
                     self.drop_connection(live.generation, &e);
                     retried = true;
                 }
-                Ok(Err(e)) => return Err(self.failed(live.generation, conn, &e)),
+                Ok(Err(e)) => return Err(self.failed(live.generation, conn, sent, &e)),
             }
         }
     }
@@ -272,11 +280,11 @@ impl Inner {
 
     /// An error answer (the connection is alive), or a broken connection
     /// (dropped).
-    fn failed(&self, generation: u64, conn: &Conn, e: &RedisError) -> NodeFailure {
+    fn failed(&self, generation: u64, conn: &Conn, sent: u64, e: &RedisError) -> NodeFailure {
         if is_connection_error(e) {
             self.drop_connection(generation, e);
         } else {
-            conn.heard();
+            conn.heard(sent);
         }
         classify(e)
     }
@@ -336,6 +344,7 @@ impl Inner {
 /// Sends one command and reads its reply.
 async fn send(mut conn: MultiplexedConnection, command: &Command) -> Result<Value, RedisError> {
     match &command.call {
+        Call::Command(cmd) => cmd.query_async(&mut conn).await,
         Call::Pipeline(pipe) => pipe.query_async(&mut conn).await,
         Call::Script { script, keys, args } => {
             let call = |verb: &str, body: &str| {

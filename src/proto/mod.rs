@@ -68,6 +68,8 @@ pub(crate) struct Command {
 /// How a command is sent.
 #[derive(Debug)]
 pub(crate) enum Call {
+    /// One plain command; the reply is its reply.
+    Command(redis::Cmd),
     /// Plain commands in one round trip; the reply is the array of their
     /// replies.
     Pipeline(redis::Pipeline),

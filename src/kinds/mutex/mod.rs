@@ -61,32 +61,41 @@ pub(crate) fn kind() -> Arc<dyn Kind> {
 
 impl Kind for Mutex {
     fn acquire(&self, id: &LockId, plan: &Plan, observe: bool) -> Command {
-        let mut pipe = redis::pipe();
-        pipe.cmd("SET")
-            .arg(&*id.key)
+        let mut set = redis::cmd("SET");
+        set.arg(&*id.key)
             .arg(id.token())
             .arg("NX")
             .arg("PX")
             .arg(plan.ttl_ms);
-        if observe {
+        let call = if observe {
             // In the same round trip: who holds the key, and for how long.
-            pipe.cmd("GET").arg(&*id.key).cmd("PTTL").arg(&*id.key);
-        }
+            let mut pipe = redis::pipe();
+            pipe.add_command(set)
+                .cmd("GET")
+                .arg(&*id.key)
+                .cmd("PTTL")
+                .arg(&*id.key);
+            Call::Pipeline(pipe)
+        } else {
+            Call::Command(set)
+        };
         Command {
-            call: Call::Pipeline(pipe),
+            call,
             effect: Effect::Grant { life: plan.life() },
         }
     }
 
     fn read_acquire(&self, id: &LockId, reply: Value) -> Answer {
-        let Value::Array(replies) = &reply else {
-            return Err(unexpected(&reply)).into();
+        let replies = match &reply {
+            // The plain `SET`.
+            Value::Okay | Value::SimpleString(_) => return Ok(()).into(),
+            Value::Nil => return Err(NodeFailure::Held).into(),
+            // `SET`, `GET`, `PTTL`.
+            Value::Array(replies) => replies,
+            _ => return Err(unexpected(&reply)).into(),
         };
         match replies.as_slice() {
-            [Value::Okay | Value::SimpleString(_)] | [Value::Okay | Value::SimpleString(_), ..] => {
-                Ok(()).into()
-            }
-            [Value::Nil] => Err(NodeFailure::Held).into(),
+            [Value::Okay | Value::SimpleString(_), _, _] => Ok(()).into(),
             [Value::Nil, token, pttl] => {
                 let token = match token {
                     Value::BulkString(b) => Some(String::from_utf8_lossy(b)),
@@ -153,8 +162,16 @@ mod tests {
     fn reads_acquire_replies() {
         let id = LockId::new("k".into());
         let read = |r: Vec<Value>| Mutex.read_acquire(&id, Value::Array(r));
-        assert!(read(vec![Value::Okay]).vote.is_ok());
-        assert_eq!(read(vec![Value::Nil]).vote, Err(NodeFailure::Held));
+        assert!(Mutex.read_acquire(&id, Value::Okay).vote.is_ok());
+        assert_eq!(
+            Mutex.read_acquire(&id, Value::Nil).vote,
+            Err(NodeFailure::Held)
+        );
+        assert!(
+            read(vec![Value::Okay, Value::Nil, Value::Int(1000)])
+                .vote
+                .is_ok()
+        );
         let seen = read(vec![
             Value::Nil,
             Value::BulkString(b"other".to_vec()),
@@ -182,6 +199,7 @@ mod tests {
             Value::Int(1),
             Value::Array(vec![]),
             Value::Array(vec![Value::Int(3)]),
+            Value::Array(vec![Value::Okay]),
         ] {
             let answer = Mutex.read_acquire(&id, bad);
             assert!(
