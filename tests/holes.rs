@@ -410,20 +410,7 @@ async fn a_min_validity_no_acquisition_can_meet_fails_before_any_io() {
 
 /// The CONFIG calls node `i` rejected (ACL), all subcommands together.
 fn rejected_config_calls(c: &LocalCluster, i: usize) -> u64 {
-    let Reply::Bulk(Some(text)) = run(c, i, &["INFO", "commandstats"]) else {
-        panic!("INFO commandstats")
-    };
-    // Redis 7: `cmdstat_config|get:calls=0,usec=0,...,rejected_calls=2,failed_calls=0`
-    String::from_utf8(text)
-        .unwrap()
-        .lines()
-        .filter(|l| l.starts_with("cmdstat_config"))
-        .filter_map(|l| {
-            l.split([':', ','])
-                .find_map(|field| field.strip_prefix("rejected_calls="))
-        })
-        .map(|n| n.trim().parse::<u64>().unwrap())
-        .sum()
+    command_stat(c, i, "config", "rejected_calls")
 }
 
 #[tokio::test]

@@ -8,7 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use redquorum::local_cluster::{LocalCluster, Reply};
+use redquorum::local_cluster::LocalCluster;
 use redquorum::{Error, NodeFailure, Redlock};
 
 const ALL: [usize; 3] = [0, 1, 2];
@@ -32,14 +32,7 @@ fn restarted(err: &Error) -> Vec<String> {
 
 /// How many `SET`s node `i` has run since it started.
 fn sets(c: &LocalCluster, i: usize) -> u64 {
-    let Reply::Bulk(Some(text)) = run(c, i, &["INFO", "commandstats"]) else {
-        panic!("INFO commandstats on node {i}");
-    };
-    String::from_utf8(text)
-        .unwrap()
-        .lines()
-        .find_map(|line| line.strip_prefix("cmdstat_set:calls="))
-        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+    command_stat(c, i, "set", "calls")
 }
 
 /// Locks "a" for 30 s on all three nodes, then restarts nodes 0 and 1, which

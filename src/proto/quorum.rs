@@ -657,15 +657,17 @@ mod tests {
         }
     }
 
+    /// A tally of every node's vote, in node order.
+    fn voted(votes: &[Vote]) -> Tally {
+        let mut t = Tally::new(votes.len());
+        for (i, v) in votes.iter().enumerate() {
+            t.record(i, v.clone().into());
+        }
+        t
+    }
+
     #[test]
     fn a_rollback_is_announced_only_when_the_key_may_be_on_a_majority() {
-        let voted = |votes: &[Vote]| {
-            let mut t = Tally::new(votes.len());
-            for (i, v) in votes.iter().enumerate() {
-                t.record(i, v.clone().into());
-            }
-            t
-        };
         let timeout = Err(NodeFailure::Timeout);
         let refused = Err(NodeFailure::Connection("refused".into()));
         // A split among contenders, every node answered: nothing to announce.
@@ -686,13 +688,6 @@ mod tests {
 
     #[test]
     fn a_majority_of_taken_or_gone_keys_cannot_be_won_back() {
-        let voted = |votes: &[Vote]| {
-            let mut t = Tally::new(votes.len());
-            for (i, v) in votes.iter().enumerate() {
-                t.record(i, v.clone().into());
-            }
-            t
-        };
         let missing = Err(NodeFailure::Missing);
         let timeout = Err(NodeFailure::Timeout);
         assert!(voted(&[YES, timeout.clone(), timeout.clone(), HELD, HELD]).recoverable());

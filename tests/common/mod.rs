@@ -77,6 +77,25 @@ pub fn run(cluster: &LocalCluster, i: usize, args: &[&str]) -> Reply {
     reply
 }
 
+/// A figure of `INFO commandstats` on node `i`: `field` (`calls`,
+/// `rejected_calls`, …) of `command`, summed over its subcommands (Redis 7
+/// counts `config|get` apart), 0 if it never ran.
+pub fn command_stat(cluster: &LocalCluster, i: usize, command: &str, field: &str) -> u64 {
+    let Reply::Bulk(Some(text)) = run(cluster, i, &["INFO", "commandstats"]) else {
+        panic!("INFO commandstats on node {i}")
+    };
+    let whole = format!("cmdstat_{command}:");
+    let sub = format!("cmdstat_{command}|");
+    let prefix = format!("{field}=");
+    String::from_utf8(text)
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with(&whole) || l.starts_with(&sub))
+        .filter_map(|l| l.split([':', ',']).find_map(|f| f.strip_prefix(&prefix)))
+        .map(|n| n.trim().parse::<u64>().unwrap())
+        .sum()
+}
+
 /// How many of the given nodes hold `key`.
 pub fn holders(cluster: &LocalCluster, nodes: &[usize], key: &str) -> usize {
     nodes
