@@ -65,10 +65,10 @@ impl Engine {
         // nodes: other clients are taken to use TTLs like ours.
         let lives = options.restart_guard.then(|| Arc::new(Lives::default()));
         let nodes: Vec<Node> = clients
-            .iter()
-            .map(|c| Node::new(c.clone(), limits, lives.clone()))
+            .into_iter()
+            .map(|c| Node::new(c, limits, lives.clone()))
             .collect();
-        let waiters = Waiters::new(&clients, &nodes, limits);
+        let waiters = Waiters::new(&nodes);
         Engine {
             nodes,
             options,

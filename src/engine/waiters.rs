@@ -142,21 +142,22 @@ pub(crate) enum Wake {
 }
 
 impl Waiters {
-    pub(crate) fn new(clients: &[redis::Client], nodes: &[Node], limits: Limits) -> Waiters {
-        let quorum = crate::proto::quorum::quorum(clients.len());
+    /// The subscriber side of `nodes`: a subscriber connection to each,
+    /// made when first needed, under the same limits.
+    pub(crate) fn new(nodes: &[Node]) -> Waiters {
+        let quorum = crate::proto::quorum::quorum(nodes.len());
         Waiters {
             inner: Arc::new(Inner {
-                nodes: clients
+                nodes: nodes
                     .iter()
-                    .zip(nodes)
-                    .map(|(client, node)| Subscriber {
-                        client: client.clone(),
+                    .map(|node| Subscriber {
+                        client: node.client().clone(),
                         node: node.clone(),
-                        limits,
-                        slot: Slot::new(limits.connect),
+                        limits: node.limits(),
+                        slot: Slot::new(node.limits().connect),
                     })
                     .collect(),
-                needed: clients.len() + 1 - quorum,
+                needed: nodes.len() + 1 - quorum,
                 channels: Mutex::default(),
                 drops: AtomicU64::new(0),
             }),

@@ -107,6 +107,18 @@ struct Conn {
 }
 
 impl Conn {
+    /// A request is about to be sent: its moment, which starts the silence
+    /// clock unless a request is already outstanding.
+    fn sending(&self) -> u64 {
+        let sent = Moment::now().as_nanos();
+        if self.waiting_since.load(Ordering::Relaxed) == 0 {
+            let _ =
+                self.waiting_since
+                    .compare_exchange(0, sent, Ordering::AcqRel, Ordering::Relaxed);
+        }
+        sent
+    }
+
     /// A request sent at `sent` was answered: nothing is outstanding as far
     /// as silence goes, and the connection answered (no earlier than then).
     fn heard(&self, sent: u64) {
@@ -132,6 +144,16 @@ impl Node {
                 publish_refused: AtomicBool::new(false),
             }),
         }
+    }
+
+    /// The client that reaches the node (for its other connections).
+    pub(crate) fn client(&self) -> &redis::Client {
+        &self.inner.client
+    }
+
+    /// How requests to the node are bounded.
+    pub(crate) fn limits(&self) -> Limits {
+        self.inner.limits
     }
 
     /// How the node is named in reports and logs: `host:port`.
@@ -202,36 +224,27 @@ impl Inner {
     /// the token, so running them twice changes nothing.
     async fn run(self: &Arc<Self>, command: &Command, patient: bool) -> Result<Value, NodeFailure> {
         let start = tokio::time::Instant::now();
-        let connected_by = start + self.limits.connect.max(self.limits.request);
+        // A patient request may wait for a connection up to the connect
+        // timeout, and then has a request timeout for the reply; any other
+        // has one request timeout for both.
+        let connected_by = if patient {
+            start + self.limits.connect.max(self.limits.request)
+        } else {
+            start + self.limits.request
+        };
         let mut retried = false;
         loop {
-            let deadline = if patient {
-                tokio::time::Instant::now() + self.limits.request
-            } else {
-                start + self.limits.request
-            };
-            let (live, fresh) = timeout_at(
-                if patient { connected_by } else { deadline },
-                self.connection(),
-            )
-            .await
-            .map_err(|_| NodeFailure::Timeout)??;
+            let (live, fresh) = timeout_at(connected_by, self.connection())
+                .await
+                .map_err(|_| NodeFailure::Timeout)??;
             self.admit_again(command)?;
             let deadline = if patient {
                 tokio::time::Instant::now() + self.limits.request
             } else {
-                deadline
+                connected_by
             };
             let conn = &live.conn;
-            let sent = Moment::now().as_nanos();
-            if conn.waiting_since.load(Ordering::Relaxed) == 0 {
-                let _ = conn.waiting_since.compare_exchange(
-                    0,
-                    sent,
-                    Ordering::AcqRel,
-                    Ordering::Relaxed,
-                );
-            }
+            let sent = conn.sending();
             match timeout_at(deadline, send(conn.conn.clone(), command)).await {
                 Err(_) => return Err(self.timed_out(live.generation, conn)),
                 Ok(Ok(reply)) => {
