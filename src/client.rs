@@ -14,10 +14,10 @@ use crate::config::Builder;
 use crate::engine::Engine;
 use crate::engine::acquire::{self, Call};
 use crate::engine::hold::Hold;
-use crate::error::Error;
-use crate::kinds::Kind;
-use crate::kinds::mutex;
+use crate::error::{ConfigError, Error};
+use crate::kinds::{Kind, mutex, reentrant};
 use crate::lock::{Held, Lock};
+use crate::proto::Keys;
 
 /// A distributed lock manager over N independent Redis nodes.
 ///
@@ -139,11 +139,61 @@ impl Redlock {
     /// before any I/O), [`Error::NotAcquired`] when it gave up (saying
     /// whether the retries or the deadline ran out).
     pub fn lock<'a>(&'a self, resource: &'a str, ttl: Duration) -> LockRequest<'a> {
+        self.request(Resources::One(resource), ttl)
+    }
+
+    /// Acquires every resource of `resources` at once, or none: one lock
+    /// on the whole set, for `ttl`. `.await` it, with the same per-call
+    /// options as [`lock`](Self::lock).
+    ///
+    /// ```no_run
+    /// # async fn run(redlock: redquorum::Redlock) -> Result<(), redquorum::Error> {
+    /// use std::time::Duration;
+    /// // Move stock between two warehouses: both or neither.
+    /// let lock = redlock
+    ///     .lock_all(["stock:berlin", "stock:lyon"], Duration::from_secs(5))
+    ///     .await?;
+    /// // … both are ours …
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// On each node one script takes all the keys or none, and the usual
+    /// majority of nodes decides; a failed attempt is rolled back on every
+    /// node before it waits, so a set is never held in part and sets cannot
+    /// deadlock, in whatever order callers name their resources (names are
+    /// sorted and duplicates dropped). A waiter wakes on the release of any
+    /// resource of the set. Each resource excludes, and is excluded by,
+    /// [`lock`](Self::lock) on the same name. The lock's
+    /// [`resource`](Lock::resource) is the names, sorted, joined by `,`.
+    ///
+    /// One round trip per operation, as for one resource; the keys must all
+    /// live on each node (independent nodes, not Redis Cluster).
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock); [`ConfigError::NoResources`](crate::ConfigError::NoResources)
+    /// for an empty set.
+    pub fn lock_all<'a, I, S>(&'a self, resources: I, ttl: Duration) -> LockRequest<'a>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let mut names: Vec<String> = resources
+            .into_iter()
+            .map(|r| r.as_ref().to_owned())
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        self.request(Resources::All(names), ttl)
+    }
+
+    fn request<'a>(&'a self, resources: Resources<'a>, ttl: Duration) -> LockRequest<'a> {
         let options = &self.engine.options;
         LockRequest {
             redlock: self,
-            resource,
+            resources,
             ttl,
+            owner: None,
             call: Call {
                 retries: options.retry_count,
                 wait: options.wait_timeout,
@@ -199,35 +249,22 @@ impl Redlock {
         F: FnOnce(Held) -> Fut,
         Fut: Future<Output = T>,
     {
-        let mut lock = self.lock(resource, ttl).await?;
-        let held = lock.keep_alive();
-        let outcome = AssertUnwindSafe(work(held)).catch_unwind().await;
-        let lost = lock.is_lost();
-        if let Err(e) = lock.release().await {
-            tracing::warn!(resource, error = %e, "with_lock: release at the end failed");
-        }
-        match outcome {
-            Err(panic) => std::panic::resume_unwind(panic),
-            Ok(_) if lost => Err(Error::Lost {
-                resource: resource.to_owned(),
-            }),
-            Ok(value) => Ok(value),
-        }
+        self.lock(resource, ttl).with(work).await
     }
 
-    /// Takes a lock of `kind` on `resource` for one call.
+    /// Takes a lock of `kind` on `keys` for one call; `resource` names it
+    /// in errors and on the [`Lock`].
     async fn acquire(
         &self,
         kind: Arc<dyn Kind>,
         resource: &str,
+        keys: Keys,
         ttl: Duration,
         call: Call,
     ) -> Result<Lock, Error> {
-        let options = &self.engine.options;
-        let plan = options.plan(ttl)?;
-        let key: Box<str> = format!("{}{resource}", options.key_prefix).into();
+        let plan = self.engine.options.plan(ttl)?;
         let (id, deadline) =
-            acquire::acquire(&self.engine, &kind, resource, key, plan, call).await?;
+            acquire::acquire(&self.engine, &kind, resource, keys, plan, call).await?;
         let hold = Hold::new(
             self.engine.clone(),
             kind,
@@ -240,17 +277,28 @@ impl Redlock {
     }
 }
 
-/// One call to [`Redlock::lock`], with its options: `.await` it to get the
-/// [`Lock`].
+/// What one call locks.
+#[derive(Debug)]
+enum Resources<'a> {
+    One(&'a str),
+    /// Sorted, without duplicates.
+    All(Vec<String>),
+}
+
+/// One call to [`Redlock::lock`] or [`Redlock::lock_all`], with its
+/// options: `.await` it to get the [`Lock`], or run work under it with
+/// [`with`](Self::with).
 #[must_use = "a LockRequest does nothing until it is awaited"]
 pub struct LockRequest<'a> {
     redlock: &'a Redlock,
-    resource: &'a str,
+    resources: Resources<'a>,
     ttl: Duration,
+    /// Set for a reentrant lock.
+    owner: Option<String>,
     call: Call,
 }
 
-impl LockRequest<'_> {
+impl<'a> LockRequest<'a> {
     /// How long this call may wait in all, instead of
     /// [`Builder::wait_timeout`]. It gives up rather than start an attempt
     /// that could end after this (one that starts less than a node timeout
@@ -266,6 +314,100 @@ impl LockRequest<'_> {
         self.call.retries = retries;
         self
     }
+
+    /// Makes this a **reentrant** hold for `owner`: an id you choose (a job
+    /// id, a request id) that may span tasks and processes. A holder whose
+    /// owner already holds the resource gets it at once, as another hold;
+    /// other owners, and plain locks on the same resource, are kept out
+    /// until every hold of `owner` has been released or has expired.
+    ///
+    /// ```no_run
+    /// # async fn run(redlock: redquorum::Redlock) -> Result<(), redquorum::Error> {
+    /// use std::time::Duration;
+    /// let ttl = Duration::from_secs(10);
+    /// let outer = redlock.lock("account-9", ttl).reentrant("job-311").await?;
+    /// // Deeper in the same job, maybe in another task or process:
+    /// let inner = redlock.lock("account-9", ttl).reentrant("job-311").await?;
+    /// inner.release().await?; // still held by the outer hold
+    /// outer.release().await?; // now free
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// Each hold is a [`Lock`] of its own, with its own token, validity,
+    /// [`extend`](Lock::extend), [`keep_alive`](Lock::keep_alive) and
+    /// release; each take refreshes the key's TTL (never shortening it). One
+    /// round trip per operation. Why holds are not counted per node, and
+    /// what is guaranteed, is in the README's "Lock kinds".
+    ///
+    /// # Errors
+    /// [`ConfigError::EmptyOwner`](crate::ConfigError::EmptyOwner) for an
+    /// empty id; [`ConfigError::ReentrantSet`](crate::ConfigError::ReentrantSet)
+    /// on a [`lock_all`](Redlock::lock_all) of more than one resource.
+    pub fn reentrant(mut self, owner: impl Into<String>) -> Self {
+        self.owner = Some(owner.into());
+        self
+    }
+
+    /// Runs `work` while holding the lock: acquires it, keeps it alive in
+    /// the background ([`Lock::keep_alive`]) however long `work` takes, and
+    /// releases it when `work` returns or panics (the panic then goes on).
+    /// [`Redlock::with_lock`] is `lock(resource, ttl).with(work)`; see it
+    /// for the details.
+    ///
+    /// # Errors
+    /// As awaiting the request when the lock could not be acquired, and
+    /// [`Error::Lost`] when it was lost before `work` returned: what `work`
+    /// returned is then dropped, as it may have acted without the lock.
+    pub async fn with<F, Fut, T>(self, work: F) -> Result<T, Error>
+    where
+        F: FnOnce(Held) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let mut lock = self.await?;
+        let held = lock.keep_alive();
+        let outcome = AssertUnwindSafe(work(held)).catch_unwind().await;
+        let lost = lock.is_lost();
+        let resource = lock.resource().to_owned();
+        if let Err(e) = lock.release().await {
+            tracing::warn!(resource, error = %e, "with_lock: release at the end failed");
+        }
+        match outcome {
+            Err(panic) => std::panic::resume_unwind(panic),
+            Ok(_) if lost => Err(Error::Lost { resource }),
+            Ok(value) => Ok(value),
+        }
+    }
+
+    /// The kind, its keys and the lock's name, checked before any I/O.
+    fn parts(&self) -> Result<(Arc<dyn Kind>, Keys, String), ConfigError> {
+        let prefix = &self.redlock.engine.options.key_prefix;
+        let names: &[String] = match &self.resources {
+            Resources::One(r) => {
+                let keys: Keys = Arc::new([format!("{prefix}{r}").into()]);
+                return Ok((self.kind()?, keys, (*r).to_owned()));
+            }
+            Resources::All(names) => names,
+        };
+        if names.is_empty() {
+            return Err(ConfigError::NoResources);
+        }
+        if names.len() > 1 && self.owner.is_some() {
+            return Err(ConfigError::ReentrantSet);
+        }
+        let keys = names
+            .iter()
+            .map(|r| format!("{prefix}{r}").into())
+            .collect();
+        Ok((self.kind()?, keys, names.join(",")))
+    }
+
+    fn kind(&self) -> Result<Arc<dyn Kind>, ConfigError> {
+        match self.owner.as_deref() {
+            None => Ok(mutex::kind()),
+            Some("") => Err(ConfigError::EmptyOwner),
+            Some(owner) => Ok(reentrant::kind(owner)),
+        }
+    }
 }
 
 impl<'a> IntoFuture for LockRequest<'a> {
@@ -273,9 +415,13 @@ impl<'a> IntoFuture for LockRequest<'a> {
     type IntoFuture = BoxFuture<'a, Result<Lock, Error>>;
 
     fn into_future(self) -> Self::IntoFuture {
-        self.redlock
-            .acquire(mutex::kind(), self.resource, self.ttl, self.call)
-            .boxed()
+        async move {
+            let (kind, keys, resource) = self.parts()?;
+            self.redlock
+                .acquire(kind, &resource, keys, self.ttl, self.call)
+                .await
+        }
+        .boxed()
     }
 }
 
@@ -300,8 +446,9 @@ impl fmt::Debug for Redlock {
 impl fmt::Debug for LockRequest<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockRequest")
-            .field("resource", &self.resource)
+            .field("resources", &self.resources)
             .field("ttl", &self.ttl)
+            .field("owner", &self.owner)
             .field("call", &self.call)
             .finish()
     }

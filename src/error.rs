@@ -246,6 +246,13 @@ pub enum ConfigError {
         /// The drift allowance computed for it.
         drift: Duration,
     },
+    /// [`lock_all`](crate::Redlock::lock_all) was given no resource.
+    NoResources,
+    /// A reentrant lock was asked for with an empty owner id.
+    EmptyOwner,
+    /// A reentrant lock was asked for on a set of resources: reentrant holds
+    /// are on one resource at a time.
+    ReentrantSet,
 }
 
 impl fmt::Display for ConfigError {
@@ -299,6 +306,18 @@ impl fmt::Display for ConfigError {
                 f,
                 "minimum validity {min_validity:?} is not below TTL {ttl:?} less its drift allowance {drift:?}, \
                  so no acquisition could succeed: use a longer TTL or a smaller min_validity"
+            ),
+            ConfigError::NoResources => {
+                write!(f, "lock_all was given no resource: pass at least one name")
+            }
+            ConfigError::EmptyOwner => write!(
+                f,
+                "the owner id of a reentrant lock is empty: pass an id that names the owner (a job or request id)"
+            ),
+            ConfigError::ReentrantSet => write!(
+                f,
+                "reentrant locks are on one resource: use lock(resource, ttl).reentrant(owner), \
+                 or lock_all(resources, ttl) without reentrant"
             ),
         }
     }

@@ -24,13 +24,13 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
-use super::waiters::{Channel, Mark, Wake};
+use super::waiters::{Listener, Marks, Wake};
 use super::{Attempt, Engine};
 use crate::clock::Moment;
 use crate::error::{Error, GaveUp};
 use crate::kinds::Kind;
-use crate::proto::LockId;
 use crate::proto::quorum::{self, Pause, Plan, Seen, Tally};
+use crate::proto::{Keys, LockId};
 
 /// How long one call may try.
 #[derive(Debug, Clone, Copy)]
@@ -44,12 +44,13 @@ pub(crate) struct Call {
     pub(crate) wait: Duration,
 }
 
-/// Acquires `id.key` for `plan.ttl`: the token and the validity deadline.
+/// Acquires `keys` for `plan.ttl`: the lock's identity and its validity
+/// deadline.
 pub(crate) async fn acquire(
     engine: &Arc<Engine>,
     kind: &Arc<dyn Kind>,
     resource: &str,
-    key: Box<str>,
+    keys: Keys,
     plan: Plan,
     call: Call,
 ) -> Result<(Arc<LockId>, Moment), Error> {
@@ -67,8 +68,8 @@ pub(crate) async fn acquire(
         // What the channel had seen before the attempt: a release during
         // the attempt still wakes the wait after it.
         let listened = waiting.channel.clone();
-        let mark = listened.as_deref().map(Channel::mark);
-        let id = LockId::new(key.clone());
+        let mark = listened.as_deref().map(Listener::mark);
+        let id = LockId::new(keys.clone());
         let cancel_guard = CancelGuard {
             engine,
             kind,
@@ -98,7 +99,7 @@ pub(crate) async fn acquire(
         // could end after the deadline.
         let left = deadline.remaining().saturating_sub(options.node_timeout);
         let pause = waiting
-            .pause(engine, &key, &tally, took, mark.as_ref(), left)
+            .pause(engine, &keys, &tally, took, mark.as_ref(), left)
             .await;
         // Without a release to hope for, do not sleep into the deadline.
         if pause.sleep >= left && waiting.awaited.is_none() {
@@ -125,9 +126,9 @@ pub(crate) async fn acquire(
 /// What one call keeps between its attempts.
 #[derive(Default)]
 struct Waiting {
-    /// The release channel, once an attempt has failed (with
+    /// The release channels, once an attempt has failed (with
     /// `wake_on_release`).
-    channel: Option<Arc<Channel>>,
+    channel: Option<Arc<Listener>>,
     /// The token of the holder the last attempt saw on a majority.
     awaited: Option<Box<str>>,
     /// Split votes in a row.
@@ -141,10 +142,10 @@ impl Waiting {
     async fn pause(
         &mut self,
         engine: &Engine,
-        key: &str,
+        keys: &[Box<str>],
         tally: &Tally,
         took: Duration,
-        mark: Option<&Mark>,
+        mark: Option<&Marks>,
         left: Duration,
     ) -> Pause {
         let options = &engine.options;
@@ -157,7 +158,7 @@ impl Waiting {
             }
             // Listen from now on, and try again at once: a release made
             // before the subscription would not be heard. Not a poll.
-            let channel = engine.waiters.channel(key);
+            let channel = Arc::new(engine.waiters.listen(keys));
             let _ = tokio::time::timeout(left, channel.ensure()).await;
             self.channel = Some(channel);
             return Pause {
@@ -219,7 +220,7 @@ struct CancelGuard<'a> {
 
 impl Drop for CancelGuard<'_> {
     fn drop(&mut self) {
-        tracing::debug!(key = %self.id.key, "acquire cancelled: rolling back in the background");
+        tracing::debug!(key = %self.id.key(), "acquire cancelled: rolling back in the background");
         self.engine.release_in_background(self.kind, self.id);
     }
 }

@@ -265,25 +265,25 @@ pub(crate) async fn keep_alive(hold: Arc<Hold>) {
             return;
         }
         if hold.remaining() <= options.node_timeout {
-            tracing::warn!(key = %hold.id.key, "lock lost: validity ran out before an extension succeeded");
+            tracing::warn!(key = %hold.id.key(), "lock lost: validity ran out before an extension succeeded");
             return hold.end();
         }
         let started = Moment::now();
         match hold.extend_once(None).await {
             None => return hold.end(),
             Some((_, Ok(()))) if hold.is_lost() => {
-                tracing::warn!(key = %hold.id.key, "lock lost: validity ran out before an extension succeeded");
+                tracing::warn!(key = %hold.id.key(), "lock lost: validity ran out before an extension succeeded");
                 return hold.end();
             }
             Some((plan, Ok(()))) => next = started.after(every(plan)),
             Some((_, Err(tally))) if !tally.recoverable() => {
                 let report = hold.engine.report(&tally);
-                tracing::warn!(key = %hold.id.key, %report, "lock lost: a majority no longer holds it");
+                tracing::warn!(key = %hold.id.key(), %report, "lock lost: a majority no longer holds it");
                 return hold.end();
             }
             Some((plan, Err(tally))) => {
                 let report = hold.engine.report(&tally);
-                tracing::debug!(key = %hold.id.key, %report, "extension failed; trying again");
+                tracing::debug!(key = %hold.id.key(), %report, "extension failed; trying again");
                 next = Moment::now().after((every(plan) / 4).max(options.node_timeout));
             }
         }

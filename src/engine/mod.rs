@@ -138,10 +138,10 @@ impl Engine {
         observe: bool,
     ) -> Attempt {
         let start = Moment::now();
-        let (reader, owner) = (kind.clone(), id.clone());
+        let reader = kind.clone();
         let answers = self.ask(
             kind.acquire(id, plan, observe),
-            move |reply| reader.read_acquire(&owner, reply),
+            move |reply| reader.read_acquire(reply),
             |_| false,
         );
         let (tally, stragglers) = quorum::decide(answers).await;
@@ -203,7 +203,7 @@ impl Engine {
         // majority for as long as they can.
         detach(stragglers.finish());
         let valid = plan.validity(start.elapsed(), self.options.min_validity);
-        tracing::debug!(key = %id.key, agreed = tally.agreed(), needed = tally.needed(), "extend");
+        tracing::debug!(key = %id.key(), agreed = tally.agreed(), needed = tally.needed(), "extend");
         if tally.has_majority() && valid.is_some() {
             Ok(plan.deadline(start))
         } else {
@@ -226,7 +226,7 @@ impl Engine {
     /// runtime.
     pub(crate) fn release_in_background(&self, kind: &Arc<dyn Kind>, id: &LockId) {
         if tokio::runtime::Handle::try_current().is_err() {
-            tracing::debug!(key = %id.key, "no tokio runtime: lock keys expire at their TTL");
+            tracing::debug!(key = %id.key(), "no tokio runtime: lock keys expire at their TTL");
             return;
         }
         for answer in self.outcomes(kind, kind.release(id, true), |_| true) {

@@ -45,6 +45,10 @@
 //! One release is announced by every node it reached; the channel counts it
 //! once.
 //!
+//! A call listens on the channels of all its keys at once (a [`Listener`]):
+//! a waiter for a multi-resource lock is woken by the release of any of
+//! them, and is listening only while it is listening on each.
+//!
 //! [`Redlock`]: crate::Redlock
 //! [`Request::Release`]: crate::kinds::Kind::release
 
@@ -166,7 +170,7 @@ impl Waiters {
 
     /// The channel of `key`, registered (shared with this process's other
     /// waiters on it) but not yet subscribed: see [`Channel::ensure`].
-    pub(crate) fn channel(&self, key: &str) -> Arc<Channel> {
+    fn channel(&self, key: &str) -> Arc<Channel> {
         let name = format!("{key}:released");
         let mut channels = lock(&self.inner.channels);
         match channels.get(name.as_str()).and_then(Weak::upgrade) {
@@ -183,6 +187,64 @@ impl Waiters {
                 channel
             }
         }
+    }
+}
+
+/// The channels of one call's keys, listened to together.
+pub(crate) struct Listener {
+    channels: Vec<Arc<Channel>>,
+}
+
+/// What had happened on each of a [`Listener`]'s channels at some moment.
+#[derive(Debug, Clone)]
+pub(crate) struct Marks(Vec<Mark>);
+
+impl Waiters {
+    /// The channels of `keys`, registered but not yet subscribed.
+    pub(crate) fn listen(&self, keys: &[Box<str>]) -> Listener {
+        Listener {
+            channels: keys.iter().map(|key| self.channel(key)).collect(),
+        }
+    }
+}
+
+impl Listener {
+    /// See [`Channel::mark`].
+    pub(crate) fn mark(&self) -> Marks {
+        Marks(self.channels.iter().map(|c| c.mark()).collect())
+    }
+
+    /// Whether `token`'s release was announced on any of the channels.
+    pub(crate) fn was_announced(&self, token: &str) -> bool {
+        self.channels.iter().any(|c| c.was_announced(token))
+    }
+
+    /// Resolves when any channel would wake (see [`Channel::wake`]).
+    pub(crate) async fn wake(&self, marks: &Marks, awaited: Option<&str>) -> Wake {
+        let wakes = self
+            .channels
+            .iter()
+            .zip(&marks.0)
+            .map(|(channel, mark)| Box::pin(channel.wake(mark, awaited)));
+        futures::future::select_all(wakes).await.0
+    }
+
+    /// Whether every channel heard every release since `marks`.
+    pub(crate) fn heard_since(&self, marks: &Marks) -> bool {
+        self.channels
+            .iter()
+            .zip(&marks.0)
+            .all(|(channel, mark)| channel.heard_since(mark))
+    }
+
+    /// Whether every channel is listening.
+    pub(crate) fn listening(&self) -> bool {
+        self.channels.iter().all(|c| c.listening())
+    }
+
+    /// Subscribes every channel (see [`Channel::ensure`]), all at once.
+    pub(crate) async fn ensure(&self) {
+        futures::future::join_all(self.channels.iter().map(|c| c.ensure())).await;
     }
 }
 

@@ -7,29 +7,42 @@
 //! gets it without a line of its own. A kind never talks to a connection,
 //! and a node never knows which kind it runs.
 //!
-//! * [`mutex`]: one holder at a time (`SET NX PX`, compare-and-delete,
-//!   compare-and-pexpire).
+//! * [`mutex`]: one holder at a time, on one resource (`SET NX PX`,
+//!   compare-and-delete, compare-and-pexpire) or on a set of resources
+//!   taken all or none on each node (`lock_all`).
+//! * [`reentrant`]: one *owner* at a time, who may take the resource again
+//!   while holding it; each take is a hold of its own, and the resource is
+//!   free when every hold has gone.
+//!
+//! The kinds share the key space and exclude each other: a key of another
+//! kind is "held by another owner" to every script, never an error.
 
 pub(crate) mod mutex;
+pub(crate) mod reentrant;
+
+use std::time::Duration;
 
 use redis::Value;
 
 use crate::error::NodeFailure;
 use crate::proto::quorum::Plan;
-use crate::proto::{Answer, Command, LockId};
+use crate::proto::{Answer, Command, Holder, LockId};
 
 /// One kind of lock, as the engine drives it.
 ///
 /// Every command must be safe to run twice on one node: a node sends a
 /// command once more, within the same request, when it finds its connection
 /// went stale (see `net`). Comparing the token makes the mutex's scripts so;
-/// a kind that counts must make a repeated command count once.
+/// a kind that counts must make a repeated command count once (the
+/// reentrant kind names each hold by its token, so a repeat finds it).
 pub(crate) trait Kind: Send + Sync + 'static {
     /// Takes the lock on one node, for `plan.ttl`. With `observe`, the reply
     /// also says who holds the key there and for how long, for a waiter.
     fn acquire(&self, id: &LockId, plan: &Plan, observe: bool) -> Command;
     /// Reads one node's reply to [`acquire`](Self::acquire).
-    fn read_acquire(&self, id: &LockId, reply: Value) -> Answer;
+    fn read_acquire(&self, reply: Value) -> Answer {
+        acquire_outcome(&reply)
+    }
     /// Lets go on one node, if it still holds our token; with `announce`,
     /// wakes the waiters (see the engine's `waiters`).
     fn release(&self, id: &LockId, announce: bool) -> Command;
@@ -53,6 +66,34 @@ pub(crate) mod code {
     pub(crate) const MISSING: i64 = 0;
     /// The key held another owner's token.
     pub(crate) const HELD: i64 = -1;
+}
+
+/// Reads a reply to an acquisition: `OK` or `1` (taken), nil or `0` (held
+/// by another owner), or `[holder, pttl]` (held by another owner, and who:
+/// the token waiters wait for, and how long its key has left).
+pub(crate) fn acquire_outcome(reply: &Value) -> Answer {
+    match reply {
+        Value::Okay | Value::SimpleString(_) | Value::Int(1) => Ok(()).into(),
+        Value::Nil | Value::Int(0) => Err(NodeFailure::Held).into(),
+        Value::Array(seen) => match seen.as_slice() {
+            [token, Value::Int(pttl)] => {
+                let holder = match token {
+                    Value::BulkString(b) => Some(Holder {
+                        token: String::from_utf8_lossy(b).into(),
+                        // -1: no expiry; -2: gone since it was read.
+                        ttl: (*pttl != -1).then(|| Duration::from_millis((*pttl).max(0) as u64)),
+                    }),
+                    _ => None,
+                };
+                Answer {
+                    holder,
+                    ..Err(NodeFailure::Held).into()
+                }
+            }
+            _ => Err(unexpected(reply)).into(),
+        },
+        _ => Err(unexpected(reply)).into(),
+    }
 }
 
 /// The answer of a script that replies with a [`code`].

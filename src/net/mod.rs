@@ -358,12 +358,11 @@ impl Inner {
 async fn send(mut conn: MultiplexedConnection, command: &Command) -> Result<Value, RedisError> {
     match &command.call {
         Call::Command(cmd) => cmd.query_async(&mut conn).await,
-        Call::Pipeline(pipe) => pipe.query_async(&mut conn).await,
         Call::Script { script, keys, args } => {
             let call = |verb: &str, body: &str| {
                 let mut cmd = redis::cmd(verb);
                 cmd.arg(body).arg(keys.len());
-                for key in keys {
+                for key in keys.iter() {
                     cmd.arg(&**key);
                 }
                 for arg in args {
@@ -478,7 +477,7 @@ mod tests {
             connect: Duration::from_secs(5),
         };
         let node = Node::new(client, limits, Some(Arc::default()));
-        let id = LockId::new("k".into());
+        let id = LockId::new(crate::proto::keys(&["k"]));
         let plan = Plan::new(Duration::from_millis(1_500), 0.01).unwrap();
         let acquire = Arc::new(Mutex.acquire(&id, &plan, false));
         let extend = Arc::new(Mutex.extend(&id, &plan));

@@ -2,7 +2,7 @@
 //! nodes to run, and the answers it reads back as votes.
 //!
 //! A [`Command`] is built once per operation and shared by every node (an
-//! `Arc`): a pipeline of plain commands or a Lua [`Script`], plus its
+//! `Arc`): a plain command or a Lua [`Script`], plus its
 //! [`Effect`] on the node's keys, which is all a node needs to know of it
 //! (the restart guard records how long a key it granted may live, and
 //! refuses acquisitions while it may have forgotten keys). A node runs the
@@ -18,24 +18,36 @@ use std::time::Duration;
 
 use crate::error::NodeFailure;
 
-/// Which lock: the Redis key and the owner's token. One allocation per
-/// lock, shared by every request about it.
+/// The Redis keys of one lock: one for most kinds, several (sorted, without
+/// duplicates) for a multi-resource lock. Built once per call, shared by
+/// its attempts and by every command about them.
+pub(crate) type Keys = Arc<[Box<str>]>;
+
+/// Which lock: its keys and the attempt's token. One allocation per
+/// attempt, shared by every request about it.
 #[derive(Debug)]
 pub(crate) struct LockId {
-    pub(crate) key: Box<str>,
+    pub(crate) keys: Keys,
     token: [u8; 40],
 }
 
 impl LockId {
-    /// A lock on `key` with a fresh token: 20 bytes from the operating
-    /// system's CSPRNG, in hex. Not from a user-space generator: one seeded
-    /// once per thread would hand the same tokens to both sides of a `fork`
-    /// or to two VMs restored from one snapshot.
-    pub(crate) fn new(key: Box<str>) -> Arc<LockId> {
+    /// A lock on `keys` (at least one) with a fresh token: 20 bytes from
+    /// the operating system's CSPRNG, in hex. Not from a user-space
+    /// generator: one seeded once per thread would hand the same tokens to
+    /// both sides of a `fork` or to two VMs restored from one snapshot.
+    pub(crate) fn new(keys: Keys) -> Arc<LockId> {
+        debug_assert!(!keys.is_empty());
         let mut token = [0u8; 40];
         // Cannot fail: the output is exactly twice the input.
         let _ = hex::encode_to_slice(fresh_bytes(), &mut token);
-        Arc::new(LockId { key, token })
+        Arc::new(LockId { keys, token })
+    }
+
+    /// The first key (the only one, but for a multi-resource lock): for
+    /// logs.
+    pub(crate) fn key(&self) -> &str {
+        self.keys.first().map_or("", |k| k)
     }
 
     /// The token, 40 hex digits.
@@ -70,13 +82,10 @@ pub(crate) struct Command {
 pub(crate) enum Call {
     /// One plain command; the reply is its reply.
     Command(redis::Cmd),
-    /// Plain commands in one round trip; the reply is the array of their
-    /// replies.
-    Pipeline(redis::Pipeline),
     /// A Lua script, by `EVALSHA`, reloaded by `EVAL` on `NOSCRIPT`.
     Script {
         script: &'static Script,
-        keys: Vec<Box<str>>,
+        keys: Keys,
         args: Vec<Vec<u8>>,
     },
 }
@@ -153,13 +162,19 @@ impl From<Vote> for Answer {
     }
 }
 
+/// Keys from names, for tests.
+#[cfg(test)]
+pub(crate) fn keys(names: &[&str]) -> Keys {
+    names.iter().map(|&n| Box::from(n)).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn tokens_are_40_hex_digits_and_fresh() {
-        let (a, b) = (LockId::new("k".into()), LockId::new("k".into()));
+        let (a, b) = (LockId::new(keys(&["k"])), LockId::new(keys(&["k"])));
         assert_eq!(a.token().len(), 40);
         assert!(a.token().bytes().all(|c| c.is_ascii_hexdigit()));
         assert_ne!(a.token(), b.token());
@@ -172,7 +187,7 @@ mod tests {
     #[test]
     fn tokens_differ_across_fork() {
         // Warm any per-thread generator up before the fork.
-        let _ = LockId::new("k".into());
+        let _ = LockId::new(keys(&["k"]));
         let mut fds = [0i32; 2];
         // SAFETY: a valid array of two ints for pipe(2).
         assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
@@ -180,7 +195,7 @@ mod tests {
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0, "fork failed");
         if pid == 0 {
-            let id = LockId::new("k".into());
+            let id = LockId::new(keys(&["k"]));
             // SAFETY: writing 40 bytes from a live buffer to our pipe, then
             // leaving without running any destructor or atexit handler.
             unsafe {
@@ -188,7 +203,7 @@ mod tests {
                 libc::_exit(0);
             }
         }
-        let ours = LockId::new("k".into());
+        let ours = LockId::new(keys(&["k"]));
         let mut theirs = [0u8; 40];
         // SAFETY: reading into a live 40-byte buffer; waiting for our child.
         unsafe {

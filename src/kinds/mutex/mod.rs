@@ -1,45 +1,65 @@
-//! The mutex: one holder at a time.
+//! The mutex: one holder at a time, on one resource or on a set of them.
 //!
 //! | operation | on each node | round trips |
 //! |---|---|---|
-//! | acquire | `SET key token NX PX ttl` (a waiter adds `GET key`, `PTTL key`) | 1 |
-//! | release | [`release.lua`](RELEASE): compare-and-delete, announce | 1 |
+//! | acquire, one resource | `SET key token NX PX ttl` | 1 |
+//! | acquire, a set (`lock_all`), or a waiter's attempt | [`acquire.lua`](ACQUIRE): every key or none | 1 |
+//! | release | [`release.lua`](RELEASE): compare-and-delete each key, announce | 1 |
 //! | extend | [`extend.lua`](EXTEND): compare-and-pexpire, never shortening | 1 |
 //!
 //! **Guarantee.** While a majority of nodes run and keep their keys and
 //! clocks drift within the allowance, at most one holder at a time believes
-//! it holds the resource within the validity its lock reports.
+//! it holds a resource within the validity its lock reports — whether it
+//! took that resource alone or in a set.
 //!
 //! **Why.** A holder believes it holds only when a majority `Q` of the `N`
 //! nodes said yes, and only until `start + ttl − drift`, before any of
-//! those keys can expire. `SET NX` grants a key to one token at a time, and
-//! the scripts touch a key only when it holds the caller's token, so a
-//! node's key belongs to one holder until it expires or that holder lets
-//! go. Two believing holders would need two majorities of such keys at one
-//! moment; any two majorities of `N` share a node, which cannot hold both.
+//! those keys can expire. On one node a key belongs to one token at a time:
+//! `SET NX` and the acquisition script create a key only where it is
+//! absent, and the scripts touch a key only when it holds the caller's token
+//! (a key of any other type — a reentrant lock's hash — is another owner's).
+//! So a node's key belongs to one holder until it expires or that holder
+//! lets go. Two believing holders of one resource would need two majorities
+//! of such keys at one moment; any two majorities of `N` share a node, which
+//! cannot hold both. A set changes nothing here: its holder holds each of
+//! its keys on the majority that said yes, exactly as a one-resource holder
+//! would, so it excludes and is excluded per resource.
+//!
 //! An extension only prolongs keys that still hold our token on a majority
 //! and never recreates a lost one, so it cannot stretch a belief that the
 //! nodes no longer back. Nor does it ever shorten a key: two extensions of
 //! one lock can reach a node out of order (one waited for a connection that
-//! the other overtook, or sat on a connection that was replaced), and a
-//! late shorter one would otherwise cut a key below the deadline a newer
+//! the other overtook, or sat on a connection that was replaced), and a late
+//! shorter one would otherwise cut a key below the deadline a newer
 //! extension set. So after any extension that reached a majority, each of
-//! those keys lives at least as long as the deadline it produced. Each attempt draws a fresh token, so the late
-//! rollback of one attempt never deletes the key of the next.
+//! those keys lives at least as long as the deadline it produced. Each
+//! attempt draws a fresh token, so the late rollback of one attempt never
+//! deletes the key of the next.
+//!
+//! **Sets cannot deadlock.** On each node the script takes all the keys or
+//! none, atomically, so no node ever holds part of a set; an attempt that
+//! wins fewer than a majority of nodes rolls back on every node before it
+//! waits. Nobody therefore holds anything while waiting for something else,
+//! and there is no cycle to wait in. Two sets that overlap compete like two
+//! holders of one resource: a split vote, settled by random back-off. The
+//! keys are sorted and de-duplicated once per call, so every node sees the
+//! same set in the same order.
 //!
 //! Tested by `tests/lock.rs` (mutual exclusion, every subset of failed
-//! nodes in `tests/faults.rs`) and by the chaos suite's checker
-//! (`tests/chaos`), whose negative controls show that it catches two
-//! holders.
+//! nodes in `tests/faults.rs`), `tests/multi.rs` (sets: all or none, rolled
+//! back on every node, overlapping sets never both held, progress under
+//! contention), and the chaos suite's checker (`tests/chaos`), whose
+//! negative controls show that it catches two holders.
 
 use std::sync::{Arc, LazyLock};
 
-use redis::Value;
-
-use crate::error::NodeFailure;
-use crate::kinds::{Kind, unexpected};
+use crate::kinds::Kind;
 use crate::proto::quorum::Plan;
-use crate::proto::{Answer, Call, Command, Effect, Holder, LockId, Script};
+use crate::proto::{Call, Command, Effect, LockId, Script};
+
+/// Every key or none, saying who holds a key it could not take.
+pub(crate) static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("acquire.lua")));
 
 /// Compare-and-delete, announcing the release to waiters.
 pub(crate) static RELEASE: LazyLock<Script> =
@@ -59,25 +79,32 @@ pub(crate) fn kind() -> Arc<dyn Kind> {
     KIND.clone()
 }
 
+fn flag(on: bool) -> Vec<u8> {
+    if on { b"1" } else { b"0" }.to_vec()
+}
+
 impl Kind for Mutex {
     fn acquire(&self, id: &LockId, plan: &Plan, observe: bool) -> Command {
-        let mut set = redis::cmd("SET");
-        set.arg(&*id.key)
-            .arg(id.token())
-            .arg("NX")
-            .arg("PX")
-            .arg(plan.ttl_ms);
-        let call = if observe {
-            // In the same round trip: who holds the key, and for how long.
-            let mut pipe = redis::pipe();
-            pipe.add_command(set)
-                .cmd("GET")
-                .arg(&*id.key)
-                .cmd("PTTL")
-                .arg(&*id.key);
-            Call::Pipeline(pipe)
-        } else {
-            Call::Command(set)
+        let call = match &id.keys[..] {
+            // The hot path: no script.
+            [key] if !observe => {
+                let mut set = redis::cmd("SET");
+                set.arg(&**key)
+                    .arg(id.token())
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(plan.ttl_ms);
+                Call::Command(set)
+            }
+            _ => Call::Script {
+                script: &ACQUIRE,
+                keys: id.keys.clone(),
+                args: vec![
+                    id.token().into(),
+                    plan.ttl_ms.to_string().into_bytes(),
+                    flag(observe),
+                ],
+            },
         };
         Command {
             call,
@@ -85,53 +112,12 @@ impl Kind for Mutex {
         }
     }
 
-    fn read_acquire(&self, id: &LockId, reply: Value) -> Answer {
-        let replies = match &reply {
-            // The plain `SET`.
-            Value::Okay | Value::SimpleString(_) => return Ok(()).into(),
-            Value::Nil => return Err(NodeFailure::Held).into(),
-            // `SET`, `GET`, `PTTL`.
-            Value::Array(replies) => replies,
-            _ => return Err(unexpected(&reply)).into(),
-        };
-        match replies.as_slice() {
-            [Value::Okay | Value::SimpleString(_), _, _] => Ok(()).into(),
-            [Value::Nil, token, pttl] => {
-                let token = match token {
-                    Value::BulkString(b) => Some(String::from_utf8_lossy(b)),
-                    _ => None,
-                };
-                if token.as_deref() == Some(id.token()) {
-                    // Our own SET, landed on a connection that broke before
-                    // it answered and was sent again: a yes.
-                    return Ok(()).into();
-                }
-                let holder = token.map(|token| Holder {
-                    token: token.into(),
-                    // -1: no expiry; -2: gone since the GET.
-                    ttl: match pttl {
-                        Value::Int(-1) => None,
-                        Value::Int(ms) => {
-                            Some(std::time::Duration::from_millis((*ms).max(0) as u64))
-                        }
-                        _ => None,
-                    },
-                });
-                Answer {
-                    holder,
-                    ..Err(NodeFailure::Held).into()
-                }
-            }
-            _ => Err(unexpected(&reply)).into(),
-        }
-    }
-
     fn release(&self, id: &LockId, announce: bool) -> Command {
         Command {
             call: Call::Script {
                 script: &RELEASE,
-                keys: vec![id.key.clone()],
-                args: vec![id.token().into(), if announce { "1" } else { "0" }.into()],
+                keys: id.keys.clone(),
+                args: vec![id.token().into(), flag(announce)],
             },
             effect: Effect::Remove,
         }
@@ -141,7 +127,7 @@ impl Kind for Mutex {
         Command {
             call: Call::Script {
                 script: &EXTEND,
-                keys: vec![id.key.clone()],
+                keys: id.keys.clone(),
                 args: vec![id.token().into(), plan.ttl_ms.to_string().into_bytes()],
             },
             effect: Effect::Refresh { life: plan.life() },
@@ -152,6 +138,9 @@ impl Kind for Mutex {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::NodeFailure;
+    use crate::proto::{Holder, keys};
+    use redis::Value;
     use std::time::Duration;
 
     fn plan() -> Plan {
@@ -160,23 +149,15 @@ mod tests {
 
     #[test]
     fn reads_acquire_replies() {
-        let id = LockId::new("k".into());
-        let read = |r: Vec<Value>| Mutex.read_acquire(&id, Value::Array(r));
-        assert!(Mutex.read_acquire(&id, Value::Okay).vote.is_ok());
-        assert_eq!(
-            Mutex.read_acquire(&id, Value::Nil).vote,
-            Err(NodeFailure::Held)
-        );
-        assert!(
-            read(vec![Value::Okay, Value::Nil, Value::Int(1000)])
-                .vote
-                .is_ok()
-        );
-        let seen = read(vec![
-            Value::Nil,
+        let read = |r: Value| Mutex.read_acquire(r);
+        assert!(read(Value::Okay).vote.is_ok());
+        assert!(read(Value::Int(1)).vote.is_ok());
+        assert_eq!(read(Value::Nil).vote, Err(NodeFailure::Held));
+        assert_eq!(read(Value::Int(0)).vote, Err(NodeFailure::Held));
+        let seen = read(Value::Array(vec![
             Value::BulkString(b"other".to_vec()),
             Value::Int(700),
-        ]);
+        ]));
         assert_eq!(seen.vote, Err(NodeFailure::Held));
         assert_eq!(
             seen.holder,
@@ -185,23 +166,25 @@ mod tests {
                 ttl: Some(Duration::from_millis(700))
             })
         );
-        let forever = read(vec![
-            Value::Nil,
+        let forever = read(Value::Array(vec![
             Value::BulkString(b"o".to_vec()),
             Value::Int(-1),
-        ]);
+        ]));
         assert_eq!(forever.holder.unwrap().ttl, None);
-        // Our own token: a SET that landed before a reconnect.
-        let own = Value::BulkString(id.token().as_bytes().to_vec());
-        assert!(read(vec![Value::Nil, own, Value::Int(900)]).vote.is_ok());
+        // Held, by an owner the script could not name (Lua false is nil).
+        let unknown = read(Value::Array(vec![Value::Nil, Value::Int(5)]));
+        assert_eq!(
+            (unknown.vote, unknown.holder),
+            (Err(NodeFailure::Held), None)
+        );
         // Garbage is a typed failure, not a panic or a yes.
         for bad in [
-            Value::Int(1),
+            Value::Int(3),
             Value::Array(vec![]),
             Value::Array(vec![Value::Int(3)]),
-            Value::Array(vec![Value::Okay]),
+            Value::Array(vec![Value::Okay, Value::Okay]),
         ] {
-            let answer = Mutex.read_acquire(&id, bad);
+            let answer = read(bad);
             assert!(
                 matches!(answer.vote, Err(NodeFailure::Server { .. })),
                 "{answer:?}"
@@ -210,8 +193,27 @@ mod tests {
     }
 
     #[test]
+    fn one_key_takes_it_with_set_and_a_set_or_a_waiter_with_the_script() {
+        let p = plan();
+        let one = LockId::new(keys(&["k"]));
+        assert!(matches!(
+            Mutex.acquire(&one, &p, false).call,
+            Call::Command(_)
+        ));
+        assert!(matches!(
+            Mutex.acquire(&one, &p, true).call,
+            Call::Script { script, .. } if std::ptr::eq(script, &*ACQUIRE)
+        ));
+        let set = LockId::new(keys(&["a", "b"]));
+        let Call::Script { keys: sent, .. } = Mutex.acquire(&set, &p, false).call else {
+            panic!("a set is taken by the script")
+        };
+        assert_eq!(&sent[..], &set.keys[..]);
+    }
+
+    #[test]
     fn commands_say_what_they_do_to_keys() {
-        let id = LockId::new("k".into());
+        let id = LockId::new(keys(&["k"]));
         let p = plan();
         assert_eq!(
             Mutex.acquire(&id, &p, false).effect,

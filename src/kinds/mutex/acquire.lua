@@ -1,0 +1,30 @@
+-- Takes every key or none. KEYS = the lock's keys (sorted, no duplicates),
+-- ARGV[1] = our token, ARGV[2] = TTL in milliseconds, ARGV[3] = '1' to say
+-- who holds a key we could not take.
+-- The plain one-key lock takes its key with SET NX PX instead; this script
+-- serves it only when a waiter wants to know who holds the key.
+-- 1: every key is ours (also when run twice); 0: a key is held by another
+-- owner, and nothing was taken; {holder, pttl}: the same, with the holder's
+-- token (false if unknown) and that key's PTTL.
+for _, key in ipairs(KEYS) do
+  -- A reentrant lock's hash is another owner's; a key of any other type
+  -- is not a lock, and the node's WRONGTYPE error says so.
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' and redis.call('TYPE', key).ok ~= 'hash' then
+    return v
+  end
+  if v and v ~= ARGV[1] then
+    if ARGV[3] ~= '1' then
+      return 0
+    end
+    local holder = v
+    if type(v) == 'table' then
+      holder = redis.call('HGET', key, 'i')
+    end
+    return {holder, redis.call('PTTL', key)}
+  end
+end
+for _, key in ipairs(KEYS) do
+  redis.call('SET', key, ARGV[1], 'PX', ARGV[2])
+end
+return 1
