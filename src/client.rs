@@ -15,7 +15,7 @@ use crate::engine::Engine;
 use crate::engine::acquire::{self, Call};
 use crate::engine::hold::Hold;
 use crate::error::{ConfigError, Error};
-use crate::kinds::{Kind, mutex, reentrant};
+use crate::kinds::{Kind, fenced, mutex, reentrant};
 use crate::lock::{Held, Lock};
 use crate::proto::Keys;
 
@@ -194,6 +194,7 @@ impl Redlock {
             resources,
             ttl,
             owner: None,
+            fenced: false,
             call: Call {
                 retries: options.retry_count,
                 wait: options.wait_timeout,
@@ -263,16 +264,8 @@ impl Redlock {
         call: Call,
     ) -> Result<Lock, Error> {
         let plan = self.engine.options.plan(ttl)?;
-        let (id, deadline) =
-            acquire::acquire(&self.engine, &kind, resource, keys, plan, call).await?;
-        let hold = Hold::new(
-            self.engine.clone(),
-            kind,
-            id,
-            resource.into(),
-            plan,
-            deadline,
-        );
+        let acquired = acquire::acquire(&self.engine, &kind, resource, keys, plan, call).await?;
+        let hold = Hold::new(self.engine.clone(), kind, acquired, resource.into(), plan);
         Ok(Lock::new(hold))
     }
 }
@@ -295,6 +288,7 @@ pub struct LockRequest<'a> {
     ttl: Duration,
     /// Set for a reentrant lock.
     owner: Option<String>,
+    fenced: bool,
     call: Call,
 }
 
@@ -341,10 +335,42 @@ impl<'a> LockRequest<'a> {
     ///
     /// # Errors
     /// [`ConfigError::EmptyOwner`](crate::ConfigError::EmptyOwner) for an
-    /// empty id; [`ConfigError::ReentrantSet`](crate::ConfigError::ReentrantSet)
-    /// on a [`lock_all`](Redlock::lock_all) of more than one resource.
+    /// empty id; [`ConfigError::Combination`](crate::ConfigError::Combination)
+    /// on a [`lock_all`](Redlock::lock_all) of more than one resource, or
+    /// with [`fenced`](Self::fenced).
     pub fn reentrant(mut self, owner: impl Into<String>) -> Self {
         self.owner = Some(owner.into());
+        self
+    }
+
+    /// Makes this a **fenced** lock: it carries a fencing token
+    /// ([`Lock::fence`]), a number greater than that of every lock on the
+    /// resource handed out before it, for the protected storage to check.
+    ///
+    /// ```no_run
+    /// # async fn run(redlock: redquorum::Redlock) -> Result<(), redquorum::Error> {
+    /// use std::time::Duration;
+    /// let lock = redlock.lock("ledger", Duration::from_secs(10)).fenced().await?;
+    /// let token = lock.fence().expect("a fenced lock has a token");
+    /// // Every write to the ledger carries `token`; the ledger refuses a
+    /// // token lower than the highest it has seen.
+    /// # let _ = token;
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// A holder paused past its validity may still write after the lock
+    /// has moved on; with the token checked by the storage, its write is
+    /// refused. One round trip, as for a plain lock; a second one only when
+    /// the nodes' counters disagree (after failures, or a client whose clock
+    /// runs ahead): see [`Builder::fence_time_floor`] and the README's
+    /// "Fencing tokens" for the guarantee and why it holds.
+    ///
+    /// # Errors
+    /// [`ConfigError::Combination`](crate::ConfigError::Combination) on a
+    /// reentrant hold or a set of more than one resource.
+    pub fn fenced(mut self) -> Self {
+        self.fenced = true;
         self
     }
 
@@ -380,33 +406,28 @@ impl<'a> LockRequest<'a> {
 
     /// The kind, its keys and the lock's name, checked before any I/O.
     fn parts(&self) -> Result<(Arc<dyn Kind>, Keys, String), ConfigError> {
-        let prefix = &self.redlock.engine.options.key_prefix;
-        let names: &[String] = match &self.resources {
-            Resources::One(r) => {
-                let keys: Keys = Arc::new([format!("{prefix}{r}").into()]);
-                return Ok((self.kind()?, keys, (*r).to_owned()));
-            }
-            Resources::All(names) => names,
+        let options = &self.redlock.engine.options;
+        let prefix = &options.key_prefix;
+        let names: Vec<&str> = match &self.resources {
+            Resources::One(r) => vec![r],
+            Resources::All(names) => names.iter().map(String::as_str).collect(),
         };
-        if names.is_empty() {
-            return Err(ConfigError::NoResources);
-        }
-        if names.len() > 1 && self.owner.is_some() {
-            return Err(ConfigError::ReentrantSet);
-        }
+        let fenced = self.fenced || options.fenced;
+        let kind = match (names.as_slice(), self.owner.as_deref(), fenced) {
+            ([], _, _) => return Err(ConfigError::NoResources),
+            (_, Some(""), _) => return Err(ConfigError::EmptyOwner),
+            (_, Some(_), true) => return Err(ConfigError::Combination("reentrant and fenced")),
+            ([_, _, ..], Some(_), _) => return Err(ConfigError::Combination("reentrant on a set")),
+            ([_, _, ..], None, true) => return Err(ConfigError::Combination("fenced on a set")),
+            ([r], None, true) => fenced::kind(&format!("{prefix}{r}"), options.fence_time_floor),
+            (_, Some(owner), false) => reentrant::kind(owner),
+            (_, None, false) => mutex::kind(),
+        };
         let keys = names
             .iter()
             .map(|r| format!("{prefix}{r}").into())
             .collect();
-        Ok((self.kind()?, keys, names.join(",")))
-    }
-
-    fn kind(&self) -> Result<Arc<dyn Kind>, ConfigError> {
-        match self.owner.as_deref() {
-            None => Ok(mutex::kind()),
-            Some("") => Err(ConfigError::EmptyOwner),
-            Some(owner) => Ok(reentrant::kind(owner)),
-        }
+        Ok((kind, keys, names.join(",")))
     }
 }
 
@@ -449,6 +470,7 @@ impl fmt::Debug for LockRequest<'_> {
             .field("resources", &self.resources)
             .field("ttl", &self.ttl)
             .field("owner", &self.owner)
+            .field("fenced", &self.fenced)
             .field("call", &self.call)
             .finish()
     }

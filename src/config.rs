@@ -20,6 +20,8 @@
 //! | [`keep_alive_fraction`](Builder::keep_alive_fraction) | 1/3 | the watchdog extends every `ttl × fraction` |
 //! | [`wake_on_release`](Builder::wake_on_release) | on | waiters sleep until a release is announced instead of polling |
 //! | [`restart_guard`](Builder::restart_guard) | on | a node that restarted gets no vote on acquisitions until the locks it may have forgotten have expired |
+//! | [`fenced`](Builder::fenced) | off | every lock carries a fencing token (per call: [`LockRequest::fenced`](crate::LockRequest::fenced)) |
+//! | [`fence_time_floor`](Builder::fence_time_floor) | on | fencing tokens follow the wall clock (in µs), so they keep growing when counters are lost |
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -62,6 +64,8 @@ pub(crate) struct Options {
     pub(crate) keep_alive_fraction: f64,
     pub(crate) wake_on_release: bool,
     pub(crate) restart_guard: bool,
+    pub(crate) fenced: bool,
+    pub(crate) fence_time_floor: bool,
 }
 
 /// The default of [`Builder::wait_timeout`].
@@ -82,6 +86,8 @@ impl Default for Options {
             keep_alive_fraction: 1.0 / 3.0,
             wake_on_release: true,
             restart_guard: true,
+            fenced: false,
+            fence_time_floor: true,
         }
     }
 }
@@ -261,6 +267,28 @@ impl Builder {
     /// connecting.
     pub fn restart_guard(mut self, on: bool) -> Self {
         self.options.restart_guard = on;
+        self
+    }
+
+    /// On: every lock this `Redlock` takes is fenced, as if each call
+    /// chained [`LockRequest::fenced`](crate::LockRequest::fenced). Off by
+    /// default; calls that cannot be fenced (reentrant holds, sets) then
+    /// fail with [`ConfigError::Combination`].
+    pub fn fenced(mut self, on: bool) -> Self {
+        self.options.fenced = on;
+        self
+    }
+
+    /// On (the default): a fenced lock's counter becomes at least this
+    /// process's wall clock in microseconds, so tokens follow the clock and
+    /// keep growing after nodes restart without persistence and lose their
+    /// counters — as long as no client's clock ran ahead by more than the
+    /// gap between the last token before the loss and the first after.
+    /// Off: tokens are plain counts (1, 2, 3, …) that rely on the counters
+    /// alone and start again at 1 when a majority of nodes loses them. The
+    /// guarantee and its argument are in the README's "Fencing tokens".
+    pub fn fence_time_floor(mut self, on: bool) -> Self {
+        self.options.fence_time_floor = on;
         self
     }
 

@@ -250,9 +250,10 @@ pub enum ConfigError {
     NoResources,
     /// A reentrant lock was asked for with an empty owner id.
     EmptyOwner,
-    /// A reentrant lock was asked for on a set of resources: reentrant holds
-    /// are on one resource at a time.
-    ReentrantSet,
+    /// Options of a lock that do not go together: reentrant holds and
+    /// fencing tokens are on one resource, and fencing tokens are for plain
+    /// (not reentrant) locks. Names the combination asked for.
+    Combination(&'static str),
 }
 
 impl fmt::Display for ConfigError {
@@ -314,10 +315,11 @@ impl fmt::Display for ConfigError {
                 f,
                 "the owner id of a reentrant lock is empty: pass an id that names the owner (a job or request id)"
             ),
-            ConfigError::ReentrantSet => write!(
+            ConfigError::Combination(asked) => write!(
                 f,
-                "reentrant locks are on one resource: use lock(resource, ttl).reentrant(owner), \
-                 or lock_all(resources, ttl) without reentrant"
+                "a lock cannot be {asked}: reentrant holds and fencing tokens are on one resource, \
+                 and fencing tokens are for plain locks; use lock(resource, ttl).reentrant(owner), \
+                 lock(resource, ttl).fenced() or lock_all(resources, ttl)"
             ),
         }
     }

@@ -54,6 +54,17 @@ impl Lock {
         self.hold.id.token()
     }
 
+    /// The fencing token of a fenced lock
+    /// ([`LockRequest::fenced`](crate::LockRequest::fenced)); `None` for
+    /// other locks. Greater than the token of every lock on this resource
+    /// handed out before this one; the same for this lock's whole life,
+    /// extensions included. Pass it with every write to the protected
+    /// storage, and have the storage refuse a token lower than the highest
+    /// it has seen: that is what stops a holder paused past its validity.
+    pub fn fence(&self) -> Option<u64> {
+        self.hold.fence
+    }
+
     /// How long the lock is still valid: the TTL of the last acquisition or
     /// extension, less the time it took and the drift allowance, less the
     /// time since. Zero once lost.
@@ -185,6 +196,11 @@ impl Held {
     /// The resource of the lock.
     pub fn resource(&self) -> &str {
         &self.hold.resource
+    }
+
+    /// The lock's fencing token (see [`Lock::fence`]).
+    pub fn fence(&self) -> Option<u64> {
+        self.hold.fence
     }
 }
 

@@ -368,7 +368,7 @@ async fn bad_reentrant_requests_fail_before_any_io() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, Error::Config(ConfigError::ReentrantSet)),
+        matches!(err, Error::Config(ConfigError::Combination(_))),
         "{err}"
     );
 }

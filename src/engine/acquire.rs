@@ -44,8 +44,14 @@ pub(crate) struct Call {
     pub(crate) wait: Duration,
 }
 
-/// Acquires `keys` for `plan.ttl`: the lock's identity and its validity
-/// deadline.
+/// An acquired lock: its identity, validity deadline and fencing token.
+pub(crate) struct Acquired {
+    pub(crate) id: Arc<LockId>,
+    pub(crate) deadline: Moment,
+    pub(crate) fence: Option<u64>,
+}
+
+/// Acquires `keys` for `plan.ttl`.
 pub(crate) async fn acquire(
     engine: &Arc<Engine>,
     kind: &Arc<dyn Kind>,
@@ -53,7 +59,7 @@ pub(crate) async fn acquire(
     keys: Keys,
     plan: Plan,
     call: Call,
-) -> Result<(Arc<LockId>, Moment), Error> {
+) -> Result<Acquired, Error> {
     let options = &engine.options;
     let deadline = Moment::now().after(call.wait);
     let mut attempts = 0;
@@ -83,7 +89,13 @@ pub(crate) async fn acquire(
         // Completed: held, or already rolled back.
         std::mem::forget(cancel_guard);
         let (tally, took) = match attempt {
-            Attempt::Held { deadline } => return Ok((id, deadline)),
+            Attempt::Held { deadline, fence } => {
+                return Ok(Acquired {
+                    id,
+                    deadline,
+                    fence,
+                });
+            }
             Attempt::Failed(tally, took) => (tally, took),
         };
         let give_up = |gave_up| Error::NotAcquired {

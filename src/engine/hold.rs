@@ -36,6 +36,7 @@ use tokio::sync::watch;
 
 use crate::clock::Moment;
 use crate::engine::Engine;
+use crate::engine::acquire::Acquired;
 use crate::error::{Error, NodeFailure, Report};
 use crate::kinds::Kind;
 use crate::proto::LockId;
@@ -47,6 +48,9 @@ pub(crate) struct Hold {
     pub(crate) kind: Arc<dyn Kind>,
     pub(crate) id: Arc<LockId>,
     pub(crate) resource: Box<str>,
+    /// The fencing token, for a fenced lock: it stays the same for the
+    /// lock's whole life, extensions included.
+    pub(crate) fence: Option<u64>,
     state: watch::Sender<State>,
     /// The TTL of the last acquisition or extension: what the watchdog
     /// renews with.
@@ -65,18 +69,18 @@ impl Hold {
     pub(crate) fn new(
         engine: Arc<Engine>,
         kind: Arc<dyn Kind>,
-        id: Arc<LockId>,
+        acquired: Acquired,
         resource: Box<str>,
         plan: Plan,
-        deadline: Moment,
     ) -> Arc<Hold> {
         Arc::new(Hold {
             engine,
             kind,
-            id,
+            id: acquired.id,
             resource,
+            fence: acquired.fence,
             state: watch::Sender::new(State {
-                deadline,
+                deadline: acquired.deadline,
                 ended: false,
             }),
             plan: Mutex::new(plan),

@@ -6,7 +6,9 @@
 //! * [`attempt`](Engine::attempt): the kind's acquisition on every node at
 //!   once, a decision at the first majority, the validity check, and on
 //!   failure the rollback on **every** node (a request that timed out may
-//!   still have been applied);
+//!   still have been applied); and, for a kind that asks for it once a
+//!   majority agreed, a second round on every node before the lock is
+//!   handed out (the fenced kind's counter write), counted in the validity;
 //! * [`extend`](Engine::extend) and [`release`](Engine::release): the same
 //!   fan-out and count for the kind's other two commands;
 //! * [`acquire`]: the loop around attempts — cancel safety, retries, and
@@ -48,8 +50,12 @@ pub(crate) struct Engine {
 
 /// The outcome of one acquisition attempt.
 pub(crate) enum Attempt {
-    /// A majority holds the key; the lock is valid until `deadline`.
-    Held { deadline: Moment },
+    /// A majority holds the key; the lock is valid until `deadline`, and
+    /// carries the fencing token `fence` if its kind gives one.
+    Held {
+        deadline: Moment,
+        fence: Option<u64>,
+    },
     /// Not held; already rolled back on the nodes that answered (the others
     /// in the background). Also how long the attempt took.
     Failed(Tally, Duration),
@@ -158,9 +164,33 @@ impl Engine {
             // The slow nodes still get the key: a lock on more than a bare
             // majority survives the loss of more nodes.
             detach(stragglers.finish());
-            return Attempt::Held {
-                deadline: plan.deadline(start),
+            let agreed = kind.agreed(id, &tally);
+            let Some(confirm) = agreed.confirm else {
+                return Attempt::Held {
+                    deadline: plan.deadline(start),
+                    fence: agreed.fence,
+                };
             };
+            // A second round, counted in the validity like the first.
+            let (second, rest) = quorum::decide(self.outcomes(kind, confirm, |_| false)).await;
+            detach(rest.finish());
+            let elapsed = start.elapsed();
+            let valid = plan.validity(elapsed, self.options.min_validity);
+            tracing::debug!(
+                agreed = second.agreed(),
+                needed = second.needed(),
+                elapsed_us = elapsed.as_micros() as u64,
+                validity_ms = valid.map(|v| v.as_millis() as u64),
+                "acquire attempt: second round"
+            );
+            if second.has_majority() && valid.is_some() {
+                return Attempt::Held {
+                    deadline: plan.deadline(start),
+                    fence: agreed.fence,
+                };
+            }
+            self.rollback(kind, id, &tally).await;
+            return Attempt::Failed(second, elapsed);
         }
         // Stragglers are dropped: a command not yet written is then never
         // sent, and one already written is ordered before the rollback on

@@ -10,6 +10,8 @@
 //! * [`mutex`]: one holder at a time, on one resource (`SET NX PX`,
 //!   compare-and-delete, compare-and-pexpire) or on a set of resources
 //!   taken all or none on each node (`lock_all`).
+//! * [`fenced`]: the mutex on one resource, plus a fencing token that
+//!   grows with every new holder, for the protected storage to check.
 //! * [`reentrant`]: one *owner* at a time, who may take the resource again
 //!   while holding it; each take is a hold of its own, and the resource is
 //!   free when every hold has gone.
@@ -17,6 +19,7 @@
 //! The kinds share the key space and exclude each other: a key of another
 //! kind is "held by another owner" to every script, never an error.
 
+pub(crate) mod fenced;
 pub(crate) mod mutex;
 pub(crate) mod reentrant;
 
@@ -25,7 +28,7 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::error::NodeFailure;
-use crate::proto::quorum::Plan;
+use crate::proto::quorum::{Plan, Tally};
 use crate::proto::{Answer, Command, Holder, LockId};
 
 /// One kind of lock, as the engine drives it.
@@ -50,10 +53,28 @@ pub(crate) trait Kind: Send + Sync + 'static {
     /// token. Never creates a key: an extension cannot resurrect a lock.
     fn extend(&self, id: &LockId, plan: &Plan) -> Command;
     /// Reads one node's reply to [`release`](Self::release) or
-    /// [`extend`](Self::extend).
+    /// [`extend`](Self::extend) (and to [`Agreed::confirm`]).
     fn read_outcome(&self, reply: Value) -> Answer {
         script_outcome(&reply)
     }
+    /// Once a majority agreed to an acquisition: the number the lock
+    /// carries, and a second round to run on every node before it is
+    /// handed out, if the kind needs one (the fenced kind, when too few
+    /// nodes already hold its token). Most kinds need neither.
+    fn agreed(&self, _id: &LockId, _tally: &Tally) -> Agreed {
+        Agreed::default()
+    }
+}
+
+/// What a kind makes of an acquisition a majority agreed to.
+#[derive(Debug, Default)]
+pub(crate) struct Agreed {
+    /// The fencing token the lock carries.
+    pub(crate) fence: Option<u64>,
+    /// A command every node runs before the lock is handed out; a majority
+    /// must answer yes (read by [`Kind::read_outcome`]) within the validity,
+    /// or the acquisition fails and is rolled back.
+    pub(crate) confirm: Option<Command>,
 }
 
 /// What the release and extension scripts answer.

@@ -101,6 +101,9 @@ pub(crate) enum Effect {
     Refresh { life: Duration },
     /// It may delete a key it finds.
     Remove,
+    /// It neither creates nor prolongs a lock key (the fenced kind's counter
+    /// write, which reads whether our key is there).
+    Count,
 }
 
 impl Effect {
@@ -108,7 +111,7 @@ impl Effect {
     pub(crate) fn life(self) -> Option<Duration> {
         match self {
             Effect::Grant { life } | Effect::Refresh { life } => Some(life),
-            Effect::Remove => None,
+            Effect::Remove | Effect::Count => None,
         }
     }
 }
@@ -141,6 +144,9 @@ pub(crate) struct Answer {
     /// The node deleted the key but refused to announce it (an ACL without
     /// `PUBLISH`): worth a warning, not a different vote.
     pub(crate) unannounced: bool,
+    /// A number the node's yes carries: the fenced kind's counter, as the
+    /// acquisition left it.
+    pub(crate) counter: Option<u64>,
 }
 
 /// Another owner of a key, as one node sees it.
@@ -158,6 +164,7 @@ impl From<Vote> for Answer {
             vote,
             holder: None,
             unannounced: false,
+            counter: None,
         }
     }
 }

@@ -121,6 +121,8 @@ pub(crate) struct Tally {
     votes: Vec<Option<Vote>>,
     /// The other owners seen, where the acquisition asked.
     holders: Vec<crate::proto::Holder>,
+    /// The counters the yes votes carried (the fenced kind's).
+    counters: Vec<u64>,
 }
 
 impl Tally {
@@ -130,12 +132,14 @@ impl Tally {
             agreed: 0,
             votes: vec![None; nodes],
             holders: Vec::new(),
+            counters: Vec::new(),
         }
     }
 
     pub(crate) fn record(&mut self, node: usize, answer: Answer) {
         if answer.vote.is_ok() {
             self.agreed += 1;
+            self.counters.extend(answer.counter);
         }
         self.holders.extend(answer.holder);
         self.votes[node] = Some(answer.vote);
@@ -163,6 +167,11 @@ impl Tally {
         } else {
             Seen::Unreachable
         }
+    }
+
+    /// The counters the yes votes carried.
+    pub(crate) fn counters(&self) -> &[u64] {
+        &self.counters
     }
 
     fn undecided(&self) -> usize {

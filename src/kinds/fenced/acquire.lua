@@ -1,0 +1,32 @@
+-- Takes the key and draws the next fencing token, atomically.
+-- KEYS[1] = the key, KEYS[2] = its counter (no TTL), ARGV[1] = our token,
+-- ARGV[2] = TTL in milliseconds, ARGV[3] = '1' to say who holds the key we
+-- could not take, ARGV[4] = the floor: the least the counter may become (our
+-- wall clock in microseconds; '0' without the time floor).
+-- {n}: the key is ours, and the counter was raised to n = max(counter + 1,
+-- floor) in the same step (also when run twice: then the counter as it is);
+-- 0: another owner's key (a string or a reentrant hash), nothing changed;
+-- {holder, pttl}: the same, with the holder's token (false if unknown).
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'table' and redis.call('TYPE', KEYS[1]).ok ~= 'hash' then
+  return v
+end
+if v == ARGV[1] then
+  return {tonumber(redis.call('GET', KEYS[2]) or '0')}
+end
+if v then
+  if ARGV[3] ~= '1' then
+    return 0
+  end
+  local holder = v
+  if type(v) == 'table' then
+    holder = redis.call('HGET', KEYS[1], 'i')
+  end
+  return {holder, redis.call('PTTL', KEYS[1])}
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+-- Whole numbers below 2^53 are exact in Lua's doubles; %.0f writes them
+-- without an exponent.
+local n = math.max(tonumber(redis.call('GET', KEYS[2]) or '0') + 1, tonumber(ARGV[4]))
+redis.call('SET', KEYS[2], string.format('%.0f', n))
+return {n}

@@ -1,0 +1,17 @@
+-- The second round of a fenced acquisition: raises the counter to the token
+-- (never lowers it), and says whether our key is still here.
+-- KEYS[1] = the key, KEYS[2] = its counter, ARGV[1] = our token,
+-- ARGV[2] = the fencing token.
+-- 1: our key is here, and the counter is at least the token; 0: no key;
+-- -1: another owner's key. The counter is raised in every case: a node
+-- that lagged catches up.
+if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[2]) then
+  redis.call('SET', KEYS[2], ARGV[2])
+end
+local v = redis.pcall('GET', KEYS[1])
+if v == ARGV[1] then
+  return 1
+elseif v then
+  return -1
+end
+return 0

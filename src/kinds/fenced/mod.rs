@@ -1,0 +1,275 @@
+//! Fenced locks: the mutex, plus a fencing token that grows with every new
+//! holder.
+//!
+//! A holder paused past its validity (a GC pause, swapping, a long `await`)
+//! may still act on the protected resource after the lock moved on: no lock
+//! built on timeouts can prevent that. A fencing token lets the *resource*
+//! prevent it: every write carries the holder's token, and the storage
+//! refuses a token lower than the highest it has seen (Kleppmann, "How to do
+//! distributed locking"). etcd's lock revision and Redisson's `FencedLock`
+//! (one `INCR` on one master) give one; this is one over a quorum of
+//! independent nodes.
+//!
+//! | operation | on each node | round trips |
+//! |---|---|---|
+//! | acquire | [`acquire.lua`](ACQUIRE): `SET NX PX`, and in the same step `counter := max(counter + 1, floor)` | 1 |
+//! | … when fewer than a majority of the yes votes read the token | [`confirm.lua`](CONFIRM): `counter := max(counter, token)`, and is our key still here? | +1 |
+//! | release, extend | the mutex's scripts; the token stays the lock's | 1 |
+//!
+//! **Guarantee.** Under the mutex's assumptions (a majority of nodes run,
+//! keep their keys *and counters*, and drift within the allowance), every
+//! successful acquisition of a resource carries a token strictly greater
+//! than the token of every acquisition of it that was handed out before.
+//!
+//! **The trap.** "`INCR` the counter on each node that grants the lock and
+//! take the largest" is wrong. Failed and partial acquisitions `INCR` the
+//! counters of the minority that granted them, so counters diverge; a
+//! holder whose majority includes inflated nodes draws a large token that
+//! only those nodes ever saw, and the next holder, whose majority misses
+//! them, draws a smaller one. `tests/fenced.rs` builds this and shows the
+//! naive token going backwards while ours does not.
+//!
+//! **Why ours grows.** Treat the counters as a max-register over the quorum.
+//! Holder `A` draws `T = max(v)` over the values `v` its yes votes
+//! returned, and hands the lock out only once a set `C(A)` of a majority of
+//! nodes has held, *at one atomic moment each*, both `A`'s key and a counter
+//! of at least `T`: the acquisition script sets both in one step, so when a
+//! majority of the yes votes returned `T` itself, `C(A)` is those nodes and
+//! no second round is needed; otherwise the second round raises the
+//! counter to `T` on every node and counts the nodes where `A`'s key still
+//! is. Both rounds are inside the validity (`ttl − elapsed − drift`, with
+//! `elapsed` over both).
+//!
+//! Now let `B` be handed out after `A`. `B`'s majority of yes votes meets
+//! `C(A)` in some node `n`. `B`'s script on `n` found no key and set its own
+//! in one step. Before `A`'s moment on `n`? Then `B`'s key was on `n` until
+//! it went: `B` is handed out after `A`, so it neither released nor rolled
+//! back (it succeeded) before then, and its key outlives its deadline,
+//! which is after its hand-out — all later than `A`'s moment on `n`, where
+//! `A`'s key was set: a contradiction. So `B`'s script ran after `A`'s key
+//! left `n` — by `A`'s release (after `A`'s hand-out) or its expiry (after
+//! `A`'s deadline) — and therefore after `A`'s moment there. Counters only
+//! grow, so `B` read at least `T` on `n`, set `v ≥ T + 1`, and drew a token
+//! of at least `T + 1`. It does not matter whether `A`'s key was released
+//! or expired, nor how many failed attempts raised counters in between: they
+//! only raise them. An extension does not touch the counter, and the lock
+//! keeps its token for its whole life.
+//!
+//! **The time floor, and losing counters.** A node restarted without
+//! persistence forgets its counters as well as its keys, and the restart
+//! guard's quarantine covers keys, not counters: after it, the node's
+//! counter is back at zero and `C(A)` may have lost the node that a later
+//! majority would have met it in. So each acquisition also passes a floor,
+//! this process's wall clock in microseconds, and the counter becomes
+//! `max(counter + 1, floor)`. Since one resource is not locked a million
+//! times a second, tokens follow the wall clock, and after losing counters
+//! (one node, a majority, or every node at once) tokens keep growing as
+//! long as no client's clock was ahead by more than the time between the
+//! last token before the loss and the first after. The floor also means
+//! that every node of a healthy majority lands on the same value, so the
+//! second round is rare (a client with a fast clock just took the lock).
+//! Without it ([`Builder::fence_time_floor`](crate::Builder::fence_time_floor)
+//! off) tokens are small counts, rely on the counters alone, and start
+//! again at 1 when a majority loses them. With `appendonly yes` and
+//! `appendfsync always` on the nodes, counters survive restarts either way.
+//!
+//! **Counters accumulate**: one key per fenced resource per node
+//! (`<key>:fence`, a short string; about 70 bytes each in Redis 7), kept
+//! without a TTL. A resource named `x:fence` would collide with the counter
+//! of `x`: do not name resources so. Deleting the counters of resources no
+//! longer used is safe under the time floor on the clock condition above
+//! (it is a loss of counters), for instance
+//! `redis-cli --scan --pattern 'redquorum:*:fence' | xargs redis-cli unlink`
+//! on each node for the default prefix.
+
+use std::sync::{Arc, LazyLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use redis::Value;
+
+use crate::kinds::mutex::Mutex;
+use crate::kinds::{Agreed, Kind, acquire_outcome};
+use crate::proto::quorum::{Plan, Tally};
+use crate::proto::{Answer, Call, Command, Effect, Keys, LockId, Script};
+
+/// Take the key and draw the next token, in one step.
+pub(crate) static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("acquire.lua")));
+
+/// Raise the counter to the token; is our key still here?
+pub(crate) static CONFIRM: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("confirm.lua")));
+
+/// The fenced kind, for one resource.
+#[derive(Debug, Clone)]
+pub(crate) struct Fenced {
+    /// The lock's key and its counter's.
+    keys: Keys,
+    /// Whether counters are raised to the wall clock.
+    floor: bool,
+}
+
+/// The fenced lock of `key`.
+pub(crate) fn kind(key: &str, floor: bool) -> Arc<dyn Kind> {
+    Arc::new(Fenced {
+        keys: Arc::new([key.into(), format!("{key}:fence").into()]),
+        floor,
+    })
+}
+
+impl Fenced {
+    /// The least a counter may become: now in microseconds since the epoch
+    /// (0 without the floor, or with a clock before 1970).
+    fn floor(&self) -> u64 {
+        if !self.floor {
+            return 0;
+        }
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64)
+    }
+}
+
+impl Kind for Fenced {
+    fn acquire(&self, id: &LockId, plan: &Plan, observe: bool) -> Command {
+        Command {
+            call: Call::Script {
+                script: &ACQUIRE,
+                keys: self.keys.clone(),
+                args: vec![
+                    id.token().into(),
+                    plan.ttl_ms.to_string().into_bytes(),
+                    if observe { b"1" } else { b"0" }.to_vec(),
+                    self.floor().to_string().into_bytes(),
+                ],
+            },
+            effect: Effect::Grant { life: plan.life() },
+        }
+    }
+
+    fn read_acquire(&self, reply: Value) -> Answer {
+        if let Value::Array(items) = &reply {
+            if let [Value::Int(n)] = items.as_slice() {
+                return match u64::try_from(*n) {
+                    Ok(n) if n > 0 => Answer {
+                        counter: Some(n),
+                        ..Ok(()).into()
+                    },
+                    _ => Err(crate::kinds::unexpected(&reply)).into(),
+                };
+            }
+        }
+        acquire_outcome(&reply)
+    }
+
+    fn release(&self, id: &LockId, announce: bool) -> Command {
+        Mutex.release(id, announce)
+    }
+
+    fn extend(&self, id: &LockId, plan: &Plan) -> Command {
+        Mutex.extend(id, plan)
+    }
+
+    fn agreed(&self, id: &LockId, tally: &Tally) -> Agreed {
+        let counters = tally.counters();
+        let token = counters.iter().copied().max().unwrap_or(0);
+        let at_token = counters.iter().filter(|&&c| c == token).count();
+        let confirm = (at_token < tally.needed()).then(|| Command {
+            call: Call::Script {
+                script: &CONFIRM,
+                keys: self.keys.clone(),
+                args: vec![id.token().into(), token.to_string().into_bytes()],
+            },
+            effect: Effect::Count,
+        });
+        Agreed {
+            fence: Some(token),
+            confirm,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::NodeFailure;
+    use crate::proto::keys;
+    use std::time::Duration;
+
+    fn tally(counters: &[Option<u64>], nodes: usize) -> Tally {
+        let mut tally = Tally::new(nodes);
+        for (i, c) in counters.iter().enumerate() {
+            tally.record(
+                i,
+                Answer {
+                    counter: *c,
+                    ..Ok(()).into()
+                },
+            );
+        }
+        tally
+    }
+
+    fn fenced() -> Fenced {
+        Fenced {
+            keys: keys(&["k", "k:fence"]),
+            floor: false,
+        }
+    }
+
+    #[test]
+    fn a_majority_at_the_token_needs_no_second_round() {
+        let id = LockId::new(keys(&["k"]));
+        let agreed = fenced().agreed(&id, &tally(&[Some(7), Some(7), Some(7)], 5));
+        assert_eq!(agreed.fence, Some(7));
+        assert!(agreed.confirm.is_none());
+    }
+
+    #[test]
+    fn a_token_read_on_a_minority_is_written_to_a_majority_first() {
+        let id = LockId::new(keys(&["k"]));
+        // The trap: two inflated nodes and a lagging one.
+        let agreed = fenced().agreed(&id, &tally(&[Some(9), Some(9), Some(3)], 5));
+        assert_eq!(agreed.fence, Some(9));
+        let confirm = agreed.confirm.expect("a second round");
+        assert_eq!(confirm.effect, Effect::Count);
+        let Call::Script { script, args, .. } = confirm.call else {
+            panic!("the second round is a script")
+        };
+        assert!(std::ptr::eq(script, &*CONFIRM));
+        assert_eq!(args[1], b"9");
+        // A yes without a counter cannot count as having read the token.
+        let agreed = fenced().agreed(&id, &tally(&[Some(4), Some(4), None], 5));
+        assert!(agreed.confirm.is_some());
+    }
+
+    #[test]
+    fn reads_the_counter_of_a_yes() {
+        let read = |v: Value| fenced().read_acquire(v);
+        let yes = read(Value::Array(vec![Value::Int(42)]));
+        assert_eq!((yes.vote, yes.counter), (Ok(()), Some(42)));
+        assert_eq!(read(Value::Int(0)).vote, Err(NodeFailure::Held));
+        let held = read(Value::Array(vec![
+            Value::BulkString(b"t".to_vec()),
+            Value::Int(5),
+        ]));
+        assert_eq!(held.holder.unwrap().ttl, Some(Duration::from_millis(5)));
+        for bad in [
+            Value::Array(vec![Value::Int(0)]),
+            Value::Array(vec![Value::Int(-3)]),
+        ] {
+            assert!(matches!(read(bad).vote, Err(NodeFailure::Server { .. })));
+        }
+    }
+
+    #[test]
+    fn the_floor_is_the_wall_clock_in_microseconds_when_on() {
+        assert_eq!(fenced().floor(), 0);
+        let on = Fenced {
+            floor: true,
+            ..fenced()
+        };
+        // After 2020-01-01 and in microseconds.
+        assert!(on.floor() > 1_577_836_800_000_000);
+    }
+}
