@@ -38,8 +38,9 @@ use crate::proto::Keys;
 /// * **Process pauses.** A holder that is paused (GC, swapping, SIGSTOP,
 ///   a long `await`) past its validity may act after the lock has moved
 ///   on. Check [`Lock::remaining`] before acting, and where correctness
-///   matters, have the protected resource check a fencing token (see
-///   Kleppmann, "How to do distributed locking").
+///   matters, take a fenced lock ([`LockRequest::fenced`]) and have the
+///   protected resource check its token (see Kleppmann, "How to do
+///   distributed locking").
 /// * **Restarts without persistence.** A node restarted with no persistence
 ///   forgets the keys it granted and may grant them again. The restart
 ///   guard ([`Builder::restart_guard`], on by default) keeps such a node out
@@ -171,7 +172,7 @@ impl Redlock {
     /// live on each node (independent nodes, not Redis Cluster).
     ///
     /// # Errors
-    /// As [`lock`](Self::lock); [`ConfigError::NoResources`](crate::ConfigError::NoResources)
+    /// As [`lock`](Self::lock); [`ConfigError::NoResources`]
     /// for an empty set.
     pub fn lock_all<'a, I, S>(&'a self, resources: I, ttl: Duration) -> LockRequest<'a>
     where
@@ -334,8 +335,8 @@ impl<'a> LockRequest<'a> {
     /// what is guaranteed, is in the README's "Lock kinds".
     ///
     /// # Errors
-    /// [`ConfigError::EmptyOwner`](crate::ConfigError::EmptyOwner) for an
-    /// empty id; [`ConfigError::Combination`](crate::ConfigError::Combination)
+    /// [`ConfigError::EmptyOwner`] for an
+    /// empty id; [`ConfigError::Combination`]
     /// on a [`lock_all`](Redlock::lock_all) of more than one resource, or
     /// with [`fenced`](Self::fenced).
     pub fn reentrant(mut self, owner: impl Into<String>) -> Self {
@@ -367,7 +368,7 @@ impl<'a> LockRequest<'a> {
     /// "Fencing tokens" for the guarantee and why it holds.
     ///
     /// # Errors
-    /// [`ConfigError::Combination`](crate::ConfigError::Combination) on a
+    /// [`ConfigError::Combination`] on a
     /// reentrant hold or a set of more than one resource.
     pub fn fenced(mut self) -> Self {
         self.fenced = true;

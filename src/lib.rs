@@ -21,11 +21,13 @@
 //! lock.extend(Duration::from_secs(10)).await?;
 //! lock.release().await?;
 //!
-//! // Per call: wait at most half a second.
+//! // Per call: wait at most half a second, and carry a fencing token.
 //! let lock = redlock
 //!     .lock("nightly-report", Duration::from_secs(10))
 //!     .wait(Duration::from_millis(500))
+//!     .fenced()
 //!     .await?;
+//! let token: Option<u64> = lock.fence();
 //! # Ok(())
 //! # }
 //! ```
@@ -39,7 +41,12 @@
 //! What you use:
 //! * [`Redlock`] (and its [`Builder`]): one per process; takes locks with
 //!   [`lock`](Redlock::lock), [`try_lock`](Redlock::try_lock),
-//!   [`with_lock`](Redlock::with_lock).
+//!   [`with_lock`](Redlock::with_lock), and sets of resources, all or none,
+//!   with [`lock_all`](Redlock::lock_all).
+//! * [`LockRequest`]: one call's options — [`wait`](LockRequest::wait),
+//!   [`retries`](LockRequest::retries), [`reentrant`](LockRequest::reentrant)
+//!   holds for an owner, [`fenced`](LockRequest::fenced) locks with a
+//!   fencing token, and [`with`](LockRequest::with) to run work under it.
 //! * [`Lock`]: a held lock — remaining validity, extend, release,
 //!   [`keep_alive`](Lock::keep_alive); [`Held`]: a view of it for the code
 //!   it protects, saying when it is lost.
@@ -49,8 +56,9 @@
 //! How it works, one layer per module, each using only those below it:
 //! * `client` and `lock`: the handles above.
 //! * `kinds`: what a lock is on one node — its Lua scripts and how a node's
-//!   reply becomes a vote. `kinds::mutex` states the guarantee and why it
-//!   holds.
+//!   reply becomes a vote: `kinds::mutex` (one resource or a set),
+//!   `kinds::reentrant`, `kinds::fenced`. Each states its guarantee and why
+//!   it holds.
 //! * `engine`: the acquire loop (attempt, decide, validity, rollback,
 //!   cancel safety, retries), waiting for a release over pub/sub, and the
 //!   watchdog — the same for every kind.

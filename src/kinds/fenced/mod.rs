@@ -74,8 +74,9 @@
 //! `appendfsync always` on the nodes, counters survive restarts either way.
 //!
 //! **Counters accumulate**: one key per fenced resource per node
-//! (`<key>:fence`, a short string; about 70 bytes each in Redis 7), kept
-//! without a TTL. A resource named `x:fence` would collide with the counter
+//! (`<key>:fence`, a short string), kept without a TTL: about 91 bytes of
+//! memory each (100 000 counters took 9.1 MB of `used_memory` on Redis
+//! 7.0.15; `MEMORY USAGE` says 72 for one). A resource named `x:fence` would collide with the counter
 //! of `x`: do not name resources so. Deleting the counters of resources no
 //! longer used is safe under the time floor on the clock condition above
 //! (it is a loss of counters), for instance
