@@ -26,6 +26,16 @@
 //! node) and `ceiling` (redis-benchmark driving all five nodes at once,
 //! pipelined: no lock can beat N nodes × 2 commands). Then memory: the RSS
 //! growth of a process holding 100 000 locks at once.
+//!
+//! redquorum's other lock kinds run in the `uncontended` pass, interleaved
+//! with the plain lock (rslock has neither kind): `reentrant` (a reentrant
+//! take + release, always by one owner id; each take finds its fresh
+//! resource free), `reentrant_nested` (outer take, inner take by the same
+//! owner, inner release, outer release), `lock_all3` (`lock_all` of 3
+//! fresh resources + release) and `fenced` (a fenced lock + release: the
+//! issue's goal is at most one extra round trip at p50, none where the
+//! token folds into the acquisition, as it does on a healthy cluster). The table gives each its p50 over
+//! redquorum's `uncontended` p50.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -73,6 +83,57 @@ const SMOKE: Scale = Scale {
     held_locks: 500,
     ceiling_requests: 2_000,
 };
+
+/// What one uncontended iteration does, on resources no one holds.
+#[derive(Clone, Copy)]
+enum Cycle {
+    /// Lock + unlock: every implementation.
+    Plain,
+    /// A reentrant take + release (redquorum only), always as [`OWNER`].
+    Reentrant,
+    /// Outer take, inner take, inner release, outer release, as [`OWNER`]
+    /// (redquorum only).
+    Nested,
+    /// `lock_all` of 3 distinct resources + release (redquorum only).
+    LockAll3,
+    /// A fenced lock + unlock (redquorum only).
+    Fenced,
+}
+
+/// The owner of the reentrant holds. One fixed id, as one job would use:
+/// each iteration takes a fresh resource, so every take finds it free.
+const OWNER: &str = "bench-owner";
+
+impl Cycle {
+    /// redquorum's kinds other than the plain lock.
+    const KINDS: [Cycle; 4] = [
+        Cycle::Reentrant,
+        Cycle::Nested,
+        Cycle::LockAll3,
+        Cycle::Fenced,
+    ];
+
+    /// Its rows' scenario (in the uncontended pass; the floor's is "floor").
+    fn scenario(self) -> &'static str {
+        match self {
+            Cycle::Plain => "uncontended",
+            Cycle::Reentrant => "reentrant",
+            Cycle::Nested => "reentrant_nested",
+            Cycle::LockAll3 => "lock_all3",
+            Cycle::Fenced => "fenced",
+        }
+    }
+
+    /// The kind of lock it takes.
+    fn lock_kind(self) -> &'static str {
+        match self {
+            Cycle::Plain => "plain",
+            Cycle::Reentrant | Cycle::Nested => "reentrant",
+            Cycle::LockAll3 => "multi-resource",
+            Cycle::Fenced => "fenced",
+        }
+    }
+}
 
 /// One implementation under test.
 #[derive(Clone)]
@@ -130,6 +191,45 @@ impl Client {
                     .await
                     .map_err(|e| e.to_string())?;
                 Ok(())
+            }
+        }
+    }
+
+    /// One iteration of `cycle` on `resource` (and, for a set, names made
+    /// from it).
+    async fn run(&self, cycle: Cycle, resource: &str) -> Result<(), String> {
+        let r = match (self, cycle) {
+            (_, Cycle::Plain) => return self.cycle(resource).await,
+            (Client::Redquorum(r), _) => r,
+            (other, _) => {
+                return Err(format!(
+                    "{} has no {} lock",
+                    other.name(),
+                    cycle.lock_kind()
+                ));
+            }
+        };
+        let e = |e: redquorum::Error| e.to_string();
+        match cycle {
+            Cycle::Plain => unreachable!(),
+            Cycle::Reentrant => {
+                let lock = r.lock(resource, TTL).reentrant(OWNER).await.map_err(e)?;
+                lock.release().await.map_err(e)
+            }
+            Cycle::Nested => {
+                let outer = r.lock(resource, TTL).reentrant(OWNER).await.map_err(e)?;
+                let inner = r.lock(resource, TTL).reentrant(OWNER).await.map_err(e)?;
+                inner.release().await.map_err(e)?;
+                outer.release().await.map_err(e)
+            }
+            Cycle::LockAll3 => {
+                let names = ["a", "b", "c"].map(|k| format!("{resource}:{k}"));
+                let lock = r.lock_all(names, TTL).await.map_err(e)?;
+                lock.release().await.map_err(e)
+            }
+            Cycle::Fenced => {
+                let lock = r.lock(resource, TTL).fenced().await.map_err(e)?;
+                lock.release().await.map_err(e)
             }
         }
     }
@@ -211,14 +311,20 @@ fn row(scenario: &'static str, imp: &'static str, mut s: Sample) -> Row {
     }
 }
 
-/// Uncontended lock + unlock, interleaved in rounds; a client stops once it
-/// has spent `budget`.
-async fn uncontended(clients: &[Client], scale: Scale, tag: &str, budget: Duration) -> Vec<Sample> {
-    let mut samples: Vec<Sample> = clients.iter().map(|_| Sample::default()).collect();
+/// Uncontended cycles on fresh resources, each entrant (a client and what
+/// it does) in turn, interleaved in rounds; an entrant stops once it has
+/// spent `budget`.
+async fn uncontended(
+    entrants: &[(Client, Cycle)],
+    scale: Scale,
+    tag: &str,
+    budget: Duration,
+) -> Vec<Sample> {
+    let mut samples: Vec<Sample> = entrants.iter().map(|_| Sample::default()).collect();
     let per_round = scale.iterations.div_ceil(scale.rounds);
     let mut n = 0u64;
     for _ in 0..scale.rounds {
-        for (client, sample) in clients.iter().zip(&mut samples) {
+        for ((client, cycle), sample) in entrants.iter().zip(&mut samples) {
             for _ in 0..per_round {
                 if sample.busy >= budget {
                     break;
@@ -226,7 +332,7 @@ async fn uncontended(clients: &[Client], scale: Scale, tag: &str, budget: Durati
                 n += 1;
                 let resource = format!("bench:{tag}:{}:{n}", client.name());
                 let started = Instant::now();
-                let ok = client.cycle(&resource).await.is_ok();
+                let ok = client.run(*cycle, &resource).await.is_ok();
                 let took = started.elapsed();
                 sample.busy += took;
                 if ok {
@@ -570,7 +676,7 @@ fn print_table(rows: &[Row]) {
     let find =
         |scenario: &str, imp: &str| rows.iter().find(|r| r.scenario == scenario && r.imp == imp);
     println!(
-        "\n{:<13} {:<14} {:>9} {:>9} {:>10} {:>7} {:>10} {:>10} {:>10} {:>10}  extra",
+        "\n{:<16} {:<14} {:>9} {:>9} {:>10} {:>7} {:>10} {:>10} {:>10} {:>10}  extra",
         "scenario",
         "impl",
         "p50 µs",
@@ -590,17 +696,28 @@ fn print_table(rows: &[Row]) {
             _ => find("floor", "floor"),
         };
         let ratio = |a: f64, b: Option<f64>| b.map_or(f64::NAN, |b| a / b);
-        let extra: String = r
+        let mut extra: String = r
             .extra
             .iter()
             .map(|(k, v)| format!("{k}={v:.3} "))
             .collect();
+        // redquorum's other kinds: against its own plain lock, in the
+        // printed table only; rslock has nothing to compare with.
+        if let Some(kind) = Cycle::KINDS.iter().find(|c| c.scenario() == r.scenario) {
+            let plain = find("uncontended", "redquorum").map(|p| p.p50_us);
+            let _ = write!(
+                extra,
+                "p50/uncontended={} rslock: no {} lock",
+                fmt_num(ratio(r.p50_us, plain), 2),
+                kind.lock_kind()
+            );
+        }
         let imp = match r.mode {
             Some(mode) if r.imp == "redquorum" => format!("{}/{mode}", r.imp),
             _ => r.imp.to_owned(),
         };
         println!(
-            "{:<13} {:<14} {:>9} {:>9} {:>10} {:>7} {:>10} {:>10} {:>10} {:>10}  {}",
+            "{:<16} {:<14} {:>9} {:>9} {:>10} {:>7} {:>10} {:>10} {:>10} {:>10}  {}",
             r.scenario,
             imp,
             fmt_num(r.p50_us, 0),
@@ -737,10 +854,30 @@ fn main() {
                 rows.push(row(name, c.name(), s));
             }
         };
-        if wanted("uncontended") {
-            println!("uncontended …");
-            let s = uncontended(&all, scale, "u", Duration::MAX).await;
-            scenario("uncontended", s, &all, &mut rows);
+        let plain = |clients: &[Client]| -> Vec<(Client, Cycle)> {
+            clients.iter().map(|c| (c.clone(), Cycle::Plain)).collect()
+        };
+        // The plain lock and redquorum's other kinds in one interleaved
+        // pass, so that the kinds compare with the plain lock under the
+        // same drift.
+        let mut entrants = if wanted("uncontended") { plain(&all) } else { Vec::new() };
+        if let Some(r) = all.iter().find(|c| c.name() == "redquorum") {
+            for cycle in Cycle::KINDS {
+                if wanted(cycle.scenario()) {
+                    // Warm up its scripts; a kind that fails here fails the smoke run.
+                    r.run(cycle, &format!("bench:warm:{}", cycle.scenario())).await.unwrap();
+                    entrants.push((r.clone(), cycle));
+                }
+            }
+        }
+        if !entrants.is_empty() {
+            let mut names: Vec<&str> = entrants.iter().map(|(_, c)| c.scenario()).collect();
+            names.dedup();
+            println!("{} …", names.join(", "));
+            let s = uncontended(&entrants, scale, "u", Duration::MAX).await;
+            for ((client, cycle), s) in entrants.iter().zip(s) {
+                scenario(cycle.scenario(), vec![s], std::slice::from_ref(client), &mut rows);
+            }
         }
         if wanted("throughput64") {
             println!("throughput64 …");
@@ -765,12 +902,12 @@ fn main() {
         } else if let Some(cluster) = local.as_mut() {
             println!("frozen_node …");
             cluster.freeze(4);
-            let s = uncontended(&locks, scale, "f", scale.peer_budget).await;
+            let s = uncontended(&plain(&locks), scale, "f", scale.peer_budget).await;
             scenario("frozen_node", s, &locks, &mut rows);
             cluster.thaw(4);
             println!("dead_node …");
             cluster.kill(4);
-            let s = uncontended(&locks, scale, "d", scale.peer_budget).await;
+            let s = uncontended(&plain(&locks), scale, "d", scale.peer_budget).await;
             scenario("dead_node", s, &locks, &mut rows);
             cluster.restart(4).unwrap();
         } else {
