@@ -47,6 +47,18 @@ use crate::proto::quorum::Plan;
 pub struct Builder {
     urls: Vec<String>,
     options: Options,
+    #[cfg(feature = "tls")]
+    tls: Tls,
+}
+
+/// Certificates for `rediss://` nodes, in PEM.
+#[cfg(feature = "tls")]
+#[derive(Clone, Default)]
+struct Tls {
+    /// Trusted instead of the system's roots.
+    root: Option<Vec<u8>>,
+    /// The client's certificate chain and private key.
+    client: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 /// The validated options, shared by every lock of a `Redlock`.
@@ -292,6 +304,67 @@ impl Builder {
         self
     }
 
+    /// For `rediss://` nodes: trust the CA certificate(s) in `pem` instead
+    /// of the system's root certificates (a private CA, or a managed
+    /// Redis's own). Feature `tls`.
+    ///
+    /// ```no_run
+    /// # fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let redlock = redquorum::Redlock::builder()
+    ///     .nodes(["rediss://:secret@redis-1.example:6380", "rediss://:secret@redis-2.example:6380"])
+    ///     .tls_root_certificate(std::fs::read("ca.pem")?)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.root = Some(pem.into());
+        self
+    }
+
+    /// For `rediss://` nodes that ask for a client certificate (mutual
+    /// TLS, `tls-auth-clients yes`): the certificate chain and its private
+    /// key, in PEM. Never shown in `Debug` output or errors. Feature `tls`.
+    #[cfg(feature = "tls")]
+    pub fn tls_client_certificate(
+        mut self,
+        certificate_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls.client = Some((certificate_pem.into(), key_pem.into()));
+        self
+    }
+
+    /// A client for `url`, with our certificates where it is a TLS URL.
+    fn client(&self, url: &str) -> Result<redis::Client, ConfigError> {
+        let invalid = |e: redis::RedisError| ConfigError::InvalidUrl {
+            url: redact(url),
+            reason: redact_all(&e.to_string(), url),
+        };
+        if !is_tls(url) {
+            return redis::Client::open(url).map_err(invalid);
+        }
+        #[cfg(feature = "tls")]
+        {
+            install_crypto_provider();
+            if self.tls.root.is_some() || self.tls.client.is_some() {
+                let certificates = redis::TlsCertificates {
+                    client_tls: self.tls.client.clone().map(|(client_cert, client_key)| {
+                        redis::ClientTlsConfig {
+                            client_cert,
+                            client_key,
+                        }
+                    }),
+                    root_cert: self.tls.root.clone(),
+                };
+                return redis::Client::build_with_tls(url, certificates).map_err(invalid);
+            }
+            redis::Client::open(url).map_err(invalid)
+        }
+        #[cfg(not(feature = "tls"))]
+        Err(ConfigError::TlsNotEnabled { url: redact(url) })
+    }
+
     /// Checks the node list and the options: the clients to reach the
     /// nodes with, and the options. Does no I/O.
     pub(crate) fn validate(self) -> Result<(Vec<redis::Client>, Options), ConfigError> {
@@ -314,11 +387,7 @@ impl Builder {
         let mut clients = Vec::with_capacity(self.urls.len());
         let mut seen = HashSet::new();
         for url in &self.urls {
-            let client =
-                redis::Client::open(url.as_str()).map_err(|e| ConfigError::InvalidUrl {
-                    url: redact(url),
-                    reason: redact_all(&e.to_string(), url),
-                })?;
+            let client = self.client(url)?;
             let node = node_identity(&client);
             if !seen.insert(node.clone()) {
                 return Err(ConfigError::DuplicateNode { node });
@@ -326,6 +395,24 @@ impl Builder {
             clients.push(client);
         }
         Ok((clients, self.options))
+    }
+}
+
+/// Whether `url` asks for TLS.
+fn is_tls(url: &str) -> bool {
+    let scheme = url.trim_start().split("://").next().unwrap_or_default();
+    scheme.eq_ignore_ascii_case("rediss") || scheme.eq_ignore_ascii_case("valkeys")
+}
+
+/// redis-rs builds its rustls configuration on the process-wide crypto
+/// provider, and rustls panics inside the connection where none can be
+/// chosen (none installed, and no single provider enabled by the build's
+/// features). Install `ring` unless one is installed already.
+#[cfg(feature = "tls")]
+fn install_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Err: another thread installed one meanwhile, which is as good.
+        let _ = rustls::crypto::ring::default_provider().install_default();
     }
 }
 
@@ -342,13 +429,16 @@ fn node_identity(client: &redis::Client) -> String {
 
 impl std::fmt::Debug for Builder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Builder")
-            .field(
-                "urls",
-                &self.urls.iter().map(|u| redact(u)).collect::<Vec<_>>(),
-            )
-            .field("options", &self.options)
-            .finish()
+        let mut f = f.debug_struct("Builder");
+        f.field(
+            "urls",
+            &self.urls.iter().map(|u| redact(u)).collect::<Vec<_>>(),
+        )
+        .field("options", &self.options);
+        #[cfg(feature = "tls")]
+        f.field("tls_root_certificate", &self.tls.root.is_some())
+            .field("tls_client_certificate", &self.tls.client.is_some());
+        f.finish()
     }
 }
 

@@ -250,6 +250,12 @@ pub enum ConfigError {
     NoResources,
     /// A reentrant lock was asked for with an empty owner id.
     EmptyOwner,
+    /// A node URL asks for TLS (`rediss://`), and the crate was built
+    /// without its `tls` feature.
+    TlsNotEnabled {
+        /// The URL as given (password removed).
+        url: String,
+    },
     /// Options of a lock that do not go together: reentrant holds and
     /// fencing tokens are on one resource, and fencing tokens are for plain
     /// (not reentrant) locks. Names the combination asked for.
@@ -314,6 +320,11 @@ impl fmt::Display for ConfigError {
             ConfigError::EmptyOwner => write!(
                 f,
                 "the owner id of a reentrant lock is empty: pass an id that names the owner (a job or request id)"
+            ),
+            ConfigError::TlsNotEnabled { url } => write!(
+                f,
+                "node URL {url:?} uses TLS, which needs redquorum's `tls` feature: \
+                 `cargo add redquorum --features tls`"
             ),
             ConfigError::Combination(asked) => write!(
                 f,
@@ -394,6 +405,9 @@ pub enum NodeFailure {
     NotWaited,
     /// The node could not be reached or the connection dropped.
     Connection(String),
+    /// The TLS handshake failed: a certificate the client does not trust,
+    /// a name that does not match, or a client certificate missing.
+    Tls(String),
     /// The node refused our credentials (`NOAUTH`, `WRONGPASS`, `NOPERM`).
     Auth(String),
     /// The key holds a value of another type (`WRONGTYPE`).
@@ -430,9 +444,18 @@ impl fmt::Display for NodeFailure {
             NodeFailure::Timeout => write!(f, "no answer within the per-node timeout"),
             NodeFailure::NotWaited => write!(f, "not waited for (the outcome was already decided)"),
             NodeFailure::Connection(e) => write!(f, "connection failed: {e}"),
+            NodeFailure::Tls(e) => write!(
+                f,
+                "TLS failed ({e}): trust the CA that signed the node's certificate \
+                 (Builder::tls_root_certificate), use the host name the certificate names, \
+                 and give a client certificate where the node asks for one \
+                 (Builder::tls_client_certificate)"
+            ),
             NodeFailure::Auth(e) => write!(
                 f,
-                "authentication failed ({e}): put the credentials in the URL, redis://user:password@host:port"
+                "authentication failed ({e}): put the right credentials in the node's URL, \
+                 redis://user:password@host:port (an ACL user also needs the lock keys, \
+                 their :released channels, EVALSHA and PUBLISH)"
             ),
             NodeFailure::WrongType(e) => write!(
                 f,

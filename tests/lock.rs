@@ -485,7 +485,7 @@ async fn authentication_is_reported_and_urls_carry_passwords() {
         "{err}"
     );
     assert!(
-        err.to_string().contains("put the credentials in the URL"),
+        err.to_string().contains("credentials in the node's URL"),
         "{err}"
     );
     let with_password: Vec<String> = (0..3)

@@ -4,55 +4,11 @@
 
 mod common;
 
-use std::fmt::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::logs::Logs;
 use common::*;
-use tracing::field::{Field, Visit};
-use tracing::span::{Attributes, Id, Record};
-use tracing::{Event, Level, Metadata, Subscriber};
-
-/// Collects the text of every WARN (or worse) event.
-#[derive(Clone, Default)]
-struct Warnings(Arc<Mutex<Vec<String>>>);
-
-impl Subscriber for Warnings {
-    fn enabled(&self, metadata: &Metadata<'_>) -> bool {
-        *metadata.level() <= Level::WARN
-    }
-    fn new_span(&self, _: &Attributes<'_>) -> Id {
-        Id::from_u64(1)
-    }
-    fn record(&self, _: &Id, _: &Record<'_>) {}
-    fn record_follows_from(&self, _: &Id, _: &Id) {}
-    fn event(&self, event: &Event<'_>) {
-        struct Text(String);
-        impl Visit for Text {
-            fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-                let _ = write!(self.0, "{}={:?} ", field.name(), value);
-            }
-        }
-        let mut text = Text(String::new());
-        event.record(&mut text);
-        self.0.lock().unwrap().push(text.0);
-    }
-    fn enter(&self, _: &Id) {}
-    fn exit(&self, _: &Id) {}
-}
-
-impl Warnings {
-    /// The warnings, once `n` have come (or 5 s passed) and a little longer
-    /// than the checks take, to catch one too many.
-    async fn settle(&self, n: usize) -> Vec<String> {
-        let start = std::time::Instant::now();
-        while self.0.lock().unwrap().len() < n && start.elapsed() < Duration::from_secs(5) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        self.0.lock().unwrap().clone()
-    }
-}
+use tracing::Level;
 
 /// One lock and release of resource "r".
 async fn cycle(redlock: &redquorum::Redlock) {
@@ -71,7 +27,7 @@ async fn warns_once_per_node_that_may_evict_lock_keys() {
     // Node 2 has a policy that could evict, but no maxmemory: it never evicts.
     run(&c, 2, &["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
 
-    let warnings = Warnings::default();
+    let warnings = Logs::at(Level::WARN);
     let _guard = tracing::subscriber::set_default(warnings.clone());
     let redlock = redlock(&c);
     for _ in 0..3 {
@@ -101,7 +57,7 @@ async fn a_node_refusing_publish_still_releases_and_warns_once() {
             ],
         );
     }
-    let warnings = Warnings::default();
+    let warnings = Logs::at(Level::WARN);
     let _guard = tracing::subscriber::set_default(warnings.clone());
     let urls: Vec<String> = (0..3)
         .map(|i| format!("redis://holder:pw@127.0.0.1:{}", c.port(i)))
@@ -123,7 +79,7 @@ async fn a_node_refusing_publish_still_releases_and_warns_once() {
 async fn a_node_that_forbids_info_warns_once_that_its_restarts_go_unseen() {
     let c = cluster(3);
     run(&c, 1, &["ACL", "SETUSER", "default", "-info"]);
-    let warnings = Warnings::default();
+    let warnings = Logs::at(Level::WARN);
     let _guard = tracing::subscriber::set_default(warnings.clone());
     let redlock = redlock(&c);
     cycle(&redlock).await;

@@ -447,6 +447,14 @@ pub(crate) fn classify(e: &RedisError) -> NodeFailure {
     if e.kind() == ErrorKind::AuthenticationFailed {
         return NodeFailure::Auth(message);
     }
+    // rustls's verdicts on certificates (redis-rs passes them on as I/O
+    // errors, or as a client configuration it could not build).
+    if e.kind() == ErrorKind::InvalidClientConfig
+        || message.contains("certificate")
+        || message.contains("TLS")
+    {
+        return NodeFailure::Tls(message);
+    }
     if is_connection_error(e) {
         return NodeFailure::Connection(message);
     }

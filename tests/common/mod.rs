@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod compose;
+pub mod logs;
 pub mod proxy;
 
 use std::time::Duration;
