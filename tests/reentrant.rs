@@ -372,3 +372,55 @@ async fn bad_reentrant_requests_fail_before_any_io() {
         "{err}"
     );
 }
+
+/// The outer hold is on every node, the inner one only on nodes 2-4 (0 and
+/// 1 refuse writes). When the outer hold goes, nodes 0 and 1 free the key
+/// and announce it, while 2-4 still hold it for the inner one: a waiting
+/// owner must go back to waiting for the inner hold — not take the key for
+/// free, nor burn its retries on a release already announced — and get the
+/// lock soon after the last release.
+#[tokio::test]
+async fn a_waiter_outlasts_diverging_holds_and_wakes_at_the_last_release() {
+    let c = cluster(5);
+    let redlock = redlock(&c);
+    let outer = take(&redlock, "owner-a", secs(30)).await.unwrap();
+    await_holds(&c, &ALL, &key("r"), &[outer.token()]).await;
+    for i in [0, 1] {
+        run(&c, i, &["CONFIG", "SET", "maxmemory", "1"]);
+    }
+    let inner = take(&redlock, "owner-a", secs(30)).await.unwrap();
+    for i in [0, 1] {
+        run(&c, i, &["CONFIG", "SET", "maxmemory", "0"]);
+    }
+    await_holds(&c, &[2, 3, 4], &key("r"), &[outer.token(), inner.token()]).await;
+    let waiter = {
+        let redlock = redlock.clone();
+        tokio::spawn(async move {
+            let lock = redlock
+                .lock("r", secs(10))
+                .reentrant("owner-b")
+                .retries(10)
+                .wait(secs(9))
+                .await;
+            (lock, Instant::now())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    outer.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(
+        !waiter.is_finished(),
+        "the waiter finished while the inner hold held: {:?}",
+        waiter.await.unwrap().0
+    );
+    let last = Instant::now();
+    inner.release().await.unwrap();
+    let (lock, got) = waiter.await.unwrap();
+    let lock = lock.unwrap();
+    assert!(
+        got - last < secs(2),
+        "{:?} after the last release",
+        got - last
+    );
+    lock.release().await.unwrap();
+}

@@ -6,6 +6,7 @@
 -- 1: every key is ours (also when run twice); 0: a key is held by another
 -- owner, and nothing was taken; {holder, pttl}: the same, with the holder's
 -- token (false if unknown) and that key's PTTL.
+local absent = {}
 for _, key in ipairs(KEYS) do
   -- A reentrant lock's hash is another owner's; a key of any other type
   -- is not a lock, and the node's WRONGTYPE error says so.
@@ -23,8 +24,13 @@ for _, key in ipairs(KEYS) do
     end
     return {holder, redis.call('PTTL', key)}
   end
+  if not v then
+    absent[#absent + 1] = key
+  end
 end
-for _, key in ipairs(KEYS) do
+-- Only the keys that were absent: a key already ours (this script run twice,
+-- after a reconnect) may have been extended since, and is never shortened.
+for _, key in ipairs(absent) do
   redis.call('SET', key, ARGV[1], 'PX', ARGV[2])
 end
 return 1

@@ -1,9 +1,10 @@
 -- Takes one hold for an owner. KEYS[1] = the key, ARGV[1] = the owner id,
 -- ARGV[2] = this hold's token, ARGV[3] = TTL in milliseconds, ARGV[4] = '1'
 -- to say who holds the key when it is another owner's.
--- The key is a hash: 'o' = the owner id, 'i' = the token of the hold that
--- created it (what waiters wait for), and one field per hold, named by the
--- hold's token. A hold is a field, not a count: see the module doc.
+-- The key is a hash: 'o' = the owner id, 'i' = the smallest hold token in it
+-- (what waiters wait for: nodes with the same holds name the key alike), and
+-- one field per hold, named by the hold's token. A hold is a field, not a
+-- count: see the module doc.
 -- 1: the hold is taken (also when run twice), and the key lives at least the
 -- TTL; 0: another owner's key (a string, or another owner's hash), nothing changed; {holder, pttl}:
 -- the same, with the holder's token (false if unknown) and the key's PTTL.
@@ -20,6 +21,10 @@ if kind == 'none' then
 end
 if kind == 'hash' and redis.call('HGET', key, 'o') == owner then
   redis.call('HSET', key, token, '1')
+  local smallest = redis.call('HGET', key, 'i')
+  if not smallest or token < smallest then
+    redis.call('HSET', key, 'i', token)
+  end
   -- Refreshed, never shortened: another hold may count on a longer life.
   local left = redis.call('PTTL', key)
   if left == -1 or left < ttl then

@@ -13,9 +13,11 @@
 //! | release | [`release.lua`](RELEASE): remove this hold; delete and announce the key when no hold is left | 1 |
 //! | extend | [`extend.lua`](EXTEND): while this hold is there, prolong the key (never shorten) | 1 |
 //!
-//! On a node the key is a hash: `o` (the owner id), `i` (the token of the
-//! hold that created it, which waiters wait for), and one field per hold,
-//! named by the hold's token.
+//! On a node the key is a hash: `o` (the owner id), `i` (the smallest hold
+//! token in it: what another owner's waiters see and wait for; nodes with
+//! the same holds name the key alike, and once a token's release has been
+//! announced no live key is named by it), and one field per hold, named by
+//! the hold's token.
 //!
 //! **Guarantee.** While a majority of nodes run and keep their keys and
 //! clocks drift within the allowance: for as long as any hold of owner `A`
@@ -49,6 +51,13 @@
 //! holds of one owner never need to agree on a count, so nodes that missed
 //! some takes are harmless: a node where a hold is missing simply does not
 //! back that hold.
+//!
+//! A take sent twice (the node resends on a new connection when the old one
+//! went stale) finds its field and changes nothing. One that is still in
+//! flight when its hold is released can land after the release and leave a
+//! field nobody will remove: the key then lives until its TTL after the
+//! owner's last take or extension (as a late `SET` of the mutex leaves a key
+//! nobody holds); it delays other owners, it never lets one in early.
 //!
 //! The watchdog, waiting for a release, release on drop and cancel safety
 //! come from the engine, per hold. An inner take refreshes the key's TTL on

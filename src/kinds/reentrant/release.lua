@@ -1,7 +1,9 @@
 -- Lets one hold go. KEYS[1] = the key, ARGV[1] = the owner id, ARGV[2] = the
 -- hold's token, ARGV[3] = '1' to announce on <key>:released when the key goes.
 -- Removes this hold's field only; the key goes (and is announced, with the
--- token waiters saw, field 'i') when no hold is left in it.
+-- token waiters saw, field 'i': then this hold's) when no hold is left in it.
+-- Otherwise 'i' stays the smallest hold token left, so that a token once
+-- announced names no live key.
 -- 1: the hold was there and is gone; 2: the same, the key deleted, but the
 -- PUBLISH refused (an ACL); 0: the hold was not there (expired, or never
 -- taken on this node); -1: the key is another owner's (a string, or another owner's hash).
@@ -25,6 +27,14 @@ if kind == 'hash' and redis.call('HGET', key, 'o') == owner then
         return 2
       end
     end
+  elseif redis.call('HGET', key, 'i') == token then
+    local smallest = false
+    for _, field in ipairs(redis.call('HKEYS', key)) do
+      if field ~= 'o' and field ~= 'i' and (not smallest or field < smallest) then
+        smallest = field
+      end
+    end
+    redis.call('HSET', key, 'i', smallest)
   end
   return 1
 elseif kind == 'none' then

@@ -1,0 +1,203 @@
+//! Every kind's scripts, run twice with the same arguments on a real node,
+//! as a node does when it resends a command on a new connection (see
+//! `net`): the second run changes nothing — above all, it never shortens a
+//! key that was extended in between, nor counts a hold or a token twice.
+//! And a key of a foreign type is a typed WRONGTYPE, never "held".
+
+mod common;
+
+use common::*;
+use redquorum::local_cluster::{LocalCluster, Reply};
+
+const MUTEX_ACQUIRE: &str = include_str!("../src/kinds/mutex/acquire.lua");
+const MUTEX_RELEASE: &str = include_str!("../src/kinds/mutex/release.lua");
+const MUTEX_EXTEND: &str = include_str!("../src/kinds/mutex/extend.lua");
+const REENTRANT_ACQUIRE: &str = include_str!("../src/kinds/reentrant/acquire.lua");
+const REENTRANT_RELEASE: &str = include_str!("../src/kinds/reentrant/release.lua");
+const REENTRANT_EXTEND: &str = include_str!("../src/kinds/reentrant/extend.lua");
+const FENCED_ACQUIRE: &str = include_str!("../src/kinds/fenced/acquire.lua");
+const FENCED_CONFIRM: &str = include_str!("../src/kinds/fenced/confirm.lua");
+
+const TOKEN: &str = "0123456789abcdef0123456789abcdef01234567";
+
+fn eval(c: &LocalCluster, script: &str, keys: &[&str], args: &[&str]) -> Reply {
+    let n = keys.len().to_string();
+    let mut cmd = vec!["EVAL", script, &n];
+    cmd.extend(keys);
+    cmd.extend(args);
+    redquorum::local_cluster::command(c.port(0), &cmd).unwrap()
+}
+
+/// Runs `script` twice; both replies must be `expected`.
+fn twice(c: &LocalCluster, script: &str, keys: &[&str], args: &[&str], expected: Reply) {
+    for run in 1..=2 {
+        assert_eq!(eval(c, script, keys, args), expected, "run {run}");
+    }
+}
+
+/// An extension since the first run: 60 s on each key.
+fn extend_by_hand(c: &LocalCluster, keys: &[&str]) {
+    for key in keys {
+        run(c, 0, &["PEXPIRE", key, "60000"]);
+    }
+}
+
+fn assert_long(c: &LocalCluster, keys: &[&str]) {
+    for key in keys {
+        let left = pttl(c, 0, key);
+        assert!(
+            left > 50_000,
+            "{key}: PTTL {left}: the second run shortened it"
+        );
+    }
+}
+
+#[test]
+fn a_resent_set_acquisition_leaves_extended_keys_alone() {
+    let c = cluster(1);
+    let keys = ["a", "b"];
+    assert_eq!(
+        eval(&c, MUTEX_ACQUIRE, &keys, &[TOKEN, "5000", "0"]),
+        Reply::Int(1)
+    );
+    extend_by_hand(&c, &keys);
+    assert_eq!(
+        eval(&c, MUTEX_ACQUIRE, &keys, &[TOKEN, "5000", "1"]),
+        Reply::Int(1)
+    );
+    assert_long(&c, &keys);
+    // Extensions and releases twice: the same state.
+    twice(&c, MUTEX_EXTEND, &keys, &[TOKEN, "1000"], Reply::Int(1));
+    assert_long(&c, &keys);
+    assert_eq!(eval(&c, MUTEX_RELEASE, &keys, &[TOKEN, "0"]), Reply::Int(1));
+    // The resent release finds nothing left: "missing", nothing deleted.
+    assert_eq!(eval(&c, MUTEX_RELEASE, &keys, &[TOKEN, "0"]), Reply::Int(0));
+    assert_eq!(holders(&c, &[0], "a") + holders(&c, &[0], "b"), 0);
+}
+
+#[test]
+fn a_resent_take_counts_its_hold_once_and_shortens_nothing() {
+    let c = cluster(1);
+    let owner = "job-1";
+    let other = "fedcba9876543210fedcba9876543210fedcba98";
+    twice(
+        &c,
+        REENTRANT_ACQUIRE,
+        &["r"],
+        &[owner, other, "5000", "0"],
+        Reply::Int(1),
+    );
+    assert_eq!(
+        eval(&c, REENTRANT_ACQUIRE, &["r"], &[owner, TOKEN, "5000", "0"]),
+        Reply::Int(1)
+    );
+    extend_by_hand(&c, &["r"]);
+    assert_eq!(
+        eval(&c, REENTRANT_ACQUIRE, &["r"], &[owner, TOKEN, "5000", "0"]),
+        Reply::Int(1)
+    );
+    assert_long(&c, &["r"]);
+    assert_eq!(
+        run(&c, 0, &["HLEN", "r"]),
+        Reply::Int(4),
+        "o, i and two holds"
+    );
+    // 'i' is the smallest hold token, whatever the order of the takes.
+    assert_eq!(hget(&c, "r", "i"), TOKEN);
+    twice(
+        &c,
+        REENTRANT_EXTEND,
+        &["r"],
+        &[owner, TOKEN, "1000"],
+        Reply::Int(1),
+    );
+    assert_long(&c, &["r"]);
+    // Releasing the smallest renames the key by the one left.
+    assert_eq!(
+        eval(&c, REENTRANT_RELEASE, &["r"], &[owner, TOKEN, "0"]),
+        Reply::Int(1)
+    );
+    assert_eq!(
+        eval(&c, REENTRANT_RELEASE, &["r"], &[owner, TOKEN, "0"]),
+        Reply::Int(0)
+    );
+    assert_eq!(hget(&c, "r", "i"), other);
+    assert_eq!(run(&c, 0, &["HLEN", "r"]), Reply::Int(3));
+}
+
+fn hget(c: &LocalCluster, key: &str, field: &str) -> String {
+    match run(c, 0, &["HGET", key, field]) {
+        Reply::Bulk(Some(v)) => String::from_utf8(v).unwrap(),
+        other => panic!("HGET {key} {field}: {other:?}"),
+    }
+}
+
+#[test]
+fn a_resent_fenced_acquisition_draws_no_second_token() {
+    let c = cluster(1);
+    let keys = ["r", "r:fence"];
+    let first = eval(&c, FENCED_ACQUIRE, &keys, &[TOKEN, "5000", "0", "0"]);
+    assert_eq!(first, Reply::Array(Some(vec![Reply::Int(1)])));
+    extend_by_hand(&c, &["r"]);
+    assert_eq!(
+        eval(&c, FENCED_ACQUIRE, &keys, &[TOKEN, "5000", "0", "0"]),
+        first
+    );
+    assert_long(&c, &["r"]);
+    assert_eq!(get(&c, 0, "r:fence").as_deref(), Some("1"));
+    twice(&c, FENCED_CONFIRM, &keys, &[TOKEN, "7"], Reply::Int(1));
+    assert_eq!(get(&c, 0, "r:fence").as_deref(), Some("7"));
+    // A lower token never lowers the counter.
+    assert_eq!(
+        eval(&c, FENCED_CONFIRM, &keys, &[TOKEN, "3"]),
+        Reply::Int(1)
+    );
+    assert_eq!(get(&c, 0, "r:fence").as_deref(), Some("7"));
+    // Large tokens (the time floor, in µs) are written exactly.
+    let floor = "1795463745112196";
+    let next = eval(
+        &c,
+        FENCED_ACQUIRE,
+        &["s", "s:fence"],
+        &[TOKEN, "5000", "0", floor],
+    );
+    assert_eq!(
+        next,
+        Reply::Array(Some(vec![Reply::Int(1_795_463_745_112_196)]))
+    );
+    assert_eq!(get(&c, 0, "s:fence").as_deref(), Some(floor));
+}
+
+#[test]
+fn a_key_of_a_foreign_type_is_wrongtype_to_every_kind() {
+    let c = cluster(1);
+    run(&c, 0, &["RPUSH", "r", "x"]);
+    let wrongtype = |reply: Reply| matches!(reply, Reply::Error(e) if e.starts_with("WRONGTYPE"));
+    assert!(wrongtype(eval(
+        &c,
+        MUTEX_ACQUIRE,
+        &["a", "r"],
+        &[TOKEN, "5000", "1"]
+    )));
+    assert!(wrongtype(eval(
+        &c,
+        REENTRANT_ACQUIRE,
+        &["r"],
+        &["o", TOKEN, "5000", "1"]
+    )));
+    assert!(wrongtype(eval(
+        &c,
+        FENCED_ACQUIRE,
+        &["r", "r:fence"],
+        &[TOKEN, "5000", "1", "0"]
+    )));
+    assert!(wrongtype(eval(&c, MUTEX_RELEASE, &["r"], &[TOKEN, "0"])));
+    assert!(wrongtype(eval(
+        &c,
+        REENTRANT_RELEASE,
+        &["r"],
+        &["o", TOKEN, "0"]
+    )));
+    // Nothing was taken on the way: the set's other key is still free.
+    assert_eq!(holders(&c, &[0], "a"), 0);
+}
