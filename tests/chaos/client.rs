@@ -2,28 +2,45 @@
 //! release a handful of resources until the run ends, logging what they
 //! believed to their history file (see `history`).
 //!
-//! A critical section is one of:
-//! * a read-modify-write of the resource's register (read, wait up to
-//!   `hold_ms`, sometimes extend the lock, write plus one only while the
-//!   lock has a quarter of its TTL left), then release;
+//! The critical section on a held lock is one of:
+//! * a read-modify-write of the register of each resource it covers (read,
+//!   wait up to `hold_ms`, sometimes extend the lock, write plus one only
+//!   while the lock has a quarter of its TTL left), then release;
 //! * a pause (one in `pause_one_in`): sleep past the lock's validity, then
 //!   release, which finds the lock gone.
 //!
-//! One `lock()` call in `cancel_one_in` is dropped after a random 0–2 ms
-//! instead of awaited.
+//! What a task locks depends on the `kind` of the run:
+//! * `mutex`: `lock()` on one random resource.
+//! * `reentrant`: each task is an owner (its name is the owner id) and
+//!   takes an outer hold on one random resource. Half the time it then
+//!   takes an inner hold with the same owner id, on the task itself or on a
+//!   spawned one, runs the critical section under it and releases both:
+//!   the inner hold first, or (half of those times) the outer hold first,
+//!   so that the owner's belief goes on in the inner hold alone. Otherwise
+//!   (or when the inner take fails) the section runs under the outer hold.
+//!   Each hold logs its own interval, with the owner as its owner.
+//! * `multi`: `lock_all()` on 2–3 distinct random resources, named in a
+//!   random order and sometimes with one named twice; the critical section
+//!   covers every resource of the set, and the hold logs one interval per
+//!   resource.
+//!
+//! One `lock()` call in `cancel_one_in` (inner holds included) is dropped
+//! after a random 0–2 ms instead of awaited.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
-use redquorum::{Error, Lock, NodeFailure, Redlock};
+use redquorum::{Error, Lock, LockRequest, NodeFailure, Redlock};
 
 use crate::history::{Event, Interval, now_ns};
 
 /// What one client process does; handed over in one environment variable.
 #[derive(Debug, Clone)]
 pub struct Spec {
+    /// The kind of lock the tasks take, and how (see the module doc).
+    pub kind: Kind,
     pub nodes: Vec<String>,
     /// The port of the register's own Redis node.
     pub register: u16,
@@ -49,6 +66,7 @@ pub struct Spec {
 impl Spec {
     pub fn encode(&self) -> String {
         [
+            format!("kind={}", self.kind.name()),
             format!("nodes={}", self.nodes.join(",")),
             format!("register={}", self.register),
             format!("tasks={}", self.tasks),
@@ -78,6 +96,7 @@ impl Spec {
         };
         let n = |key: &str| -> u64 { get(key).parse().expect(key) };
         Spec {
+            kind: Kind::parse(&get("kind")),
             nodes: get("nodes").split(',').map(str::to_owned).collect(),
             register: n("register") as u16,
             tasks: n("tasks") as usize,
@@ -148,12 +167,95 @@ pub fn main(spec: Spec) {
     });
 }
 
+/// What a client locks: its `kind` of lock, and how it uses it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `lock(resource)`: one holder at a time.
+    Mutex,
+    /// `lock(resource).reentrant(owner)`: each task an owner, some of whose
+    /// holds are nested.
+    Reentrant,
+    /// `lock_all(set)`: a set of resources, all or none.
+    Multi,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 3] = [Kind::Mutex, Kind::Reentrant, Kind::Multi];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Mutex => "mutex",
+            Kind::Reentrant => "reentrant",
+            Kind::Multi => "multi",
+        }
+    }
+
+    /// What the clients do with it, for a scenario's description.
+    pub fn about(self) -> &'static str {
+        match self {
+            Kind::Mutex => "plain locks",
+            Kind::Reentrant => {
+                "reentrant holds: each task an owner, half its holds with a nested one (some released after the outer)"
+            }
+            Kind::Multi => {
+                "lock_all on sets of 2-3 of five resources, named in any order, sometimes one twice"
+            }
+        }
+    }
+
+    /// The name of the scenario `scenario` run with this kind: itself for
+    /// the mutex, `<kind>_<scenario>` for the others.
+    pub fn named(self, scenario: &str) -> String {
+        match self {
+            Kind::Mutex => scenario.to_owned(),
+            _ => format!("{}_{scenario}", self.name()),
+        }
+    }
+
+    fn parse(s: &str) -> Kind {
+        Kind::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .unwrap_or_else(|| panic!("no lock kind {s:?}"))
+    }
+}
+
+#[derive(Clone)]
 struct Task {
     redlock: Redlock,
     register: redis::aio::MultiplexedConnection,
     spec: Arc<Spec>,
     events: Arc<Mutex<Vec<Event>>>,
+    /// The task's name (`p0t3`): the owner of its intervals, and the owner
+    /// id of its reentrant holds.
     name: String,
+}
+
+/// One hold as its holder believes it: from when `lock()` returned to the
+/// validity deadline, moved by successful extensions (or to the release).
+struct Holding {
+    lock: Lock,
+    begin: u64,
+    deadline: u64,
+}
+
+impl Holding {
+    fn new(lock: Lock) -> Holding {
+        Holding {
+            begin: now_ns(),
+            deadline: deadline(&lock),
+            lock,
+        }
+    }
+
+    /// Extends the lock by `ttl`; false when that failed.
+    async fn extend(&mut self, ttl: Duration) -> bool {
+        let extended = self.lock.extend(ttl).await.is_ok();
+        if extended {
+            self.deadline = deadline(&self.lock);
+        }
+        extended
+    }
 }
 
 impl Task {
@@ -168,85 +270,194 @@ impl Task {
 
     async fn run(self, end: Instant) {
         while Instant::now() < end {
-            let resource = format!("r{}", rand::random_range(0..self.spec.resources));
-            let start = now_ns();
-            let call = self.redlock.lock(&resource, self.spec.ttl);
-            let result = if Self::one_in(self.spec.cancel_one_in) {
-                let after = Duration::from_micros(rand::random_range(0..2_000));
-                match tokio::time::timeout(after, call).await {
-                    Ok(result) => result,
-                    Err(_) => {
-                        self.log(Event::Cancelled);
-                        continue;
+            match self.spec.kind {
+                Kind::Mutex => {
+                    let resource = self.resource();
+                    let request = self.redlock.lock(&resource, self.spec.ttl);
+                    if let Some(holding) = self.take(request, false).await {
+                        self.hold(holding, &[resource]).await;
                     }
                 }
-            } else {
-                call.await
-            };
-            let latency_us = (now_ns() - start) / 1_000;
-            match result {
-                Ok(lock) => {
-                    self.log(Event::Acquired { latency_us });
-                    self.hold(resource, lock).await;
-                }
-                Err(e) => {
-                    self.log(Event::Failed {
-                        cause: cause(&e),
-                        latency_us,
-                    });
-                    // Not a busy loop while the cluster is down.
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
+                Kind::Reentrant => self.reentrant().await,
+                Kind::Multi => self.multi().await,
             }
         }
     }
 
-    /// The critical section, then the release.
-    async fn hold(&self, resource: String, mut lock: Lock) {
-        let begin = now_ns();
-        let mut deadline = deadline(&lock);
-        let paused = Self::one_in(self.spec.pause_one_in);
-        if paused {
-            tokio::time::sleep(self.spec.ttl + self.spec.ttl / 4).await;
-        } else {
-            let key = format!("register:{}{resource}", self.spec.prefix);
-            let mut register = self.register.clone();
-            let value: Option<u64> = register.get(&key).await.expect("register GET");
-            let hold = rand::random_range(0..=self.spec.hold_ms);
-            tokio::time::sleep(Duration::from_millis(hold)).await;
-            let mut valid = true;
-            if Self::one_in(self.spec.extend_one_in) {
-                valid = lock.extend(self.spec.ttl).await.is_ok();
-                if valid {
-                    deadline = self::deadline(&lock);
+    /// A random resource of the pool.
+    fn resource(&self) -> String {
+        format!("r{}", rand::random_range(0..self.spec.resources))
+    }
+
+    /// Awaits one `lock()` or `lock_all()` call (or drops it after 0–2 ms,
+    /// one in `cancel_one_in`) and logs how it ended; the cause of a failed
+    /// `inner` take (a reentrant owner's nested hold) says `inner/`.
+    async fn take(&self, request: LockRequest<'_>, inner: bool) -> Option<Holding> {
+        let start = now_ns();
+        let result = if Self::one_in(self.spec.cancel_one_in) {
+            let after = Duration::from_micros(rand::random_range(0..2_000));
+            match tokio::time::timeout(after, request).await {
+                Ok(result) => result,
+                Err(_) => {
+                    self.log(Event::Cancelled);
+                    return None;
                 }
             }
-            if valid && lock.remaining() > self.spec.ttl / 4 {
-                let () = register
-                    .set(&key, value.unwrap_or(0) + 1)
-                    .await
-                    .expect("register SET");
-                self.log(Event::Wrote {
-                    resource: resource.clone(),
-                    at: now_ns(),
-                    deadline,
+        } else {
+            request.await
+        };
+        let latency_us = (now_ns() - start) / 1_000;
+        match result {
+            Ok(lock) => {
+                self.log(Event::Acquired { latency_us });
+                Some(Holding::new(lock))
+            }
+            Err(e) => {
+                let cause = cause(&e);
+                self.log(Event::Failed {
+                    cause: if inner {
+                        format!("inner/{cause}")
+                    } else {
+                        cause
+                    },
+                    latency_us,
                 });
+                // Not a busy loop while the cluster is down.
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                None
             }
         }
+    }
+
+    /// A reentrant critical section: the task's outer hold, and half the
+    /// time a nested one (see `nested`).
+    async fn reentrant(&self) {
+        let resource = self.resource();
+        let request = self.redlock.lock(&resource, self.spec.ttl);
+        let Some(mut outer) = self.take(request.reentrant(&self.name), false).await else {
+            return;
+        };
+        if !Self::one_in(2) {
+            return self.hold(outer, &[resource]).await;
+        }
+        if Self::one_in(self.spec.extend_one_in) {
+            outer.extend(self.spec.ttl).await;
+        }
+        let nested = self.clone().nested(resource, outer, Self::one_in(2));
+        if Self::one_in(2) {
+            // The owner spans tasks: the inner hold is taken on another.
+            tokio::spawn(nested).await.expect("nested hold panicked");
+        } else {
+            nested.await;
+        }
+    }
+
+    /// Under the `outer` hold, takes an inner hold of the same owner and
+    /// runs the critical section under it, then releases both: the inner
+    /// first, or the outer first (`inner_last`), so that the owner's belief
+    /// goes on in the inner hold alone. Without an inner hold the section
+    /// runs under the outer one.
+    async fn nested(self, resource: String, outer: Holding, inner_last: bool) {
+        let resources = [resource];
+        let request = self.redlock.lock(&resources[0], self.spec.ttl);
+        let Some(inner) = self.take(request.reentrant(&self.name), true).await else {
+            return self.hold(outer, &resources).await;
+        };
+        if inner_last {
+            self.release(outer, &resources, false).await;
+            self.hold(inner, &resources).await;
+        } else {
+            self.hold(inner, &resources).await;
+            self.release(outer, &resources, false).await;
+        }
+    }
+
+    /// A multi-resource critical section: 2–3 distinct resources of the
+    /// pool, named in a random order, and one time in four with one of
+    /// them twice; the lock names them sorted, once each.
+    async fn multi(&self) {
+        let pool = self.spec.resources;
+        let k = rand::random_range(2..=3).min(pool);
+        let mut names: Vec<String> = crate::pick(pool, k)
+            .into_iter()
+            .map(|i| format!("r{i}"))
+            .collect();
+        let mut set = names.clone();
+        set.sort_unstable();
+        if Self::one_in(4) {
+            names.push(names[rand::random_range(0..k)].clone());
+        }
+        let request = self.redlock.lock_all(&names, self.spec.ttl);
+        if let Some(holding) = self.take(request, false).await {
+            assert_eq!(holding.lock.resource(), set.join(","), "named {names:?}");
+            self.hold(holding, &set).await;
+        }
+    }
+
+    /// The critical section on `resources`, then the release.
+    async fn hold(&self, mut holding: Holding, resources: &[String]) {
+        let paused = self.critical(&mut holding, resources).await;
+        self.release(holding, resources, paused).await;
+    }
+
+    /// The critical section: read-modify-write the register of each of
+    /// `resources`, or pause; true when it paused.
+    async fn critical(&self, holding: &mut Holding, resources: &[String]) -> bool {
+        let ttl = self.spec.ttl;
+        if Self::one_in(self.spec.pause_one_in) {
+            tokio::time::sleep(ttl + ttl / 4).await;
+            return true;
+        }
+        let mut register = self.register.clone();
+        let mut values = Vec::new();
+        for resource in resources {
+            let key = format!("register:{}{resource}", self.spec.prefix);
+            let value: Option<u64> = register.get(&key).await.expect("register GET");
+            values.push((key, value.unwrap_or(0)));
+        }
+        let hold = rand::random_range(0..=self.spec.hold_ms);
+        tokio::time::sleep(Duration::from_millis(hold)).await;
+        let mut valid = true;
+        if Self::one_in(self.spec.extend_one_in) {
+            valid = holding.extend(ttl).await;
+        }
+        for (resource, (key, value)) in resources.iter().zip(values) {
+            if !valid || holding.lock.remaining() <= ttl / 4 {
+                break;
+            }
+            let () = register.set(&key, value + 1).await.expect("register SET");
+            self.log(Event::Wrote {
+                resource: resource.clone(),
+                at: now_ns(),
+                deadline: holding.deadline,
+            });
+        }
+        false
+    }
+
+    /// Releases the hold and logs its interval on each of `resources`.
+    async fn release(&self, holding: Holding, resources: &[String], paused: bool) {
+        let Holding {
+            lock,
+            begin,
+            deadline,
+        } = holding;
         let released = now_ns();
         let outcome = match lock.release().await {
             Ok(()) => "ok".to_owned(),
             Err(e) => cause(&e),
         };
-        self.log(Event::Held {
-            resource,
-            interval: Interval {
-                client: self.name.clone(),
-                start: begin,
-                end: released.min(deadline),
-                paused,
-            },
-        });
+        for resource in resources {
+            self.log(Event::Held {
+                resource: resource.clone(),
+                interval: Interval {
+                    owner: self.name.clone(),
+                    start: begin,
+                    end: released.min(deadline),
+                    paused,
+                },
+            });
+        }
         self.log(Event::Released { outcome });
     }
 }

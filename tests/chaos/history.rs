@@ -3,12 +3,16 @@
 //! Every client process writes one line per event to its history file, with
 //! times on `CLOCK_BOOTTIME`, which all processes of this machine share; the
 //! checker reads every file of a run and knows nothing of how the lock
-//! works. Its one safety question is Jepsen's: did two clients ever believe
+//! works. Its one safety question is Jepsen's: did two owners ever believe
 //! they held the same resource at the same time? A client believes it holds
-//! a lock from the moment `lock()` returns it to the earlier of its
-//! `release()` call and the validity deadline the lock reported (moved by
-//! successful extensions). Any two such intervals of one resource that
-//! overlap are a violation.
+//! a lock from the moment `lock()` (or `lock_all()`) returns it to the
+//! earlier of its `release()` call and the validity deadline the lock
+//! reported (moved by successful extensions); a lock on a set of resources
+//! is one such interval per resource. Each interval names its owner: the
+//! client task for a plain lock, the owner id for a reentrant hold. Any two
+//! intervals of one resource that overlap and have different owners are a
+//! violation; two of one owner are that owner's nested holds, which a
+//! reentrant lock allows (a plain lock's task never holds twice at once).
 //!
 //! Next to it runs a lock-protected read-modify-write register (on a Redis
 //! node of its own, outside the faults): each holder reads a counter, waits
@@ -41,7 +45,7 @@ pub enum Event {
     Failed { cause: String, latency_us: u64 },
     /// A `lock()` future dropped before it finished.
     Cancelled,
-    /// The interval in which a client believed it held `resource`.
+    /// The interval in which an owner believed it held `resource`.
     Held {
         resource: String,
         interval: Interval,
@@ -65,13 +69,13 @@ impl fmt::Display for Event {
             Event::Cancelled => write!(f, "cancelled"),
             Event::Held { resource, interval } => {
                 let Interval {
-                    client,
+                    owner,
                     start,
                     end,
                     paused,
                 } = interval;
                 let paused = u8::from(*paused);
-                write!(f, "held {resource} {client} {start} {end} {paused}")
+                write!(f, "held {resource} {owner} {start} {end} {paused}")
             }
             Event::Released { outcome } => write!(f, "released {outcome}"),
             Event::Wrote {
@@ -107,7 +111,7 @@ impl Event {
             Some("held") => Event::Held {
                 resource: s(1)?,
                 interval: Interval {
-                    client: s(2)?,
+                    owner: s(2)?,
                     start: n(3)?,
                     end: n(4)?,
                     paused: n(5)? == 1,
@@ -124,17 +128,20 @@ impl Event {
     }
 }
 
-/// One holding interval: who, from when to when; `paused` when the client
+/// One holding interval: whose, from when to when; `paused` when the client
 /// slept in it past the lock's validity.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Interval {
-    pub client: String,
+    /// Who held it: the client task of a plain lock (`p0t3`), the owner id
+    /// of a reentrant hold (there too the task's name). Overlaps between
+    /// intervals of one owner are not violations.
+    pub owner: String,
     pub start: u64,
     pub end: u64,
     pub paused: bool,
 }
 
-/// Two clients that believed they held one resource at once.
+/// Two owners that believed they held one resource at once.
 #[derive(Debug, Clone)]
 pub struct Violation {
     pub resource: String,
@@ -154,8 +161,11 @@ impl Violation {
 /// What the checker found in a run.
 #[derive(Debug, Default)]
 pub struct Verdict {
-    /// Every pair of overlapping intervals on one resource.
+    /// Every pair of overlapping intervals of two owners on one resource.
     pub violations: Vec<Violation>,
+    /// Pairs of overlapping intervals of one owner on one resource: nested
+    /// reentrant holds, allowed.
+    pub nested: usize,
     /// `lock()` calls, cancelled ones included.
     pub calls: usize,
     pub acquisitions: usize,
@@ -218,17 +228,23 @@ impl Verdict {
         v.latencies_us.sort_unstable();
         for (resource, intervals) in &mut v.intervals {
             intervals.sort_by_key(|i| i.start);
-            v.violations
-                .extend(overlaps(intervals).into_iter().map(|(a, b)| Violation {
-                    resource: resource.clone(),
-                    first: a.clone(),
-                    second: b.clone(),
-                }));
+            for (a, b) in overlaps(intervals) {
+                if a.owner == b.owner {
+                    v.nested += 1;
+                } else {
+                    v.violations.push(Violation {
+                        resource: resource.clone(),
+                        first: a.clone(),
+                        second: b.clone(),
+                    });
+                }
+            }
             for (i, held) in intervals.iter().enumerate().filter(|(_, h)| h.paused) {
                 v.paused += 1;
                 // Taken by another after the validity ran out, while the
                 // paused client still slept: sorted by start, they follow.
-                if intervals[i + 1..].iter().any(|o| o.start >= held.end) {
+                let another = |o: &Interval| o.start >= held.end && o.owner != held.owner;
+                if intervals[i + 1..].iter().any(another) {
                     v.moved_on += 1;
                 }
             }
@@ -301,15 +317,16 @@ pub mod self_test {
     pub fn run() {
         events_survive_a_round_trip_through_their_lines();
         overlapping_intervals_on_one_resource_are_violations();
+        overlaps_of_one_owner_pass_and_of_two_owners_do_not();
         disjoint_intervals_pass();
         counts_latency_gaps_and_paused_holders_that_were_taken_over();
     }
 
-    fn held(resource: &str, client: &str, start: u64, end: u64) -> Event {
+    fn held(resource: &str, owner: &str, start: u64, end: u64) -> Event {
         Event::Held {
             resource: resource.into(),
             interval: Interval {
-                client: client.into(),
+                owner: owner.into(),
                 start,
                 end,
                 paused: false,
@@ -352,7 +369,7 @@ pub mod self_test {
         let pairs: Vec<(&str, &str)> = v
             .violations
             .iter()
-            .map(|x| (x.first.client.as_str(), x.second.client.as_str()))
+            .map(|x| (x.first.owner.as_str(), x.second.owner.as_str()))
             .collect();
         assert_eq!(pairs.len(), 4, "{pairs:?}");
         assert!(pairs.contains(&("y", "z")));
@@ -362,18 +379,59 @@ pub mod self_test {
         );
     }
 
+    /// A reentrant owner's nested holds overlap (an inner hold inside the
+    /// outer one, or one that outlives it): allowed. Another owner inside
+    /// any of them is a violation, even where the first hold that owner
+    /// overlaps has ended and its belief goes on in a later hold.
+    fn overlaps_of_one_owner_pass_and_of_two_owners_do_not() {
+        let v = Verdict::check([
+            held("a", "x", 0, 10),  // outer
+            held("a", "x", 2, 5),   // nested in it
+            held("a", "x", 8, 20),  // outlives the outer
+            held("b", "y", 3, 4),   // another resource
+            held("a", "y", 20, 30), // after every hold of x
+        ]);
+        assert!(v.violations.is_empty(), "{:?}", v.violations);
+        assert_eq!(v.nested, 2);
+
+        let v = Verdict::check([
+            held("a", "x", 0, 10),
+            held("a", "x", 8, 20),
+            held("a", "y", 12, 14), // inside x's second hold only
+        ]);
+        let pairs: Vec<(&str, &str, u64)> = v
+            .violations
+            .iter()
+            .map(|x| {
+                (
+                    x.first.owner.as_str(),
+                    x.second.owner.as_str(),
+                    x.first.start,
+                )
+            })
+            .collect();
+        assert_eq!(pairs, [("x", "y", 8)]);
+        assert_eq!(v.nested, 1);
+    }
+
     fn disjoint_intervals_pass() {
         let v = Verdict::check([held("a", "x", 0, 10), held("a", "y", 11, 20)]);
         assert!(v.violations.is_empty());
     }
 
     fn counts_latency_gaps_and_paused_holders_that_were_taken_over() {
-        let mut paused = held("a", "x", 0, 10);
-        if let Event::Held { interval, .. } = &mut paused {
-            interval.paused = true;
-        }
+        let paused = || {
+            let mut paused = held("a", "x", 0, 10);
+            if let Event::Held { interval, .. } = &mut paused {
+                interval.paused = true;
+            }
+            paused
+        };
+        // The paused owner's own next hold is nobody taking over.
+        let v = Verdict::check([paused(), held("a", "x", 12, 20)]);
+        assert_eq!((v.paused, v.moved_on), (1, 0));
         let v = Verdict::check([
-            paused,
+            paused(),
             held("a", "y", 12, 20),
             Event::Acquired { latency_us: 1 },
             Event::Acquired { latency_us: 3 },

@@ -9,9 +9,16 @@
 //! checks every history and prints the figures. Scenarios whose setting is
 //! unsafe on purpose must show violations; the others must show none.
 //!
+//! The clients take plain locks (`lock()`), except in the scenarios named
+//! `reentrant_*` (nested reentrant holds, each task an owner) and `multi_*`
+//! (`lock_all()` on sets of 2–3 resources), which run the same faults as
+//! the scenario after the underscore (`kill`, `freeze`, `cancel`) on the
+//! other lock kinds.
+//!
 //! ```text
 //! cargo test --test chaos                     # every scenario, ~10 s each
 //! cargo test --test chaos -- kill freeze     # those whose name contains a word
+//! cargo test --test chaos -- reentrant multi # the other lock kinds
 //! REDQUORUM_CHAOS_SECS=60 cargo test --test chaos   # longer runs
 //! ```
 //!
@@ -34,27 +41,27 @@ fn main() {
     }
     let args: Vec<String> = std::env::args().skip(1).collect();
     let flag = |f: &str| args.iter().any(|a| a == f);
-    let names: Vec<&str> = scenarios::ALL.iter().map(|s| s.name).collect();
+    let cases = scenarios::cases();
     if flag("--list") {
         // The listing format of libtest, for runners such as nextest.
         if !flag("--ignored") {
-            for name in names {
-                println!("{name}: test");
+            for case in &cases {
+                println!("{}: test", case.name);
             }
         }
         return;
     }
     let words: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
     let exact = flag("--exact");
-    let chosen: Vec<&scenarios::Scenario> = scenarios::ALL
+    let chosen: Vec<&scenarios::Case> = cases
         .iter()
-        .filter(|s| {
+        .filter(|c| {
             words.is_empty()
                 || words.iter().any(|w| {
                     if exact {
-                        s.name == *w
+                        c.name == **w
                     } else {
-                        s.name.contains(w.as_str())
+                        c.name.contains(w.as_str())
                     }
                 })
         })
@@ -66,14 +73,14 @@ fn main() {
         secs.as_secs()
     );
     let mut failed = Vec::new();
-    for scenario in chosen {
-        println!("\n== {}: {}", scenario.name, scenario.about);
-        let outcome = std::panic::catch_unwind(|| (scenario.run)(secs));
+    for case in chosen {
+        println!("\n== {}: {}", case.name, case.about);
+        let outcome = std::panic::catch_unwind(|| case.run(secs));
         match outcome {
-            Ok(()) => println!("   PASS {}", scenario.name),
+            Ok(()) => println!("   PASS {}", case.name),
             Err(_) => {
-                println!("   FAIL {}", scenario.name);
-                failed.push(scenario.name);
+                println!("   FAIL {}", case.name);
+                failed.push(case.name.as_str());
             }
         }
     }
@@ -91,4 +98,15 @@ fn run_time() -> Duration {
         .and_then(|s| s.parse().ok())
         .unwrap_or(10);
     Duration::from_secs(secs)
+}
+
+/// `k` distinct random indices below `n`, in a random order.
+fn pick(n: usize, k: usize) -> Vec<usize> {
+    let mut all: Vec<usize> = (0..n).collect();
+    for i in 0..k {
+        let j = rand::random_range(i..n);
+        all.swap(i, j);
+    }
+    all.truncate(k);
+    all
 }

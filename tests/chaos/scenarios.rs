@@ -1,5 +1,9 @@
 //! The scenarios: a cluster, a load of two client processes, the faults
 //! injected meanwhile, and what the checker must find.
+//!
+//! `kill`, `freeze` and `cancel` each take the kind of lock the clients
+//! use: the plain scenarios run the mutex, `reentrant_*` and `multi_*` the
+//! same faults on reentrant holds and on sets of resources.
 
 use std::path::PathBuf;
 use std::process::{Child, Command};
@@ -7,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use redquorum::local_cluster::{LocalCluster, Reply, command};
 
-use crate::CLIENT;
-use crate::client::Spec;
+use crate::client::{Kind, Spec};
 use crate::history::{Event, Verdict, now_ns};
+use crate::{CLIENT, pick};
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -20,80 +24,127 @@ use common::{cluster, compose};
 pub struct Scenario {
     pub name: &'static str,
     pub about: &'static str,
-    /// Runs it for the given load time; panics when it fails.
-    pub run: fn(Duration),
+    pub run: Run,
+}
+
+/// How a scenario runs, for the given load time; it panics when it fails.
+pub enum Run {
+    /// Once.
+    Once(fn(Duration)),
+    /// Once per lock kind the clients can take: named as the scenario with
+    /// the mutex, `<kind>_<name>` with the others (see [`cases`]).
+    EachKind(fn(Duration, Kind)),
+}
+
+/// One run of a scenario, with one kind of lock.
+pub struct Case {
+    pub name: String,
+    pub about: String,
+    run: &'static Run,
+    kind: Kind,
+}
+
+impl Case {
+    pub fn run(&self, secs: Duration) {
+        match self.run {
+            Run::Once(run) => run(secs),
+            Run::EachKind(run) => run(secs, self.kind),
+        }
+    }
+}
+
+/// Every run of every scenario, in order: those of a scenario run on each
+/// kind of lock follow one another.
+pub fn cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    for s in ALL {
+        let kinds: &[Kind] = match s.run {
+            Run::Once(_) => &[Kind::Mutex],
+            Run::EachKind(_) => &Kind::ALL,
+        };
+        cases.extend(kinds.iter().map(|&kind| Case {
+            name: kind.named(s.name),
+            about: match kind {
+                Kind::Mutex => s.about.to_owned(),
+                _ => format!("{}; with {}", s.about, kind.about()),
+            },
+            run: &s.run,
+            kind,
+        }));
+    }
+    cases
 }
 
 pub const ALL: &[Scenario] = &[
     Scenario {
         name: "checker",
-        about: "the checker's own checks: overlaps found, disjoint intervals pass, figures counted",
-        run: |_| crate::history::self_test::run(),
+        about: "the checker's own checks: overlaps of two owners found, of one owner's nested holds passed, disjoint intervals pass, figures counted",
+        run: Run::Once(|_| crate::history::self_test::run()),
     },
     Scenario {
         name: "control_one_node_quorum",
         about: "NEGATIVE CONTROL: each client process is given a different single node, a quorum of one; the checker must report violations",
-        run: control_one_node_quorum,
+        run: Run::Once(control_one_node_quorum),
     },
     Scenario {
         name: "control_restart_at_once_unguarded",
         about: "NEGATIVE CONTROL: three nodes restarted at once without persistence, restart guard off; the checker must report violations",
-        run: control_restart_at_once_unguarded,
+        run: Run::Once(control_restart_at_once_unguarded),
     },
     Scenario {
         name: "restart_at_once_guarded",
         about: "the same restarts with the restart guard on (the default): no violation",
-        run: restart_at_once_guarded,
+        run: Run::Once(restart_at_once_guarded),
     },
     Scenario {
         name: "kill",
         about: "kill -9 a random node every 0.3-1 s while acquisitions are in flight, restart it at once (guard on)",
-        run: kill,
+        run: Run::EachKind(kill),
     },
     Scenario {
         name: "freeze",
         about: "SIGSTOP a random node for 150-600 ms (node timeout 50 ms), then SIGCONT",
-        run: freeze,
+        run: Run::EachKind(freeze),
     },
     Scenario {
         name: "majority_down",
         about: "two of five nodes down (available), then three (unavailable, nothing held), then all restarted",
-        run: majority_down,
+        run: Run::Once(majority_down),
     },
     Scenario {
         name: "restart_after_ttl",
         about: "restart guard off; a node killed and kept down for longer than the TTL before it restarts empty (the distlock rule)",
-        run: restart_after_ttl,
+        run: Run::Once(restart_after_ttl),
     },
     Scenario {
         name: "cancel",
         about: "half the lock() calls dropped after 0-2 ms; no keys left behind",
-        run: cancel,
+        run: Run::EachKind(cancel),
     },
     Scenario {
         name: "pause",
         about: "one holder in four sleeps past its TTL; its interval counts to its validity deadline, and the lock moves on",
-        run: pause,
+        run: Run::Once(pause),
     },
     Scenario {
         name: "clock_fast_0_5pct",
         about: "three nodes' clocks run 0.5% fast, inside the drift allowance (1% + 2 ms); every holder holds to its deadline: no violation",
-        run: clock_fast_small,
+        run: Run::Once(clock_fast_small),
     },
     Scenario {
         name: "clock_fast_2pct",
         about: "three nodes' clocks run 2% fast, beyond the drift allowance: the documented limit, violations expected",
-        run: clock_fast_large,
+        run: Run::Once(clock_fast_large),
     },
     Scenario {
         name: "clock_jump",
         about: "three nodes' wall clocks jump forward by twice the TTL: the documented limit, violations expected",
-        run: clock_jump,
+        run: Run::Once(clock_jump),
     },
     Scenario {
         name: "compose",
         about: "the docker-compose cluster: containers killed and restarted, paused, and disconnected from their network",
-        run: compose_chaos,
+        run: Run::Once(compose_chaos),
     },
 ];
 
@@ -150,9 +201,9 @@ fn restart_at_once(secs: Duration, guard: bool) -> (Verdict, Figures) {
     (v, f)
 }
 
-fn kill(secs: Duration) {
+fn kill(secs: Duration, kind: Kind) {
     let mut c = cluster(5);
-    let load = Load::new("kill", &c, secs);
+    let load = Load::of(kind, "kill", &c, secs);
     let clients = load.start_all(&c);
     let mut kills = 0;
     for_the_run(secs, |left| {
@@ -169,9 +220,9 @@ fn kill(secs: Duration) {
     assert_safe(&v, &f);
 }
 
-fn freeze(secs: Duration) {
+fn freeze(secs: Duration, kind: Kind) {
     let mut c = cluster(5);
-    let load = Load::new("freeze", &c, secs);
+    let load = Load::of(kind, "freeze", &c, secs);
     let clients = load.start_all(&c);
     let mut freezes = 0;
     for_the_run(secs, |left| {
@@ -251,9 +302,9 @@ fn restart_after_ttl(secs: Duration) {
     assert_safe(&v, &f);
 }
 
-fn cancel(secs: Duration) {
+fn cancel(secs: Duration, kind: Kind) {
     let c = cluster(5);
-    let mut load = Load::new("cancel", &c, secs);
+    let mut load = Load::of(kind, "cancel", &c, secs);
     load.spec.cancel_one_in = 2;
     load.spec.ttl = Duration::from_secs(10);
     let clients = load.start_all(&c);
@@ -449,9 +500,22 @@ impl Load {
         Load::with_nodes(name, cluster.urls(), common::cluster(1), run)
     }
 
+    /// `new` for the scenario `fault` with locks of `kind`. Sets of
+    /// resources are drawn from five, so that some are disjoint and held at
+    /// once.
+    fn of(kind: Kind, fault: &str, cluster: &LocalCluster, run: Duration) -> Load {
+        let mut load = Load::new(&kind.named(fault), cluster, run);
+        load.spec.kind = kind;
+        if kind == Kind::Multi {
+            load.spec.resources = 5;
+        }
+        load
+    }
+
     fn with_nodes(name: &str, nodes: Vec<String>, register: LocalCluster, run: Duration) -> Load {
         Load {
             spec: Spec {
+                kind: Kind::Mutex,
                 nodes,
                 register: register.port(0),
                 tasks: 6,
@@ -530,7 +594,8 @@ impl Load {
         }
         let s = &self.spec;
         println!(
-            "   load: {} processes x {} tasks, {} resources, TTL {} ms, node timeout {} ms, restart guard {}",
+            "   load: {} locks, {} processes x {} tasks, {} resources, TTL {} ms, node timeout {} ms, restart guard {}",
+            s.kind.name(),
             self.processes,
             s.tasks,
             s.resources,
@@ -545,6 +610,11 @@ impl Load {
             v.failures.values().sum::<usize>(),
             v.failures,
             v.cancelled
+        );
+        let intervals: usize = v.intervals.values().map(Vec::len).sum();
+        println!(
+            "   holding intervals: {intervals}, overlapping pairs of one owner's holds (nested): {}",
+            v.nested
         );
         println!(
             "   acquire latency p50 {:.2} ms, p99 {:.2} ms; longest time without an acquisition {:.0} ms",
@@ -570,19 +640,26 @@ impl Load {
             println!(
                 "     {}: {} held {:.1} ms, {} held {:.1} ms, both for {:.1} ms",
                 x.resource,
-                x.first.client,
+                x.first.owner,
                 ms(Duration::from_nanos(x.first.end - x.first.start)),
-                x.second.client,
+                x.second.owner,
                 ms(Duration::from_nanos(x.second.end - x.second.start)),
                 ms(x.overlap())
             );
         }
-        Figures { lost_updates }
+        Figures {
+            lost_updates,
+            kind: s.kind,
+            intervals,
+        }
     }
 }
 
 struct Figures {
     lost_updates: u64,
+    kind: Kind,
+    /// Holding intervals logged, on every resource.
+    intervals: usize,
 }
 
 /// The running client processes of a scenario.
@@ -636,8 +713,26 @@ impl Drop for Clients {
 /// write completed after its writer's validity: a client stalled for a
 /// quarter of the TTL between its check and its write, a pause no lock
 /// without fencing can cover (reported, and then not held against the lock).
+///
+/// And the load did what its kind is about: reentrant owners nested holds
+/// (overlaps the checker let pass), sets held 2–3 resources per lock; and
+/// where no task holds a resource twice, no owner overlapped itself.
 fn assert_safe(v: &Verdict, f: &Figures) {
     assert!(v.acquisitions > 0, "nothing was acquired");
+    match f.kind {
+        Kind::Reentrant => assert!(v.nested > 0, "no hold of an owner overlapped another"),
+        Kind::Mutex | Kind::Multi => {
+            assert_eq!(v.nested, 0, "a task overlapped its own non-reentrant lock")
+        }
+    }
+    if f.kind == Kind::Multi {
+        assert!(
+            f.intervals >= 2 * v.acquisitions,
+            "{} intervals for {} sets of 2-3 resources",
+            f.intervals,
+            v.acquisitions
+        );
+    }
     assert!(
         v.violations.is_empty(),
         "{} safety violations",
@@ -667,17 +762,6 @@ fn sleep_ms(low: u64, high: u64) {
         low
     };
     std::thread::sleep(Duration::from_millis(ms));
-}
-
-/// `k` distinct random indices below `n`.
-fn pick(n: usize, k: usize) -> Vec<usize> {
-    let mut all: Vec<usize> = (0..n).collect();
-    for i in 0..k {
-        let j = rand::random_range(i..n);
-        all.swap(i, j);
-    }
-    all.truncate(k);
-    all
 }
 
 fn ms(d: Duration) -> f64 {
