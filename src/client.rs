@@ -254,6 +254,32 @@ impl Redlock {
         self.lock(resource, ttl).with(work).await
     }
 
+    /// Waits, at most `limit`, until the work this `Redlock` left to run in
+    /// the background has finished: releases of locks dropped without
+    /// [`Lock::release`], rollbacks of cancelled or failed acquisitions, and
+    /// requests to the nodes beyond a decided majority. Returns whether it
+    /// all finished.
+    ///
+    /// Call it before the process exits, so that dropped locks are released
+    /// now instead of expiring at their TTL:
+    ///
+    /// ```no_run
+    /// # async fn run(redlock: redquorum::Redlock) {
+    /// // … on shutdown, once the tasks that hold locks have ended …
+    /// if !redlock.drain(std::time::Duration::from_secs(2)).await {
+    ///     eprintln!("some lock keys will expire at their TTL instead");
+    /// }
+    /// # }
+    /// ```
+    ///
+    /// A request to an unreachable node is given up after the connect
+    /// timeout plus the node timeout, so a `limit` of that much is enough.
+    pub async fn drain(&self, limit: Duration) -> bool {
+        tokio::time::timeout(limit, self.engine.drained())
+            .await
+            .is_ok()
+    }
+
     /// Takes a lock of `kind` on `keys` for one call; `resource` names it
     /// in errors and on the [`Lock`].
     async fn acquire(

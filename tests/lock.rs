@@ -608,3 +608,28 @@ async fn every_configuration_mistake_has_its_own_error() {
         Err(Error::Config(ConfigError::DriftExceedsTtl { .. }))
     ));
 }
+
+/// `drain` waits for the background release of a dropped lock, here to a
+/// node frozen until after the drop: once it returns, no node holds the key.
+#[tokio::test]
+async fn drain_waits_for_background_releases() {
+    let mut c = cluster(5);
+    let redlock = redlock(&c);
+    let lock = redlock.lock("r", Duration::from_secs(30)).await.unwrap();
+    await_holders(&c, &ALL, &key("r"), 5, Duration::from_secs(5)).await;
+    c.freeze(4);
+    drop(lock);
+    let thawed = std::thread::spawn({
+        let pid = c.pid(4).unwrap();
+        move || {
+            std::thread::sleep(Duration::from_millis(500));
+            // SAFETY: SIGCONT to our own child, not yet reaped.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGCONT) };
+        }
+    });
+    assert!(redlock.drain(Duration::from_secs(10)).await, "not drained");
+    thawed.join().unwrap();
+    assert_eq!(holders(&c, &ALL, &key("r")), 0, "drained with a key left");
+    // Nothing in the background: at once.
+    assert!(redlock.drain(Duration::ZERO).await);
+}

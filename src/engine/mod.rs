@@ -25,11 +25,13 @@ pub(crate) mod waiters;
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt};
 use futures::stream::{FuturesUnordered, StreamExt};
 use redis::Value;
+use tokio::sync::Notify;
 
 use crate::clock::Moment;
 use crate::config::Options;
@@ -46,6 +48,27 @@ pub(crate) struct Engine {
     pub(crate) nodes: Vec<Node>,
     pub(crate) options: Options,
     pub(crate) waiters: Waiters,
+    background: Arc<Background>,
+}
+
+/// The requests the engine leaves to run in the background (the nodes
+/// beyond a decision, rollbacks nobody waits for, releases of dropped
+/// locks), counted so that [`Engine::drained`] can wait for them.
+#[derive(Default)]
+struct Background {
+    running: AtomicUsize,
+    idle: Notify,
+}
+
+/// One background task, counted while it lives (also if it is aborted).
+struct Running(Arc<Background>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.0.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
 }
 
 /// The outcome of one acquisition attempt.
@@ -79,6 +102,39 @@ impl Engine {
             nodes,
             options,
             waiters,
+            background: Arc::default(),
+        }
+    }
+
+    /// Runs `fut` to its end in the background, on the current tokio
+    /// runtime if there is one (otherwise not at all: keys then expire at
+    /// their TTL).
+    fn detach<F>(&self, fut: F)
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        self.background.running.fetch_add(1, Ordering::AcqRel);
+        let running = Running(self.background.clone());
+        handle.spawn(async move {
+            let _running = running;
+            fut.await;
+        });
+    }
+
+    /// Resolves once nothing runs in the background.
+    pub(crate) async fn drained(&self) {
+        loop {
+            let idle = self.background.idle.notified();
+            let mut idle = std::pin::pin!(idle);
+            idle.as_mut().enable();
+            if self.background.running.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            idle.await;
         }
     }
 
@@ -163,7 +219,7 @@ impl Engine {
         if tally.has_majority() && valid.is_some() {
             // The slow nodes still get the key: a lock on more than a bare
             // majority survives the loss of more nodes.
-            detach(stragglers.finish());
+            self.detach(stragglers.finish());
             let agreed = kind.agreed(id, &tally);
             let Some(confirm) = agreed.confirm else {
                 return Attempt::Held {
@@ -173,7 +229,7 @@ impl Engine {
             };
             // A second round, counted in the validity like the first.
             let (second, rest) = quorum::decide(self.outcomes(kind, confirm, |_| false)).await;
-            detach(rest.finish());
+            self.detach(rest.finish());
             let elapsed = start.elapsed();
             let valid = plan.validity(elapsed, self.options.min_validity);
             tracing::debug!(
@@ -212,7 +268,7 @@ impl Engine {
             if tally.replied(i) {
                 waited.push(answer);
             } else {
-                detach(answer);
+                self.detach(answer);
             }
         }
         while waited.next().await.is_some() {}
@@ -231,7 +287,7 @@ impl Engine {
             quorum::decide(self.outcomes(kind, kind.extend(id, plan), |_| false)).await;
         // Slow nodes still get the extension, so that they agree with the
         // majority for as long as they can.
-        detach(stragglers.finish());
+        self.detach(stragglers.finish());
         let valid = plan.validity(start.elapsed(), self.options.min_validity);
         tracing::debug!(key = %id.key(), agreed = tally.agreed(), needed = tally.needed(), "extend");
         if tally.has_majority() && valid.is_some() {
@@ -246,7 +302,7 @@ impl Engine {
     pub(crate) async fn release(&self, kind: &Arc<dyn Kind>, id: &LockId) -> Tally {
         let (tally, stragglers) =
             quorum::decide(self.outcomes(kind, kind.release(id, true), |_| false)).await;
-        detach(stragglers.finish());
+        self.detach(stragglers.finish());
         tally
     }
 
@@ -260,18 +316,7 @@ impl Engine {
             return;
         }
         for answer in self.outcomes(kind, kind.release(id, true), |_| true) {
-            detach(answer);
+            self.detach(answer);
         }
-    }
-}
-
-/// Runs a future to its end on the current tokio runtime, if there is one.
-pub(crate) fn detach<F>(fut: F)
-where
-    F: Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    if let Ok(handle) = tokio::runtime::Handle::try_current() {
-        handle.spawn(fut);
     }
 }
