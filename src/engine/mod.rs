@@ -206,7 +206,7 @@ impl Engine {
             move |reply| reader.read_acquire(reply),
             |_| false,
         );
-        let (tally, stragglers) = quorum::decide(answers).await;
+        let (mut tally, stragglers) = quorum::decide(answers).await;
         let elapsed = start.elapsed();
         let valid = plan.validity(elapsed, self.options.min_validity);
         tracing::debug!(
@@ -248,10 +248,17 @@ impl Engine {
             self.rollback(kind, id, &tally).await;
             return Attempt::Failed(second, elapsed);
         }
-        // Stragglers are dropped: a command not yet written is then never
-        // sent, and one already written is ordered before the rollback on
-        // its connection.
-        drop(stragglers);
+        if observe && tally.unclear() {
+            // A waiter that cannot tell whom to wait for hears the other
+            // nodes out (each within its timeout) rather than back off as
+            // if waiters split the vote.
+            stragglers.hear_out(&mut tally).await;
+        } else {
+            // Stragglers are dropped: a command not yet written is then
+            // never sent, and one already written is ordered before the
+            // rollback on its connection.
+            drop(stragglers);
+        }
         self.rollback(kind, id, &tally).await;
         Attempt::Failed(tally, elapsed)
     }

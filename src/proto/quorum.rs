@@ -145,6 +145,17 @@ impl Tally {
         self.votes[node] = Some(answer.vote);
     }
 
+    /// Whether a failed acquisition that observed the key cannot tell who
+    /// holds it from the answers so far: no node said yes, and no one
+    /// holder has a majority among those that said no. The decision stops
+    /// at the first refusals that make a majority out of reach, and those
+    /// may name different holders where an owner's keys differ from node to
+    /// node (a reentrant owner whose holds reached different majorities):
+    /// the other answers tell.
+    pub(crate) fn unclear(&self) -> bool {
+        self.agreed == 0 && self.seen() == Seen::Contended
+    }
+
     /// What a failed acquisition that observed the key saw of its other
     /// owners.
     pub(crate) fn seen(&self) -> Seen {
@@ -290,6 +301,14 @@ impl<F: Future<Output = Answer> + Unpin> Stragglers<F> {
     /// Runs the outstanding requests to their end.
     pub(crate) async fn finish(self) {
         self.0.for_each(|_| async {}).await;
+    }
+
+    /// Waits for the outstanding answers (each is bounded by its node's
+    /// timeout) and counts them in `tally`.
+    pub(crate) async fn hear_out(mut self, tally: &mut Tally) {
+        while let Some((i, answer)) = self.0.next().await {
+            tally.record(i, answer);
+        }
     }
 }
 
@@ -519,6 +538,45 @@ mod tests {
         assert!(!stragglers.is_empty());
         stragglers.finish().await;
         assert_eq!(t.elapsed(), ms(10_000));
+    }
+
+    fn held_by(token: &str) -> Answer {
+        Answer {
+            holder: Some(Holder {
+                token: token.into(),
+                ttl: Some(ms(5_000)),
+            }),
+            ..Err(NodeFailure::Held).into()
+        }
+    }
+
+    /// The first three refusals name two holders; the other two nodes say
+    /// which holds a majority.
+    #[tokio::test(start_paused = true)]
+    async fn an_unclear_refusal_is_made_clear_by_the_other_answers() {
+        let spec = [(1, "a"), (2, "a"), (3, "b"), (9, "b"), (9, "b")];
+        let answers: Vec<BoxFuture<'static, Answer>> = spec
+            .iter()
+            .map(|&(delay, token)| {
+                async move {
+                    tokio::time::sleep(ms(delay)).await;
+                    held_by(token)
+                }
+                .boxed()
+            })
+            .collect();
+        let (mut tally, stragglers) = decide(answers).await;
+        assert!(tally.unclear());
+        assert_eq!(tally.seen(), Seen::Contended);
+        stragglers.hear_out(&mut tally).await;
+        assert!(!tally.unclear());
+        assert!(matches!(tally.seen(), Seen::Holder { token, .. } if &*token == "b"));
+        // A vote of ours is contention among waiters, not unclear.
+        let mut split = Tally::new(5);
+        split.record(0, Answer::from(YES));
+        split.record(1, held_by("a"));
+        split.record(2, held_by("b"));
+        assert!(!split.unclear());
     }
 
     #[tokio::test(start_paused = true)]
