@@ -317,6 +317,7 @@ impl Builder {
     /// # Ok(()) }
     /// ```
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.tls.root = Some(pem.into());
         self
@@ -326,6 +327,7 @@ impl Builder {
     /// TLS, `tls-auth-clients yes`): the certificate chain and its private
     /// key, in PEM. Never shown in `Debug` output or errors. Feature `tls`.
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_client_certificate(
         mut self,
         certificate_pem: impl Into<Vec<u8>>,
@@ -469,11 +471,11 @@ pub(crate) fn redact(url: &str) -> String {
 /// quote the URL, or parts of it.
 fn redact_all(text: &str, url: &str) -> String {
     let mut secrets = Vec::new();
-    if let (Some(scheme_end), Some(at)) = (url.find("://"), url.rfind('@')) {
-        if at > scheme_end {
-            let userinfo = &url[scheme_end + 3..at];
-            secrets.push(userinfo.split_once(':').map_or(userinfo, |(_, p)| p));
-        }
+    if let (Some(scheme_end), Some(at)) = (url.find("://"), url.rfind('@'))
+        && at > scheme_end
+    {
+        let userinfo = &url[scheme_end + 3..at];
+        secrets.push(userinfo.split_once(':').map_or(userinfo, |(_, p)| p));
     }
     if let Some((_, query)) = url.split_once('?') {
         for pair in query.split('&') {

@@ -72,6 +72,7 @@
 //!   processes for tests, examples and benchmarks.
 
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod client;
 mod clock;
@@ -84,6 +85,7 @@ mod net;
 mod proto;
 
 #[cfg(feature = "local-cluster")]
+#[cfg_attr(docsrs, doc(cfg(feature = "local-cluster")))]
 pub mod local_cluster;
 
 pub use client::{LockRequest, Redlock};
@@ -91,3 +93,9 @@ pub use config::Builder;
 pub use error::{ConfigError, Error, GaveUp, NodeFailure, Report};
 pub use lock::{Held, Lock};
 pub use proto::quorum::MAX_TTL;
+
+/// The README's examples, compiled with the doctests so that the README
+/// cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

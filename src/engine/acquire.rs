@@ -179,13 +179,13 @@ impl Waiting {
             };
         };
         let mut seen = tally.seen();
-        if let Seen::Holder { token, .. } = &seen {
-            if channel.was_announced(token) {
-                // Its release is under way (announced by the nodes it has
-                // reached; the others follow): like a split, settled in a
-                // round trip or two.
-                seen = Seen::Contended;
-            }
+        if let Seen::Holder { token, .. } = &seen
+            && channel.was_announced(token)
+        {
+            // Its release is under way (announced by the nodes it has
+            // reached; the others follow): like a split, settled in a
+            // round trip or two.
+            seen = Seen::Contended;
         }
         self.streak = if seen == Seen::Contended {
             self.streak + 1

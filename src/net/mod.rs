@@ -399,16 +399,17 @@ async fn check_eviction_policy(node: String, mut conn: MultiplexedConnection) {
             .await?;
         Ok::<_, RedisError>((max, policy))
     };
-    if let Ok(Ok((max, policy))) = tokio::time::timeout(Duration::from_secs(5), query).await {
-        if max > 0 && policy != "noeviction" {
-            tracing::warn!(
-                node,
-                maxmemory = max,
-                policy = %policy,
-                "this node may evict lock keys under memory pressure, silently losing locks: \
-                 set maxmemory-policy noeviction"
-            );
-        }
+    if let Ok(Ok((max, policy))) = tokio::time::timeout(Duration::from_secs(5), query).await
+        && max > 0
+        && policy != "noeviction"
+    {
+        tracing::warn!(
+            node,
+            maxmemory = max,
+            policy = %policy,
+            "this node may evict lock keys under memory pressure, silently losing locks: \
+             set maxmemory-policy noeviction"
+        );
     }
 }
 

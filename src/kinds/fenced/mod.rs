@@ -149,16 +149,16 @@ impl Kind for Fenced {
     }
 
     fn read_acquire(&self, reply: Value) -> Answer {
-        if let Value::Array(items) = &reply {
-            if let [Value::Int(n)] = items.as_slice() {
-                return match u64::try_from(*n) {
-                    Ok(n) if n > 0 => Answer {
-                        counter: Some(n),
-                        ..Ok(()).into()
-                    },
-                    _ => Err(crate::kinds::unexpected(&reply)).into(),
-                };
-            }
+        if let Value::Array(items) = &reply
+            && let [Value::Int(n)] = items.as_slice()
+        {
+            return match u64::try_from(*n) {
+                Ok(n) if n > 0 => Answer {
+                    counter: Some(n),
+                    ..Ok(()).into()
+                },
+                _ => Err(crate::kinds::unexpected(&reply)).into(),
+            };
         }
         acquire_outcome(&reply)
     }
