@@ -81,6 +81,7 @@ mod engine;
 mod error;
 mod kinds;
 mod lock;
+mod metrics;
 mod net;
 mod proto;
 

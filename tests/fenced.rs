@@ -86,7 +86,7 @@ async fn fenced_on(c: &LocalCluster, redlock: &Redlock, grant: &[usize]) -> Resu
     }
     let result = fenced(redlock, "r", secs(10)).await;
     // The nodes beyond the decision may still be running the attempt.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(redlock.drain(secs(5)).await);
     for &i in &blocked {
         run(c, i, &["DEL", &key("r")]);
     }
@@ -170,7 +170,7 @@ async fn a_healthy_acquisition_is_one_round_trip() {
         .release()
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(redlock.drain(secs(5)).await);
     let calls = |c: &LocalCluster| -> u64 {
         ALL.iter()
             .map(|&i| command_stat(c, i, "evalsha", "calls"))
@@ -178,7 +178,7 @@ async fn a_healthy_acquisition_is_one_round_trip() {
     };
     let before = calls(&c);
     let lock = fenced(&redlock, "r", secs(5)).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(redlock.drain(secs(5)).await);
     assert_eq!(
         calls(&c) - before,
         5,

@@ -154,11 +154,14 @@ async fn a_set_extends_only_while_every_member_is_ours() {
     let mut lock = redlock.lock_all(["a", "b"], secs(5)).await.unwrap();
     lock.extend(secs(20)).await.unwrap();
     assert!(lock.remaining() > secs(15));
-    for r in ["a", "b"] {
-        await_holders(&c, &ALL, &key(r), 5, secs(5)).await;
-        for i in ALL {
-            assert!(pttl(&c, i, &key(r)) > 15_000);
-        }
+    // Decided at a majority; the other nodes' extensions follow.
+    let start = Instant::now();
+    while ["a", "b"]
+        .iter()
+        .any(|r| ALL.iter().any(|&i| pttl(&c, i, &key(r)) <= 15_000))
+    {
+        assert!(start.elapsed() < secs(5), "not extended on every node");
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // One member vanishes everywhere: the set cannot be extended, and the
     // other member's keys are left as they were.

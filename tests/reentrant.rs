@@ -258,7 +258,7 @@ async fn expiry_clears_every_hold() {
         Err(Error::Taken { .. } | Error::Expired { .. })
     ));
     drop(inner);
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(redlock.drain(secs(5)).await);
     assert!(!other.is_lost());
     for i in ALL {
         if let Some(owner) = get_field(&c, i, &k, "o") {

@@ -29,6 +29,7 @@ use super::{Attempt, Engine};
 use crate::clock::Moment;
 use crate::error::{Error, GaveUp};
 use crate::kinds::Kind;
+use crate::metrics;
 use crate::proto::quorum::{self, Pause, Plan, Seen, Tally};
 use crate::proto::{Keys, LockId};
 
@@ -98,11 +99,18 @@ pub(crate) async fn acquire(
             }
             Attempt::Failed(tally, took) => (tally, took),
         };
-        let give_up = |gave_up| Error::NotAcquired {
-            resource: resource.to_owned(),
-            attempts,
-            gave_up,
-            report: engine.report(&tally),
+        let give_up = |gave_up| {
+            let cause = match gave_up {
+                GaveUp::Retries => "retries",
+                GaveUp::Deadline => "deadline",
+            };
+            metrics::gave_up(kind.name(&id), cause);
+            Error::NotAcquired {
+                resource: resource.to_owned(),
+                attempts,
+                gave_up,
+                report: engine.report(&tally),
+            }
         };
         if counted > call.retries {
             return Err(give_up(GaveUp::Retries));

@@ -39,6 +39,7 @@ use crate::engine::Engine;
 use crate::engine::acquire::Acquired;
 use crate::error::{Error, NodeFailure, Report};
 use crate::kinds::Kind;
+use crate::metrics;
 use crate::proto::LockId;
 use crate::proto::quorum::{Plan, Tally};
 
@@ -132,6 +133,14 @@ impl Hold {
         }
     }
 
+    /// The lock is lost while held (not released): says why, counts it, and
+    /// ends it.
+    fn lose(&self, why: std::fmt::Arguments<'_>) {
+        tracing::warn!(key = %self.id.key(), "lock lost: {why}");
+        metrics::lost(self.kind.name(&self.id));
+        self.end();
+    }
+
     /// Marks the lock as ended: every handle says it is lost from now on.
     pub(crate) fn end(&self) {
         self.state
@@ -177,6 +186,9 @@ impl Hold {
         let plan = plan.unwrap_or_else(|| self.plan());
         let start = Moment::now();
         let outcome = self.engine.extend(&self.kind, &self.id, &plan, start).await;
+        if outcome.is_err() {
+            metrics::extend_failed(self.kind.name(&self.id));
+        }
         Some((
             plan,
             outcome.map(|deadline| {
@@ -269,21 +281,22 @@ pub(crate) async fn keep_alive(hold: Arc<Hold>) {
             return;
         }
         if hold.remaining() <= options.node_timeout {
-            tracing::warn!(key = %hold.id.key(), "lock lost: validity ran out before an extension succeeded");
-            return hold.end();
+            return hold.lose(format_args!(
+                "validity ran out before an extension succeeded"
+            ));
         }
         let started = Moment::now();
         match hold.extend_once(None).await {
             None => return hold.end(),
             Some((_, Ok(()))) if hold.is_lost() => {
-                tracing::warn!(key = %hold.id.key(), "lock lost: validity ran out before an extension succeeded");
-                return hold.end();
+                return hold.lose(format_args!(
+                    "validity ran out before an extension succeeded"
+                ));
             }
             Some((plan, Ok(()))) => next = started.after(every(plan)),
             Some((_, Err(tally))) if !tally.recoverable() => {
                 let report = hold.engine.report(&tally);
-                tracing::warn!(key = %hold.id.key(), %report, "lock lost: a majority no longer holds it");
-                return hold.end();
+                return hold.lose(format_args!("a majority no longer holds it ({report})"));
             }
             Some((plan, Err(tally))) => {
                 let report = hold.engine.report(&tally);

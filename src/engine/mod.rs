@@ -37,6 +37,7 @@ use crate::clock::Moment;
 use crate::config::Options;
 use crate::error::Report;
 use crate::kinds::Kind;
+use crate::metrics;
 use crate::net::guard::Lives;
 use crate::net::{Limits, Node};
 use crate::proto::quorum::{self, Plan, Tally};
@@ -200,6 +201,8 @@ impl Engine {
         observe: bool,
     ) -> Attempt {
         let start = Moment::now();
+        let name = kind.name(id);
+        metrics::attempt(name);
         let reader = kind.clone();
         let answers = self.ask(
             kind.acquire(id, plan, observe),
@@ -222,6 +225,7 @@ impl Engine {
             self.detach(stragglers.finish());
             let agreed = kind.agreed(id, &tally);
             let Some(confirm) = agreed.confirm else {
+                metrics::acquired(name);
                 return Attempt::Held {
                     deadline: plan.deadline(start),
                     fence: agreed.fence,
@@ -240,6 +244,7 @@ impl Engine {
                 "acquire attempt: second round"
             );
             if second.has_majority() && valid.is_some() {
+                metrics::acquired(name);
                 return Attempt::Held {
                     deadline: plan.deadline(start),
                     fence: agreed.fence,

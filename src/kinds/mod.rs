@@ -39,6 +39,9 @@ use crate::proto::{Answer, Command, Holder, LockId};
 /// a kind that counts must make a repeated command count once (the
 /// reentrant kind names each hold by its token, so a repeat finds it).
 pub(crate) trait Kind: Send + Sync + 'static {
+    /// The kind's name in metrics and logs: `mutex`, `set`, `reentrant`,
+    /// `fenced`.
+    fn name(&self, id: &LockId) -> &'static str;
     /// Takes the lock on one node, for `plan.ttl`. With `observe`, the reply
     /// also says who holds the key there and for how long, for a waiter.
     fn acquire(&self, id: &LockId, plan: &Plan, observe: bool) -> Command;

@@ -54,6 +54,7 @@ use tokio::time::timeout_at;
 
 use crate::clock::Moment;
 use crate::error::NodeFailure;
+use crate::metrics;
 use crate::proto::{Call, Command};
 use guard::{Guard, Lives};
 use slot::{Live, Slot};
@@ -178,7 +179,16 @@ impl Node {
         let command = command.clone();
         async move {
             admitted?;
-            inner.run(&command, patient).await
+            let start = Moment::now();
+            let reply = inner.run(&command, patient).await;
+            let outcome = match &reply {
+                Ok(_) => "ok",
+                Err(NodeFailure::Timeout) => "timeout",
+                Err(NodeFailure::Connection(_) | NodeFailure::Tls(_)) => "connection",
+                Err(_) => "error",
+            };
+            metrics::request(&inner.name, outcome, start.elapsed());
+            reply
         }
     }
 

@@ -132,6 +132,10 @@ impl Fenced {
 }
 
 impl Kind for Fenced {
+    fn name(&self, _: &LockId) -> &'static str {
+        "fenced"
+    }
+
     fn acquire(&self, id: &LockId, plan: &Plan, observe: bool) -> Command {
         Command {
             call: Call::Script {

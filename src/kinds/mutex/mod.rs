@@ -84,6 +84,10 @@ fn flag(on: bool) -> Vec<u8> {
 }
 
 impl Kind for Mutex {
+    fn name(&self, id: &LockId) -> &'static str {
+        if id.keys.len() > 1 { "set" } else { "mutex" }
+    }
+
     fn acquire(&self, id: &LockId, plan: &Plan, observe: bool) -> Command {
         let call = match &id.keys[..] {
             // The hot path: no script.

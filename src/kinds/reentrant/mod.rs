@@ -108,6 +108,10 @@ impl Reentrant {
 }
 
 impl Kind for Reentrant {
+    fn name(&self, _: &LockId) -> &'static str {
+        "reentrant"
+    }
+
     fn acquire(&self, id: &LockId, plan: &Plan, observe: bool) -> Command {
         let mut call = self.call(&ACQUIRE, id, plan.ttl_ms.to_string().into_bytes());
         if let Call::Script { args, .. } = &mut call {

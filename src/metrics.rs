@@ -1,0 +1,63 @@
+//! Metrics a service can scrape, through the [`metrics`] facade (feature
+//! `metrics`): install any `metrics` recorder (a Prometheus exporter, say)
+//! and these appear. Without the feature every function here is empty.
+//!
+//! | metric | type | labels | what |
+//! |---|---|---|---|
+//! | `redquorum_attempts_total` | counter | `kind` | acquisition attempts (one round of requests to every node) |
+//! | `redquorum_acquired_total` | counter | `kind` | locks acquired |
+//! | `redquorum_gave_up_total` | counter | `kind`, `cause` | `lock()` calls that gave up: `retries` or `deadline` |
+//! | `redquorum_extend_failures_total` | counter | `kind` | extensions (yours or the watchdog's) that did not get a majority |
+//! | `redquorum_lost_total` | counter | `kind` | held locks lost before their release (a majority gone, or the validity ran out first) |
+//! | `redquorum_node_request_seconds` | histogram | `node`, `outcome` | each request to a node, from the call to its answer: `outcome` is `ok`, `timeout`, `connection` or `error` |
+//!
+//! `kind` is `mutex`, `set` (`lock_all`), `reentrant` or `fenced`; `node`
+//! is `host:port`, never a password.
+
+#[cfg(feature = "metrics")]
+mod on {
+    use std::time::Duration;
+
+    pub(crate) fn attempt(kind: &'static str) {
+        metrics::counter!("redquorum_attempts_total", "kind" => kind).increment(1);
+    }
+
+    pub(crate) fn acquired(kind: &'static str) {
+        metrics::counter!("redquorum_acquired_total", "kind" => kind).increment(1);
+    }
+
+    pub(crate) fn gave_up(kind: &'static str, cause: &'static str) {
+        metrics::counter!("redquorum_gave_up_total", "kind" => kind, "cause" => cause).increment(1);
+    }
+
+    pub(crate) fn extend_failed(kind: &'static str) {
+        metrics::counter!("redquorum_extend_failures_total", "kind" => kind).increment(1);
+    }
+
+    pub(crate) fn lost(kind: &'static str) {
+        metrics::counter!("redquorum_lost_total", "kind" => kind).increment(1);
+    }
+
+    pub(crate) fn request(node: &str, outcome: &'static str, took: Duration) {
+        metrics::histogram!(
+            "redquorum_node_request_seconds",
+            "node" => node.to_owned(),
+            "outcome" => outcome
+        )
+        .record(took.as_secs_f64());
+    }
+}
+
+#[cfg(not(feature = "metrics"))]
+mod on {
+    use std::time::Duration;
+
+    pub(crate) fn attempt(_: &'static str) {}
+    pub(crate) fn acquired(_: &'static str) {}
+    pub(crate) fn gave_up(_: &'static str, _: &'static str) {}
+    pub(crate) fn extend_failed(_: &'static str) {}
+    pub(crate) fn lost(_: &'static str) {}
+    pub(crate) fn request(_: &str, _: &'static str, _: Duration) {}
+}
+
+pub(crate) use on::*;
