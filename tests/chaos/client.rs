@@ -7,7 +7,19 @@
 //!   wait up to `hold_ms`, sometimes extend the lock, write plus one only
 //!   while the lock has a quarter of its TTL left), then release;
 //! * a pause (one in `pause_one_in`): sleep past the lock's validity, then
-//!   release, which finds the lock gone.
+//!   release, which finds the lock gone. A fenced lock's holder reads the
+//!   registers before the pause and writes them after it, as a holder that
+//!   stalled inside its section would.
+//!
+//! A fenced lock's section also read-modify-writes the resource's fenced
+//! register, a hash of a value and the highest token seen, through Lua
+//! scripts that take the lock's token: the read refuses a token lower than
+//! the highest seen, else records it as seen and returns the value; the
+//! write refuses a lower token, else stores the token and the value read
+//! plus one. The read takes the token too: with a plain read, a stale
+//! holder's write lands between the next holder's read and write (the
+//! register has seen no newer token yet) and that holder's write then
+//! overwrites it.
 //!
 //! What a task locks depends on the `kind` of the run:
 //! * `mutex`: `lock()` on one random resource.
@@ -23,18 +35,21 @@
 //!   random order and sometimes with one named twice; the critical section
 //!   covers every resource of the set, and the hold logs one interval per
 //!   resource.
+//! * `fenced`: `lock().fenced()` on one random resource; its interval
+//!   carries the lock's token (drawn on the wall clock's floor, unless the
+//!   spec turns `fence_floor` off).
 //!
 //! One `lock()` call in `cancel_one_in` (inner holds included) is dropped
 //! after a random 0–2 ms instead of awaited.
 
 use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
 use redquorum::{Error, Lock, LockRequest, NodeFailure, Redlock};
 
-use crate::history::{Event, Interval, now_ns};
+use crate::history::{Access, Event, Interval, now_ns};
 
 /// What one client process does; handed over in one environment variable.
 #[derive(Debug, Clone)]
@@ -57,6 +72,8 @@ pub struct Spec {
     pub restart_guard: bool,
     /// Off: waiters poll every 20 ± 15 ms, as most Redlock clients do.
     pub wake_on_release: bool,
+    /// `Builder::fence_time_floor`: off, tokens are plain counts.
+    pub fence_floor: bool,
     pub prefix: String,
     /// Names this process in the history.
     pub name: String,
@@ -80,6 +97,7 @@ impl Spec {
             format!("extend_one_in={}", self.extend_one_in),
             format!("restart_guard={}", self.restart_guard),
             format!("wake_on_release={}", self.wake_on_release),
+            format!("fence_floor={}", self.fence_floor),
             format!("prefix={}", self.prefix),
             format!("name={}", self.name),
             format!("history={}", self.history),
@@ -110,6 +128,7 @@ impl Spec {
             extend_one_in: n("extend_one_in") as u32,
             restart_guard: get("restart_guard") == "true",
             wake_on_release: get("wake_on_release") == "true",
+            fence_floor: get("fence_floor") == "true",
             prefix: get("prefix"),
             name: get("name"),
             history: get("history"),
@@ -132,6 +151,7 @@ pub fn main(spec: Spec) {
             .wait_timeout(spec.ttl)
             .restart_guard(spec.restart_guard)
             .wake_on_release(spec.wake_on_release)
+            .fence_time_floor(spec.fence_floor)
             .build()
             .expect("client Redlock");
         let register = redis::Client::open(format!("redis://127.0.0.1:{}", spec.register))
@@ -158,8 +178,12 @@ pub fn main(spec: Spec) {
             task.await.expect("client task panicked");
         }
         // Cancelled acquisitions and dropped guards are released in the
-        // background; they need the runtime a little longer.
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // background: wait for that work before the process exits (an
+        // unreachable node is given up after the connect timeout plus the
+        // node timeout).
+        if !redlock.drain(Duration::from_secs(5)).await {
+            eprintln!("{}: background releases still running at exit", spec.name);
+        }
         let mut file = std::fs::File::create(&spec.history).expect("history file");
         for e in events.lock().unwrap().iter() {
             writeln!(file, "{e}").unwrap();
@@ -177,16 +201,19 @@ pub enum Kind {
     Reentrant,
     /// `lock_all(set)`: a set of resources, all or none.
     Multi,
+    /// `lock(resource).fenced()`: the mutex, with a fencing token.
+    Fenced,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 3] = [Kind::Mutex, Kind::Reentrant, Kind::Multi];
+    pub const ALL: [Kind; 4] = [Kind::Mutex, Kind::Reentrant, Kind::Multi, Kind::Fenced];
 
     pub fn name(self) -> &'static str {
         match self {
             Kind::Mutex => "mutex",
             Kind::Reentrant => "reentrant",
             Kind::Multi => "multi",
+            Kind::Fenced => "fenced",
         }
     }
 
@@ -199,6 +226,9 @@ impl Kind {
             }
             Kind::Multi => {
                 "lock_all on sets of 2-3 of five resources, named in any order, sometimes one twice"
+            }
+            Kind::Fenced => {
+                "fenced locks: tokens checked to grow per resource in acquire order; each section also read-modify-writes a register that refuses stale tokens"
             }
         }
     }
@@ -271,9 +301,12 @@ impl Task {
     async fn run(self, end: Instant) {
         while Instant::now() < end {
             match self.spec.kind {
-                Kind::Mutex => {
+                kind @ (Kind::Mutex | Kind::Fenced) => {
                     let resource = self.resource();
-                    let request = self.redlock.lock(&resource, self.spec.ttl);
+                    let mut request = self.redlock.lock(&resource, self.spec.ttl);
+                    if kind == Kind::Fenced {
+                        request = request.fenced();
+                    }
                     if let Some(holding) = self.take(request, false).await {
                         self.hold(holding, &[resource]).await;
                     }
@@ -400,20 +433,27 @@ impl Task {
         self.release(holding, resources, paused).await;
     }
 
-    /// The critical section: read-modify-write the register of each of
+    /// The critical section: read-modify-write the registers of each of
     /// `resources`, or pause; true when it paused.
     async fn critical(&self, holding: &mut Holding, resources: &[String]) -> bool {
         let ttl = self.spec.ttl;
-        if Self::one_in(self.spec.pause_one_in) {
+        let pause = Self::one_in(self.spec.pause_one_in);
+        if pause && holding.lock.fence().is_none() {
             tokio::time::sleep(ttl + ttl / 4).await;
             return true;
         }
-        let mut register = self.register.clone();
-        let mut values = Vec::new();
+        let mut reads = Vec::new();
         for resource in resources {
-            let key = format!("register:{}{resource}", self.spec.prefix);
-            let value: Option<u64> = register.get(&key).await.expect("register GET");
-            values.push((key, value.unwrap_or(0)));
+            reads.push(self.read(resource, holding.lock.fence()).await);
+        }
+        if pause {
+            // Stalled inside the section: the writes come after the
+            // validity, and the fenced register is to refuse them.
+            tokio::time::sleep(ttl + ttl / 4).await;
+            for read in reads {
+                self.write(holding, read).await;
+            }
+            return true;
         }
         let hold = rand::random_range(0..=self.spec.hold_ms);
         tokio::time::sleep(Duration::from_millis(hold)).await;
@@ -421,18 +461,78 @@ impl Task {
         if Self::one_in(self.spec.extend_one_in) {
             valid = holding.extend(ttl).await;
         }
-        for (resource, (key, value)) in resources.iter().zip(values) {
+        for read in reads {
             if !valid || holding.lock.remaining() <= ttl / 4 {
                 break;
             }
-            let () = register.set(&key, value + 1).await.expect("register SET");
-            self.log(Event::Wrote {
-                resource: resource.clone(),
-                at: now_ns(),
-                deadline: holding.deadline,
-            });
+            self.write(holding, read).await;
         }
         false
+    }
+
+    /// Reads the register of `resource`, and with a fenced lock's `token`
+    /// its fenced register (logging a refusal).
+    async fn read(&self, resource: &str, token: Option<u64>) -> Read {
+        let mut register = self.register.clone();
+        let key = register_key(&self.spec.prefix, resource);
+        let value: Option<u64> = register.get(&key).await.expect("register GET");
+        let mut fenced = None;
+        if let Some(token) = token {
+            let read: i64 = FENCED_READ
+                .key(fenced_key(&self.spec.prefix, resource))
+                .arg(token)
+                .invoke_async(&mut register)
+                .await
+                .expect("fenced register read");
+            match u64::try_from(read) {
+                Ok(value) => fenced = Some((token, value)),
+                Err(_) => self.log(Event::Fenced {
+                    resource: resource.to_owned(),
+                    token,
+                    access: Access::ReadRefused,
+                }),
+            }
+        }
+        Read {
+            resource: resource.to_owned(),
+            value: value.unwrap_or(0),
+            fenced,
+        }
+    }
+
+    /// Writes what `read` read plus one to the registers it read, and logs
+    /// the writes.
+    async fn write(&self, holding: &Holding, read: Read) {
+        let mut register = self.register.clone();
+        let key = register_key(&self.spec.prefix, &read.resource);
+        let () = register
+            .set(&key, read.value + 1)
+            .await
+            .expect("register SET");
+        self.log(Event::Wrote {
+            resource: read.resource.clone(),
+            at: now_ns(),
+            deadline: holding.deadline,
+        });
+        let Some((token, value)) = read.fenced else {
+            return;
+        };
+        let accepted: bool = FENCED_WRITE
+            .key(fenced_key(&self.spec.prefix, &read.resource))
+            .arg(token)
+            .arg(value + 1)
+            .invoke_async(&mut register)
+            .await
+            .expect("fenced register write");
+        self.log(Event::Fenced {
+            resource: read.resource,
+            token,
+            access: if accepted {
+                Access::Wrote
+            } else {
+                Access::Refused
+            },
+        });
     }
 
     /// Releases the hold and logs its interval on each of `resources`.
@@ -442,6 +542,7 @@ impl Task {
             begin,
             deadline,
         } = holding;
+        let fence = lock.fence();
         let released = now_ns();
         let outcome = match lock.release().await {
             Ok(()) => "ok".to_owned(),
@@ -455,12 +556,60 @@ impl Task {
                     start: begin,
                     end: released.min(deadline),
                     paused,
+                    fence,
                 },
             });
         }
         self.log(Event::Released { outcome });
     }
 }
+
+/// What a critical section read of one resource: the register's value, and
+/// with a fenced lock the token it read the fenced register with and that
+/// register's value (`None` if it refused the token).
+struct Read {
+    resource: String,
+    value: u64,
+    fenced: Option<(u64, u64)>,
+}
+
+/// The key of the register of `resource`, under the run's `prefix`.
+pub fn register_key(prefix: &str, resource: &str) -> String {
+    format!("register:{prefix}{resource}")
+}
+
+/// The key of the fenced register of `resource`: a hash of the `value` and
+/// the highest token seen (`fence`).
+pub fn fenced_key(prefix: &str, resource: &str) -> String {
+    format!("fenced:{prefix}{resource}")
+}
+
+/// The fenced register's read: -1 for a token lower than the highest seen;
+/// else the token becomes the highest seen and the value is returned.
+static FENCED_READ: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r"
+local seen = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
+if tonumber(ARGV[1]) < seen then
+  return -1
+end
+redis.call('HSET', KEYS[1], 'fence', ARGV[1])
+return tonumber(redis.call('HGET', KEYS[1], 'value') or '0')",
+    )
+});
+
+/// The fenced register's write: 0 for a token lower than the highest seen;
+/// else the token and the value are stored, 1.
+static FENCED_WRITE: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r"
+if tonumber(ARGV[1]) < tonumber(redis.call('HGET', KEYS[1], 'fence') or '0') then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'value', ARGV[2])
+return 1",
+    )
+});
 
 /// When the lock's validity runs out, on the history's clock. Read after
 /// `remaining`, so never before the lock's own deadline.

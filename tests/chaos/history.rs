@@ -14,10 +14,20 @@
 //! violation; two of one owner are that owner's nested holds, which a
 //! reentrant lock allows (a plain lock's task never holds twice at once).
 //!
+//! Fenced locks add a second question: the interval of a fenced lock
+//! carries its fencing token, and per resource, ordered by when `lock()`
+//! returned, every token must be greater than the one before it; each
+//! adjacent pair that does not grow is a fence violation.
+//!
 //! Next to it runs a lock-protected read-modify-write register (on a Redis
 //! node of its own, outside the faults): each holder reads a counter, waits
 //! a little, writes it plus one, and logs the write. The counter's final
-//! value against the number of logged writes gives the lost updates.
+//! value against the number of logged writes gives the lost updates. A
+//! holder of a fenced lock also read-modify-writes a fenced register there,
+//! which keeps the highest token it has seen and refuses a read or write
+//! with a lower one (see `client`); its accepted writes against its final
+//! value give its lost updates, which fencing must keep at zero even when
+//! holders pause past their validity.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -59,6 +69,36 @@ pub enum Event {
         at: u64,
         deadline: u64,
     },
+    /// An access to the fenced register of `resource` with the lock's
+    /// `token`, and what the register did with it.
+    Fenced {
+        resource: String,
+        token: u64,
+        access: Access,
+    },
+}
+
+/// What the fenced register did with an access (see `Event::Fenced`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// The write was accepted.
+    Wrote,
+    /// The write was refused: the register had seen a higher token.
+    Refused,
+    /// The read was refused, for the same reason; no write followed.
+    ReadRefused,
+}
+
+impl Access {
+    const ALL: [Access; 3] = [Access::Wrote, Access::Refused, Access::ReadRefused];
+
+    fn name(self) -> &'static str {
+        match self {
+            Access::Wrote => "wrote",
+            Access::Refused => "refused",
+            Access::ReadRefused => "read_refused",
+        }
+    }
 }
 
 impl fmt::Display for Event {
@@ -73,9 +113,15 @@ impl fmt::Display for Event {
                     start,
                     end,
                     paused,
+                    fence,
                 } = interval;
                 let paused = u8::from(*paused);
-                write!(f, "held {resource} {owner} {start} {end} {paused}")
+                write!(f, "held {resource} {owner} {start} {end} {paused}")?;
+                // Last and only when there is one: older lines parse.
+                match fence {
+                    Some(token) => write!(f, " {token}"),
+                    None => Ok(()),
+                }
             }
             Event::Released { outcome } => write!(f, "released {outcome}"),
             Event::Wrote {
@@ -83,6 +129,11 @@ impl fmt::Display for Event {
                 at,
                 deadline,
             } => write!(f, "wrote {resource} {at} {deadline}"),
+            Event::Fenced {
+                resource,
+                token,
+                access,
+            } => write!(f, "fenced {resource} {token} {}", access.name()),
         }
     }
 }
@@ -115,6 +166,7 @@ impl Event {
                     start: n(3)?,
                     end: n(4)?,
                     paused: n(5)? == 1,
+                    fence: if w.len() > 6 { Some(n(6)?) } else { None },
                 },
             },
             Some("released") => Event::Released { outcome: s(1)? },
@@ -123,13 +175,21 @@ impl Event {
                 at: n(2)?,
                 deadline: n(3)?,
             },
+            Some("fenced") => Event::Fenced {
+                resource: s(1)?,
+                token: n(2)?,
+                access: Access::ALL
+                    .into_iter()
+                    .find(|a| w.get(3) == Some(&a.name()))
+                    .ok_or_else(|| format!("bad history line {line:?}"))?,
+            },
             _ => return Err(format!("bad history line {line:?}")),
         })
     }
 }
 
 /// One holding interval: whose, from when to when; `paused` when the client
-/// slept in it past the lock's validity.
+/// slept in it past the lock's validity; the fencing token of a fenced lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Interval {
     /// Who held it: the client task of a plain lock (`p0t3`), the owner id
@@ -139,9 +199,12 @@ pub struct Interval {
     pub start: u64,
     pub end: u64,
     pub paused: bool,
+    pub fence: Option<u64>,
 }
 
-/// Two owners that believed they held one resource at once.
+/// Two intervals of one resource that break a rule: two owners that
+/// believed they held it at once (a violation), or two fenced acquisitions
+/// in a row whose tokens did not grow (a fence violation).
 #[derive(Debug, Clone)]
 pub struct Violation {
     pub resource: String,
@@ -163,6 +226,12 @@ impl Violation {
 pub struct Verdict {
     /// Every pair of overlapping intervals of two owners on one resource.
     pub violations: Vec<Violation>,
+    /// Every pair of fenced acquisitions of one resource, adjacent in the
+    /// order of their starts, whose second token is not greater than the
+    /// first.
+    pub fence_violations: Vec<Violation>,
+    /// Intervals that carry a fencing token.
+    pub fenced: usize,
     /// Pairs of overlapping intervals of one owner on one resource: nested
     /// reentrant holds, allowed.
     pub nested: usize,
@@ -183,6 +252,11 @@ pub struct Verdict {
     /// them).
     pub writes: BTreeMap<String, u64>,
     pub late_writes: usize,
+    /// Writes the fenced register accepted, per resource; and the stale
+    /// writes and reads it refused.
+    pub fenced_writes: BTreeMap<String, u64>,
+    pub refused_writes: usize,
+    pub refused_reads: usize,
     /// Paused holders during whose pause another client took the resource.
     pub moved_on: usize,
     pub paused: usize,
@@ -223,6 +297,13 @@ impl Verdict {
                         v.late_writes += 1;
                     }
                 }
+                Event::Fenced {
+                    resource, access, ..
+                } => match access {
+                    Access::Wrote => *v.fenced_writes.entry(resource).or_default() += 1,
+                    Access::Refused => v.refused_writes += 1,
+                    Access::ReadRefused => v.refused_reads += 1,
+                },
             }
         }
         v.latencies_us.sort_unstable();
@@ -236,6 +317,17 @@ impl Verdict {
                         resource: resource.clone(),
                         first: a.clone(),
                         second: b.clone(),
+                    });
+                }
+            }
+            let fenced: Vec<&Interval> = intervals.iter().filter(|i| i.fence.is_some()).collect();
+            v.fenced += fenced.len();
+            for pair in fenced.windows(2) {
+                if pair[1].fence <= pair[0].fence {
+                    v.fence_violations.push(Violation {
+                        resource: resource.clone(),
+                        first: pair[0].clone(),
+                        second: pair[1].clone(),
                     });
                 }
             }
@@ -319,6 +411,9 @@ pub mod self_test {
         overlapping_intervals_on_one_resource_are_violations();
         overlaps_of_one_owner_pass_and_of_two_owners_do_not();
         disjoint_intervals_pass();
+        tokens_that_grow_in_the_order_of_acquisition_pass();
+        a_token_that_does_not_grow_is_a_fence_violation();
+        the_fenced_register_is_counted();
         counts_latency_gaps_and_paused_holders_that_were_taken_over();
     }
 
@@ -330,7 +425,25 @@ pub mod self_test {
                 start,
                 end,
                 paused: false,
+                fence: None,
             },
+        }
+    }
+
+    /// A fenced lock's interval, with its `token`.
+    fn fenced(resource: &str, owner: &str, start: u64, end: u64, token: u64) -> Event {
+        let mut e = held(resource, owner, start, end);
+        if let Event::Held { interval, .. } = &mut e {
+            interval.fence = Some(token);
+        }
+        e
+    }
+
+    fn access(resource: &str, token: u64, access: Access) -> Event {
+        Event::Fenced {
+            resource: resource.into(),
+            token,
+            access,
         }
     }
 
@@ -351,11 +464,21 @@ pub mod self_test {
                 at: 5,
                 deadline: 7,
             },
+            fenced("r2", "p1t0", 30, 40, 1_763_900_000_123_456),
+            access("r2", 7, Access::Wrote),
+            access("r2", 7, Access::Refused),
+            access("r2", 7, Access::ReadRefused),
         ];
         for e in events {
             assert_eq!(Event::parse(&e.to_string()), Ok(e));
         }
         assert!(Event::parse("held r1").is_err());
+        assert!(Event::parse("fenced r2 7 lost").is_err());
+        // A line written before intervals carried tokens.
+        assert_eq!(
+            Event::parse("held r1 p0t3 10 20 0"),
+            Ok(held("r1", "p0t3", 10, 20))
+        );
     }
 
     fn overlapping_intervals_on_one_resource_are_violations() {
@@ -417,6 +540,69 @@ pub mod self_test {
     fn disjoint_intervals_pass() {
         let v = Verdict::check([held("a", "x", 0, 10), held("a", "y", 11, 20)]);
         assert!(v.violations.is_empty());
+    }
+
+    /// In the order of the starts, not of the lines; per resource; an
+    /// interval without a token is not in the order.
+    fn tokens_that_grow_in_the_order_of_acquisition_pass() {
+        let v = Verdict::check([
+            fenced("a", "x", 0, 10, 5),
+            fenced("a", "z", 20, 30, 9),
+            fenced("a", "y", 10, 20, 7), // logged late, acquired second
+            held("a", "w", 30, 40),
+            fenced("a", "x", 40, 50, 10),
+            fenced("b", "x", 0, 10, 1), // another resource, its own tokens
+        ]);
+        assert!(v.fence_violations.is_empty(), "{:?}", v.fence_violations);
+        assert_eq!(v.fenced, 5);
+    }
+
+    /// A repeated token and one that goes back, each caught as the pair of
+    /// acquisitions in a row; so is the same token logged out of order.
+    fn a_token_that_does_not_grow_is_a_fence_violation() {
+        let v = Verdict::check([
+            fenced("a", "x", 0, 10, 5),
+            fenced("a", "y", 10, 20, 5), // repeated
+            fenced("a", "z", 20, 30, 8),
+            fenced("a", "x", 30, 40, 6), // back
+            fenced("b", "x", 10, 20, 3), // acquired after the next line's
+            fenced("b", "y", 0, 10, 9),
+        ]);
+        let pairs: Vec<(&str, &str, u64, &str, u64)> = v
+            .fence_violations
+            .iter()
+            .map(|x| {
+                (
+                    x.resource.as_str(),
+                    x.first.owner.as_str(),
+                    x.first.fence.unwrap(),
+                    x.second.owner.as_str(),
+                    x.second.fence.unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            pairs,
+            [
+                ("a", "x", 5, "y", 5),
+                ("a", "z", 8, "x", 6),
+                ("b", "y", 9, "x", 3)
+            ]
+        );
+        assert!(v.violations.is_empty());
+    }
+
+    fn the_fenced_register_is_counted() {
+        let v = Verdict::check([
+            access("a", 5, Access::Wrote),
+            access("a", 6, Access::Wrote),
+            access("b", 2, Access::Wrote),
+            access("a", 4, Access::Refused),
+            access("a", 3, Access::ReadRefused),
+        ]);
+        assert_eq!(v.fenced_writes.get("a"), Some(&2));
+        assert_eq!(v.fenced_writes.get("b"), Some(&1));
+        assert_eq!((v.refused_writes, v.refused_reads), (1, 1));
     }
 
     fn counts_latency_gaps_and_paused_holders_that_were_taken_over() {

@@ -10,15 +10,17 @@
 //! unsafe on purpose must show violations; the others must show none.
 //!
 //! The clients take plain locks (`lock()`), except in the scenarios named
-//! `reentrant_*` (nested reentrant holds, each task an owner) and `multi_*`
-//! (`lock_all()` on sets of 2–3 resources), which run the same faults as
-//! the scenario after the underscore (`kill`, `freeze`, `cancel`) on the
-//! other lock kinds.
+//! `reentrant_*` (nested reentrant holds, each task an owner), `multi_*`
+//! (`lock_all()` on sets of 2–3 resources) and `fenced_*` (`fenced()`
+//! locks, whose tokens must grow in acquire order, and a register that
+//! refuses stale tokens must lose no update), which run the same faults as
+//! the scenario after the underscore on the other lock kinds (the table in
+//! `scenarios`).
 //!
 //! ```text
 //! cargo test --test chaos                     # every scenario, ~10 s each
 //! cargo test --test chaos -- kill freeze     # those whose name contains a word
-//! cargo test --test chaos -- reentrant multi # the other lock kinds
+//! cargo test --test chaos -- reentrant multi fenced # the other lock kinds
 //! REDQUORUM_CHAOS_SECS=60 cargo test --test chaos   # longer runs
 //! ```
 //!

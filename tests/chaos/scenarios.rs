@@ -1,17 +1,30 @@
 //! The scenarios: a cluster, a load of two client processes, the faults
 //! injected meanwhile, and what the checker must find.
 //!
-//! `kill`, `freeze` and `cancel` each take the kind of lock the clients
-//! use: the plain scenarios run the mutex, `reentrant_*` and `multi_*` the
-//! same faults on reentrant holds and on sets of resources.
+//! A scenario that takes the kind of lock the clients use lists the kinds
+//! it runs: its plain run is the mutex, and `<kind>_<scenario>` runs the
+//! same faults on another kind.
+//!
+//! | scenario | mutex | `reentrant_` | `multi_` | `fenced_` |
+//! |---|---|---|---|---|
+//! | `control_one_node_quorum` | yes | | | yes: tokens without the time floor, which must go backwards |
+//! | `kill`, `freeze` | yes | yes | yes | yes |
+//! | `restart_after_ttl` | yes | | | yes |
+//! | `cancel` | yes | yes | yes | |
+//! | `pause` | yes | | | yes: paused holders write after the pause; the plain register loses updates, the fenced one refuses the stale writes |
+//!
+//! A fenced run must show no fence violation (tokens that do not grow in
+//! acquire order) and no lost update on the fenced register, besides the
+//! checks of every run.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use redquorum::local_cluster::{LocalCluster, Reply, command};
 
-use crate::client::{Kind, Spec};
+use crate::client::{self, Kind, Spec};
 use crate::history::{Event, Verdict, now_ns};
 use crate::{CLIENT, pick};
 
@@ -31,10 +44,16 @@ pub struct Scenario {
 pub enum Run {
     /// Once.
     Once(fn(Duration)),
-    /// Once per lock kind the clients can take: named as the scenario with
-    /// the mutex, `<kind>_<name>` with the others (see [`cases`]).
-    EachKind(fn(Duration, Kind)),
+    /// Once per lock kind of the list: named as the scenario with the
+    /// mutex, `<kind>_<name>` with the others (see [`cases`]).
+    Kinds(&'static [Kind], fn(Duration, Kind)),
 }
+
+/// The kinds of the scenarios that run on every kind.
+const EVERY_KIND: &[Kind] = &Kind::ALL;
+/// The kinds of the scenarios whose load takes plain locks, and checks
+/// the fencing tokens of fenced ones.
+const PLAIN_AND_FENCED: &[Kind] = &[Kind::Mutex, Kind::Fenced];
 
 /// One run of a scenario, with one kind of lock.
 pub struct Case {
@@ -48,7 +67,7 @@ impl Case {
     pub fn run(&self, secs: Duration) {
         match self.run {
             Run::Once(run) => run(secs),
-            Run::EachKind(run) => run(secs, self.kind),
+            Run::Kinds(_, run) => run(secs, self.kind),
         }
     }
 }
@@ -60,7 +79,7 @@ pub fn cases() -> Vec<Case> {
     for s in ALL {
         let kinds: &[Kind] = match s.run {
             Run::Once(_) => &[Kind::Mutex],
-            Run::EachKind(_) => &Kind::ALL,
+            Run::Kinds(kinds, _) => kinds,
         };
         cases.extend(kinds.iter().map(|&kind| Case {
             name: kind.named(s.name),
@@ -78,13 +97,13 @@ pub fn cases() -> Vec<Case> {
 pub const ALL: &[Scenario] = &[
     Scenario {
         name: "checker",
-        about: "the checker's own checks: overlaps of two owners found, of one owner's nested holds passed, disjoint intervals pass, figures counted",
+        about: "the checker's own checks: overlaps of two owners found, of one owner's nested holds passed, disjoint intervals pass, tokens that do not grow in acquire order found, growing ones passed, figures counted",
         run: Run::Once(|_| crate::history::self_test::run()),
     },
     Scenario {
         name: "control_one_node_quorum",
-        about: "NEGATIVE CONTROL: each client process is given a different single node, a quorum of one; the checker must report violations",
-        run: Run::Once(control_one_node_quorum),
+        about: "NEGATIVE CONTROL: each client process is given a different single node, a quorum of one; the checker must report violations (fenced: and tokens that do not grow, drawn without the time floor)",
+        run: Run::Kinds(PLAIN_AND_FENCED, control_one_node_quorum),
     },
     Scenario {
         name: "control_restart_at_once_unguarded",
@@ -99,12 +118,12 @@ pub const ALL: &[Scenario] = &[
     Scenario {
         name: "kill",
         about: "kill -9 a random node every 0.3-1 s while acquisitions are in flight, restart it at once (guard on)",
-        run: Run::EachKind(kill),
+        run: Run::Kinds(EVERY_KIND, kill),
     },
     Scenario {
         name: "freeze",
         about: "SIGSTOP a random node for 150-600 ms (node timeout 50 ms), then SIGCONT",
-        run: Run::EachKind(freeze),
+        run: Run::Kinds(EVERY_KIND, freeze),
     },
     Scenario {
         name: "majority_down",
@@ -114,17 +133,17 @@ pub const ALL: &[Scenario] = &[
     Scenario {
         name: "restart_after_ttl",
         about: "restart guard off; a node killed and kept down for longer than the TTL before it restarts empty (the distlock rule)",
-        run: Run::Once(restart_after_ttl),
+        run: Run::Kinds(PLAIN_AND_FENCED, restart_after_ttl),
     },
     Scenario {
         name: "cancel",
         about: "half the lock() calls dropped after 0-2 ms; no keys left behind",
-        run: Run::EachKind(cancel),
+        run: Run::Kinds(&[Kind::Mutex, Kind::Reentrant, Kind::Multi], cancel),
     },
     Scenario {
         name: "pause",
-        about: "one holder in four sleeps past its TTL; its interval counts to its validity deadline, and the lock moves on",
-        run: Run::Once(pause),
+        about: "one holder in four sleeps past its TTL; its interval counts to its validity deadline, and the lock moves on (fenced: it writes after the pause; the plain register loses updates, the fenced one refuses the stale writes and loses none)",
+        run: Run::Kinds(PLAIN_AND_FENCED, pause),
     },
     Scenario {
         name: "clock_fast_0_5pct",
@@ -151,9 +170,12 @@ pub const ALL: &[Scenario] = &[
 // ---------------------------------------------------------------------------
 // The scenarios
 
-fn control_one_node_quorum(secs: Duration) {
+fn control_one_node_quorum(secs: Duration, kind: Kind) {
     let c = cluster(5);
-    let load = Load::new("one_node", &c, secs);
+    let mut load = Load::of(kind, "one_node", &c, secs);
+    // On the wall clock's floor, the tokens of two processes on one machine
+    // would mostly grow without any quorum; the counters alone must not.
+    load.spec.fence_floor = false;
     // Process p sees node p alone: each is its own majority.
     let urls = c.urls();
     let clients = load.start(|p| vec![urls[p].clone()]);
@@ -164,6 +186,12 @@ fn control_one_node_quorum(secs: Duration) {
         "the negative control found no violation: the checker cannot fail"
     );
     assert!(f.lost_updates > 0, "no lost update under a quorum of one");
+    if kind == Kind::Fenced {
+        assert!(
+            !v.fence_violations.is_empty(),
+            "the negative control found no token that did not grow: the checker cannot fail"
+        );
+    }
 }
 
 fn control_restart_at_once_unguarded(secs: Duration) {
@@ -278,9 +306,9 @@ fn majority_down(secs: Duration) {
     assert!(after > 0, "no acquisition after the nodes came back");
 }
 
-fn restart_after_ttl(secs: Duration) {
+fn restart_after_ttl(secs: Duration, kind: Kind) {
     let mut c = cluster(5);
-    let mut load = Load::new("after_ttl", &c, secs);
+    let mut load = Load::of(kind, "after_ttl", &c, secs);
     load.spec.restart_guard = false;
     let clients = load.start_all(&c);
     let mut restarts = 0;
@@ -317,9 +345,9 @@ fn cancel(secs: Duration, kind: Kind) {
     assert_eq!(left, 0, "cancelled acquisitions left keys behind");
 }
 
-fn pause(secs: Duration) {
+fn pause(secs: Duration, kind: Kind) {
     let c = cluster(5);
-    let mut load = Load::new("pause", &c, secs);
+    let mut load = Load::of(kind, "pause", &c, secs);
     load.spec.pause_one_in = 4;
     load.spec.ttl = Duration::from_millis(500);
     let clients = load.start_all(&c);
@@ -331,6 +359,14 @@ fn pause(secs: Duration) {
         v.paused, v.moved_on
     );
     assert!(v.paused > 0 && v.moved_on > 0, "the lock did not move on");
+    if kind == Kind::Fenced {
+        // What fencing is for: the paused holders' late writes.
+        assert!(
+            f.lost_updates > 0,
+            "the plain register lost no update: no paused holder wrote after another"
+        );
+        assert!(v.refused_writes > 0, "no stale fenced write was refused");
+    }
 }
 
 fn clock_fast_small(secs: Duration) {
@@ -529,6 +565,7 @@ impl Load {
                 extend_one_in: 4,
                 restart_guard: true,
                 wake_on_release: true,
+                fence_floor: true,
                 prefix: format!("chaos:{name}:"),
                 name: String::new(),
                 history: String::new(),
@@ -579,19 +616,13 @@ impl Load {
 
     /// Prints the figures of a run and returns the lost updates.
     fn report(&self, v: &Verdict) -> Figures {
-        let mut writes = 0;
-        let mut lost_updates = 0;
-        for r in 0..self.spec.resources {
-            let resource = format!("r{r}");
-            let key = format!("register:{}{resource}", self.spec.prefix);
-            let value = match command(self.register.port(0), &["GET", &key]).expect("register") {
-                Reply::Bulk(Some(b)) => String::from_utf8(b).unwrap().parse().unwrap(),
-                _ => 0,
-            };
-            let logged = v.writes.get(&resource).copied().unwrap_or(0);
-            writes += logged;
-            lost_updates += logged.saturating_sub(value);
-        }
+        let (writes, lost_updates) = self.lost_updates(&v.writes, |r| {
+            self.read_register(&["GET", &client::register_key(&self.spec.prefix, r)])
+        });
+        let (fenced_writes, fenced_lost_updates) = self.lost_updates(&v.fenced_writes, |r| {
+            let key = client::fenced_key(&self.spec.prefix, r);
+            self.read_register(&["HGET", &key, "value"])
+        });
         let s = &self.spec;
         println!(
             "   load: {} locks, {} processes x {} tasks, {} resources, TTL {} ms, node timeout {} ms, restart guard {}",
@@ -647,16 +678,76 @@ impl Load {
                 ms(x.overlap())
             );
         }
+        if s.kind == Kind::Fenced {
+            println!(
+                "   fenced register: {fenced_writes} writes accepted, {fenced_lost_updates} lost updates; stale tokens refused: {} writes, {} reads",
+                v.refused_writes, v.refused_reads
+            );
+            println!(
+                "   fencing tokens ({}): {} acquisitions with a token; FENCE VIOLATIONS (acquired in a row, token not greater): {}",
+                if s.fence_floor {
+                    "on the wall clock's floor"
+                } else {
+                    "counters alone"
+                },
+                v.fenced,
+                v.fence_violations.len()
+            );
+            let at = |ns: u64| ms(Duration::from_nanos(ns.saturating_sub(v.window.0)));
+            for x in v.fence_violations.iter().take(3) {
+                println!(
+                    "     {}: {} token {} acquired at {:.3} ms (held to {:.3}), then {} token {} at {:.3} ms",
+                    x.resource,
+                    x.first.owner,
+                    x.first.fence.unwrap_or_default(),
+                    at(x.first.start),
+                    at(x.first.end),
+                    x.second.owner,
+                    x.second.fence.unwrap_or_default(),
+                    at(x.second.start)
+                );
+            }
+        }
         Figures {
             lost_updates,
+            fenced_lost_updates,
             kind: s.kind,
             intervals,
+        }
+    }
+
+    /// The writes logged to a register (`logged`, per resource) and the
+    /// updates lost: logged writes beyond the final value, `value(resource)`.
+    fn lost_updates(
+        &self,
+        logged: &BTreeMap<String, u64>,
+        value: impl Fn(&str) -> u64,
+    ) -> (u64, u64) {
+        let mut writes = 0;
+        let mut lost = 0;
+        for r in 0..self.spec.resources {
+            let resource = format!("r{r}");
+            let logged = logged.get(&resource).copied().unwrap_or(0);
+            writes += logged;
+            lost += logged.saturating_sub(value(&resource));
+        }
+        (writes, lost)
+    }
+
+    /// A number the register node answers to `args` (0 for none).
+    fn read_register(&self, args: &[&str]) -> u64 {
+        match command(self.register.port(0), args).expect("register") {
+            Reply::Bulk(Some(b)) => String::from_utf8(b).unwrap().parse().unwrap(),
+            _ => 0,
         }
     }
 }
 
 struct Figures {
+    /// Of the plain register.
     lost_updates: u64,
+    /// Of the fenced register.
+    fenced_lost_updates: u64,
     kind: Kind,
     /// Holding intervals logged, on every resource.
     intervals: usize,
@@ -717,13 +808,28 @@ impl Drop for Clients {
 /// And the load did what its kind is about: reentrant owners nested holds
 /// (overlaps the checker let pass), sets held 2–3 resources per lock; and
 /// where no task holds a resource twice, no owner overlapped itself.
+///
+/// Fenced locks: every interval carries a token, the tokens grow in acquire
+/// order, and the fenced register lost no update, late writes or not.
 fn assert_safe(v: &Verdict, f: &Figures) {
     assert!(v.acquisitions > 0, "nothing was acquired");
     match f.kind {
         Kind::Reentrant => assert!(v.nested > 0, "no hold of an owner overlapped another"),
-        Kind::Mutex | Kind::Multi => {
+        Kind::Mutex | Kind::Multi | Kind::Fenced => {
             assert_eq!(v.nested, 0, "a task overlapped its own non-reentrant lock")
         }
+    }
+    if f.kind == Kind::Fenced {
+        assert_eq!(v.fenced, f.intervals, "fenced locks without a token");
+        assert!(
+            v.fence_violations.is_empty(),
+            "{} fence violations",
+            v.fence_violations.len()
+        );
+        assert_eq!(
+            f.fenced_lost_updates, 0,
+            "lost updates on the fenced register"
+        );
     }
     if f.kind == Kind::Multi {
         assert!(
