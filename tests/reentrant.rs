@@ -148,24 +148,33 @@ async fn a_plain_lock_keeps_a_reentrant_owner_out_and_is_never_a_type_error() {
         assert_eq!(get(&c, i, &key("r")).as_deref(), Some(plain.token()));
     }
     // A reentrant waiter sees the plain holder and is woken by its release.
-    let waiter = {
-        let redlock = redlock.clone();
-        tokio::spawn(async move {
-            redlock
-                .lock("r", secs(10))
-                .reentrant("owner-a")
-                .wait(secs(8))
-                .retries(50)
-                .await
-        })
-    };
+    let waiter = spawn_waiter(&redlock, "owner-a", 50);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let released = Instant::now();
     plain.release().await.unwrap();
-    let hold = waiter.await.unwrap().unwrap();
+    let hold = waiter.await.unwrap().0.unwrap();
     // Woken by the announcement, not by the 10 s TTL nor a retry limit.
     assert!(released.elapsed() < secs(2), "{:?}", released.elapsed());
     hold.release().await.unwrap();
+}
+
+/// `owner` waiting for "r" (for up to 9 s and `retries` counted retries) in
+/// a task of its own: the lock, or why not, and when the call returned.
+fn spawn_waiter(
+    redlock: &Redlock,
+    owner: &'static str,
+    retries: u32,
+) -> tokio::task::JoinHandle<(Result<Lock, Error>, Instant)> {
+    let redlock = redlock.clone();
+    tokio::spawn(async move {
+        let lock = redlock
+            .lock("r", secs(10))
+            .reentrant(owner)
+            .retries(retries)
+            .wait(secs(9))
+            .await;
+        (lock, Instant::now())
+    })
 }
 
 fn not_waited(report: &redquorum::Report) -> usize {
@@ -178,25 +187,14 @@ async fn a_waiting_owner_is_woken_by_the_last_release_not_the_first() {
     let redlock = redlock(&c);
     let outer = take(&redlock, "owner-a", secs(10)).await.unwrap();
     let inner = take(&redlock, "owner-a", secs(10)).await.unwrap();
-    let waiter = {
-        let redlock = redlock.clone();
-        tokio::spawn(async move {
-            let lock = redlock
-                .lock("r", secs(10))
-                .reentrant("owner-b")
-                .wait(secs(8))
-                .retries(50)
-                .await;
-            (lock, Instant::now())
-        })
-    };
+    let waiter = spawn_waiter(&redlock, "owner-b", 50);
     tokio::time::sleep(Duration::from_millis(300)).await;
     outer.release().await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(
         !waiter.is_finished(),
         "finished while the inner hold was held: {:?}",
-        waiter.await.unwrap()
+        waiter.await.unwrap().0
     );
     let last = Instant::now();
     inner.release().await.unwrap();
@@ -393,18 +391,7 @@ async fn a_waiter_outlasts_diverging_holds_and_wakes_at_the_last_release() {
         run(&c, i, &["CONFIG", "SET", "maxmemory", "0"]);
     }
     await_holds(&c, &[2, 3, 4], &key("r"), &[outer.token(), inner.token()]).await;
-    let waiter = {
-        let redlock = redlock.clone();
-        tokio::spawn(async move {
-            let lock = redlock
-                .lock("r", secs(10))
-                .reentrant("owner-b")
-                .retries(10)
-                .wait(secs(9))
-                .await;
-            (lock, Instant::now())
-        })
-    };
+    let waiter = spawn_waiter(&redlock, "owner-b", 10);
     tokio::time::sleep(Duration::from_millis(300)).await;
     outer.release().await.unwrap();
     tokio::time::sleep(Duration::from_millis(1_500)).await;

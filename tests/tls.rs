@@ -160,6 +160,17 @@ fn tls_nodes(
         ];
         args.extend(extra);
         let node = LocalCluster::start_with_args(1, &args).expect("a TLS redis-server");
+        // With a password: an ACL user `locker` that has it, for the lock
+        // keys, their channels and every command; the default user gets it
+        // too (`requirepass`).
+        if !password.is_empty() {
+            let pass = format!(">{password}");
+            run(
+                &node,
+                0,
+                &["ACL", "SETUSER", "locker", "on", &pass, "~*", "&*", "+@all"],
+            );
+        }
         // From now on TLS only (and with the password, if any).
         run(
             &node,
@@ -282,7 +293,8 @@ async fn mutual_tls_needs_the_client_certificate() {
         .unwrap();
 }
 
-/// The managed-Redis shape: TLS and a password in the URL. A wrong password
+/// The managed-Redis shape: TLS, and an ACL user with its password in the
+/// URL. A wrong password
 /// is an `Auth` failure that says what to fix; the password shows nowhere —
 /// not in errors, `Debug` output, or any log line down to TRACE.
 #[tokio::test]
@@ -294,7 +306,7 @@ async fn a_password_over_tls_works_and_never_shows() {
         3,
         &["--tls-auth-clients", "no"],
         secret,
-        &format!(":{secret}@"),
+        &format!("locker:{secret}@"),
     );
     let logs = Logs::at(Level::TRACE);
     let _guard = tracing::subscriber::set_default(logs.clone());

@@ -210,48 +210,28 @@ impl Engine {
             |_| false,
         );
         let (mut tally, stragglers) = quorum::decide(answers).await;
-        let elapsed = start.elapsed();
-        let valid = plan.validity(elapsed, self.options.min_validity);
-        tracing::debug!(
-            agreed = tally.agreed(),
-            needed = tally.needed(),
-            elapsed_us = elapsed.as_micros() as u64,
-            validity_ms = valid.map(|v| v.as_millis() as u64),
-            "acquire attempt"
-        );
-        if tally.has_majority() && valid.is_some() {
+        let took = start.elapsed();
+        if self.holds(plan, start, &tally, "first") {
             // The slow nodes still get the key: a lock on more than a bare
             // majority survives the loss of more nodes.
             self.detach(stragglers.finish());
             let agreed = kind.agreed(id, &tally);
-            let Some(confirm) = agreed.confirm else {
-                metrics::acquired(name);
-                return Attempt::Held {
-                    deadline: plan.deadline(start),
-                    fence: agreed.fence,
-                };
-            };
-            // A second round, counted in the validity like the first.
-            let (second, rest) = quorum::decide(self.outcomes(kind, confirm, |_| false)).await;
-            self.detach(rest.finish());
-            let elapsed = start.elapsed();
-            let valid = plan.validity(elapsed, self.options.min_validity);
-            tracing::debug!(
-                agreed = second.agreed(),
-                needed = second.needed(),
-                elapsed_us = elapsed.as_micros() as u64,
-                validity_ms = valid.map(|v| v.as_millis() as u64),
-                "acquire attempt: second round"
-            );
-            if second.has_majority() && valid.is_some() {
-                metrics::acquired(name);
-                return Attempt::Held {
-                    deadline: plan.deadline(start),
-                    fence: agreed.fence,
-                };
+            if let Some(confirm) = agreed.confirm {
+                // A second round, counted in the validity like the first.
+                let outcomes = self.outcomes(kind, confirm, |_| false);
+                let (second, rest) = quorum::decide(outcomes).await;
+                self.detach(rest.finish());
+                if !self.holds(plan, start, &second, "second") {
+                    let took = start.elapsed();
+                    self.rollback(kind, id, &tally).await;
+                    return Attempt::Failed(second, took);
+                }
             }
-            self.rollback(kind, id, &tally).await;
-            return Attempt::Failed(second, elapsed);
+            metrics::acquired(name);
+            return Attempt::Held {
+                deadline: plan.deadline(start),
+                fence: agreed.fence,
+            };
         }
         if observe && tally.unclear() {
             // A waiter that cannot tell whom to wait for hears the other
@@ -265,7 +245,23 @@ impl Engine {
             drop(stragglers);
         }
         self.rollback(kind, id, &tally).await;
-        Attempt::Failed(tally, elapsed)
+        Attempt::Failed(tally, took)
+    }
+
+    /// Whether a round's votes hold the lock: a majority agreed, and more
+    /// than the minimum validity is left after the time since `start`.
+    fn holds(&self, plan: &Plan, start: Moment, tally: &Tally, round: &'static str) -> bool {
+        let elapsed = start.elapsed();
+        let valid = plan.validity(elapsed, self.options.min_validity);
+        tracing::debug!(
+            round,
+            agreed = tally.agreed(),
+            needed = tally.needed(),
+            elapsed_us = elapsed.as_micros() as u64,
+            validity_ms = valid.map(|v| v.as_millis() as u64),
+            "acquire attempt"
+        );
+        tally.has_majority() && valid.is_some()
     }
 
     /// Releases on every node: waits for the nodes that replied to the
