@@ -308,6 +308,11 @@ impl Builder {
     /// of the system's root certificates (a private CA, or a managed
     /// Redis's own). Feature `tls`.
     ///
+    /// redis-rs builds its TLS configuration on rustls's process-wide
+    /// crypto provider: [`build`](Builder::build) installs `ring` there if
+    /// no provider is installed yet. An application that wants another
+    /// (aws-lc-rs, a FIPS build) installs it before building.
+    ///
     /// ```no_run
     /// # fn run() -> Result<(), Box<dyn std::error::Error>> {
     /// let redlock = redquorum::Redlock::builder()

@@ -405,8 +405,11 @@ pub enum NodeFailure {
     NotWaited,
     /// The node could not be reached or the connection dropped.
     Connection(String),
-    /// The TLS handshake failed: a certificate the client does not trust,
-    /// a name that does not match, or a client certificate missing.
+    /// The TLS handshake failed: a certificate the client does not trust, a
+    /// name that does not match, or the node's alert (a client certificate
+    /// required), as rustls reports them; or redis-rs could not build a TLS
+    /// configuration from the certificates given. A connection that breaks
+    /// later is a [`Connection`](NodeFailure::Connection) failure.
     Tls(String),
     /// The node refused our credentials (`NOAUTH`, `WRONGPASS`, `NOPERM`).
     Auth(String),

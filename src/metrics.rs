@@ -12,7 +12,7 @@
 //! | `redquorum_node_request_seconds` | histogram | `node`, `outcome` | each request to a node, from the call to its answer: `outcome` is `ok`, `timeout`, `connection` or `error` |
 //!
 //! `kind` is `mutex`, `set` (`lock_all`), `reentrant` or `fenced`; `node`
-//! is `host:port`, never a password.
+//! is `host:port`, never a password. Without the feature nothing is timed.
 
 #[cfg(feature = "metrics")]
 mod on {
@@ -38,7 +38,18 @@ mod on {
         metrics::counter!("redquorum_lost_total", "kind" => kind).increment(1);
     }
 
-    pub(crate) fn request(node: &str, outcome: &'static str, took: Duration) {
+    pub(crate) fn request(
+        node: &str,
+        reply: &Result<redis::Value, crate::error::NodeFailure>,
+        took: Duration,
+    ) {
+        use crate::error::NodeFailure;
+        let outcome = match reply {
+            Ok(_) => "ok",
+            Err(NodeFailure::Timeout) => "timeout",
+            Err(NodeFailure::Connection(_) | NodeFailure::Tls(_)) => "connection",
+            Err(_) => "error",
+        };
         metrics::histogram!(
             "redquorum_node_request_seconds",
             "node" => node.to_owned(),
@@ -50,14 +61,12 @@ mod on {
 
 #[cfg(not(feature = "metrics"))]
 mod on {
-    use std::time::Duration;
 
     pub(crate) fn attempt(_: &'static str) {}
     pub(crate) fn acquired(_: &'static str) {}
     pub(crate) fn gave_up(_: &'static str, _: &'static str) {}
     pub(crate) fn extend_failed(_: &'static str) {}
     pub(crate) fn lost(_: &'static str) {}
-    pub(crate) fn request(_: &str, _: &'static str, _: Duration) {}
 }
 
 pub(crate) use on::*;

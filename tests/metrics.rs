@@ -125,6 +125,11 @@ async fn every_outcome_is_counted_and_requests_are_timed_per_node() {
         .await
         .expect("never lost");
     assert_eq!(seen.counter("redquorum_lost_total", &mutex), 1);
+    // Without a watchdog: the validity runs out before the release.
+    let late = redlock.lock("l", Duration::from_millis(300)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    late.release().await.unwrap_err();
+    assert_eq!(seen.counter("redquorum_lost_total", &mutex), 2);
     assert!(seen.counter("redquorum_extend_failures_total", &mutex) >= 1);
     // Requests to each node, by outcome, in a histogram labelled by node.
     let timed = seen.histogram_labels("redquorum_node_request_seconds", "node");

@@ -277,7 +277,13 @@ async fn mutual_tls_needs_the_client_certificate() {
         .retries(3)
         .await
         .unwrap_err();
-    assert_eq!(err.report().unwrap().agreed(), 0, "{err}");
+    let report = err.report().unwrap();
+    assert_eq!(report.agreed(), 0, "{err}");
+    // The node's alert (a certificate required) is a TLS failure.
+    assert!(
+        count(report, |f| matches!(f, NodeFailure::Tls(_))) >= 2,
+        "{err}"
+    );
     let with = tls_builder(&urls)
         .tls_root_certificate(pki.read("ca.crt"))
         .tls_client_certificate(pki.read("client.crt"), pki.read("client.key"))
@@ -348,6 +354,71 @@ async fn a_password_over_tls_works_and_never_shows() {
     assert!(
         !logs.lines().is_empty(),
         "nothing was logged: the check saw nothing"
+    );
+}
+
+/// A node killed while a request waits on it over TLS closes the stream
+/// without a TLS goodbye: a connection failure (the command may have been
+/// applied), not a certificate problem.
+#[tokio::test]
+async fn a_node_dying_mid_request_over_tls_is_a_connection_failure() {
+    let pki = Pki::new();
+    let (mut nodes, urls) = tls_nodes(&pki, 3, &["--tls-auth-clients", "no"], "", "");
+    let redlock = tls_builder(&urls)
+        .tls_root_certificate(pki.read("ca.crt"))
+        .build()
+        .unwrap();
+    // Node 1 is held by someone else, so node 0's answer decides; node 0
+    // holds writes back until it is killed. Its connection is the first:
+    // an error there is the request's answer (on a connection made
+    // earlier, the request would be sent once more on a new one, which
+    // finds the node gone).
+    run_tls(
+        &pki,
+        &urls[1],
+        &["SET", "redquorum:r", "someone-else", "PX", "60000"],
+    );
+    run_tls(&pki, &urls[0], &["CLIENT", "PAUSE", "10000", "WRITE"]);
+    let killer = {
+        let pid = nodes[0].pid(0).unwrap();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            // SAFETY: SIGKILL to our own child, not yet reaped.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+        })
+    };
+    let err = redlock
+        .lock("r", Duration::from_secs(10))
+        .retries(0)
+        .await
+        .unwrap_err();
+    killer.join().unwrap();
+    nodes[0].kill(0);
+    let report = err.report().unwrap();
+    let node = urls[0].trim_start_matches("rediss://");
+    let failure = report
+        .failures()
+        .iter()
+        .find(|(name, _)| name == node)
+        .map(|(_, f)| f.clone());
+    assert!(
+        matches!(failure, Some(NodeFailure::Connection(_))),
+        "{node}: {failure:?} in {err}"
+    );
+}
+
+/// One command to the TLS node at `url`, through redis-cli.
+fn run_tls(pki: &Pki, url: &str, args: &[&str]) {
+    let port = url.rsplit(':').next().unwrap();
+    let out = Command::new("redis-cli")
+        .args(["--tls", "--cacert", &pki.path("ca.crt"), "-p", port])
+        .args(args)
+        .output()
+        .expect("redis-cli");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }
 

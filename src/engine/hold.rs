@@ -135,16 +135,26 @@ impl Hold {
 
     /// The lock is lost while held (not released): says why, counts it, and
     /// ends it.
+    /// Nothing if it had already ended (a release, or another path, got
+    /// there first).
     fn lose(&self, why: std::fmt::Arguments<'_>) {
+        if self.end() {
+            self.report_lost(why);
+        }
+    }
+
+    /// Says that the lock was lost while held, and counts it: once per lock,
+    /// by whichever path ended it.
+    fn report_lost(&self, why: std::fmt::Arguments<'_>) {
         tracing::warn!(key = %self.id.key(), "lock lost: {why}");
         metrics::lost(self.kind.name(&self.id));
-        self.end();
     }
 
     /// Marks the lock as ended: every handle says it is lost from now on.
-    pub(crate) fn end(&self) {
+    /// Whether this call ended it.
+    pub(crate) fn end(&self) -> bool {
         self.state
-            .send_if_modified(|state| !std::mem::replace(&mut state.ended, true));
+            .send_if_modified(|state| !std::mem::replace(&mut state.ended, true))
     }
 
     /// Moves the deadline to `deadline` if that is later; says whether it
@@ -153,11 +163,13 @@ impl Hold {
     /// after the validity ran out does not make it valid again).
     fn set_deadline(&self, deadline: Moment) -> bool {
         let mut moved = false;
+        let mut ran_out = false;
         self.state.send_if_modified(|state| {
             if state.ended {
                 false
             } else if state.deadline.remaining().is_zero() {
                 state.ended = true;
+                ran_out = true;
                 true
             } else if deadline > state.deadline {
                 state.deadline = deadline;
@@ -167,6 +179,11 @@ impl Hold {
                 false
             }
         });
+        if ran_out {
+            self.report_lost(format_args!(
+                "validity ran out before an extension got through"
+            ));
+        }
         moved
     }
 
@@ -216,7 +233,9 @@ impl Hold {
     /// the start of the call.
     pub(crate) async fn release(&self) -> Result<(), Error> {
         let late = self.is_lost();
-        self.end();
+        if self.end() && late {
+            self.report_lost(format_args!("validity ran out before the release"));
+        }
         let tally = self.engine.release(&self.kind, &self.id).await;
         tracing::debug!(
             resource = %self.resource,
@@ -237,7 +256,10 @@ impl Hold {
 
     /// Releases in the background, for a handle dropped without release.
     pub(crate) fn release_in_background(&self) {
-        self.end();
+        let late = self.is_lost();
+        if self.end() && late {
+            self.report_lost(format_args!("validity ran out before the lock was dropped"));
+        }
         self.engine.release_in_background(&self.kind, &self.id);
     }
 
@@ -287,7 +309,11 @@ pub(crate) async fn keep_alive(hold: Arc<Hold>) {
         }
         let started = Moment::now();
         match hold.extend_once(None).await {
-            None => return hold.end(),
+            None => {
+                return hold.lose(format_args!(
+                    "validity ran out before an extension succeeded"
+                ));
+            }
             Some((_, Ok(()))) if hold.is_lost() => {
                 return hold.lose(format_args!(
                     "validity ran out before an extension succeeded"

@@ -54,6 +54,7 @@ use tokio::time::timeout_at;
 
 use crate::clock::Moment;
 use crate::error::NodeFailure;
+#[cfg(feature = "metrics")]
 use crate::metrics;
 use crate::proto::{Call, Command};
 use guard::{Guard, Lives};
@@ -179,15 +180,11 @@ impl Node {
         let command = command.clone();
         async move {
             admitted?;
+            #[cfg(feature = "metrics")]
             let start = Moment::now();
             let reply = inner.run(&command, patient).await;
-            let outcome = match &reply {
-                Ok(_) => "ok",
-                Err(NodeFailure::Timeout) => "timeout",
-                Err(NodeFailure::Connection(_) | NodeFailure::Tls(_)) => "connection",
-                Err(_) => "error",
-            };
-            metrics::request(&inner.name, outcome, start.elapsed());
+            #[cfg(feature = "metrics")]
+            metrics::request(&inner.name, &reply, start.elapsed());
             reply
         }
     }
@@ -429,6 +426,44 @@ pub(crate) fn name(client: &redis::Client) -> String {
     client.get_connection_info().addr().to_string()
 }
 
+/// Whether `e` is rustls's verdict on the handshake — a certificate it
+/// does not trust or that names another host, an alert from the node (a
+/// client certificate required) — or a TLS configuration redis-rs could not
+/// build from our certificates. Told by the error's structure, not its
+/// text: a node that dies mid-request over TLS ("peer closed connection
+/// without sending TLS close_notify") is a connection failure.
+#[cfg(feature = "tls")]
+fn is_tls_failure(e: &RedisError) -> bool {
+    if e.kind() == ErrorKind::InvalidClientConfig && e.to_string().contains("TLS parameters") {
+        return true;
+    }
+    type Shared = Arc<dyn std::error::Error + Send + Sync>;
+    let mut source = std::error::Error::source(e);
+    while let Some(err) = source {
+        // redis-rs keeps the I/O error behind an `Arc`; the I/O error keeps
+        // rustls's behind `get_ref` (its `source` skips it).
+        let err: &(dyn std::error::Error + 'static) = match err.downcast_ref::<Shared>() {
+            Some(shared) => &**shared,
+            None => err,
+        };
+        let inner = err
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .map(|inner| inner as &(dyn std::error::Error + 'static));
+        if err.is::<rustls::Error>() || inner.is_some_and(|i| i.is::<rustls::Error>()) {
+            return true;
+        }
+        source = err.source();
+    }
+    false
+}
+
+/// Without the `tls` feature no node speaks TLS.
+#[cfg(not(feature = "tls"))]
+fn is_tls_failure(_: &RedisError) -> bool {
+    false
+}
+
 /// Whether `e` means the connection is gone (as opposed to an error answer).
 pub(crate) fn is_connection_error(e: &RedisError) -> bool {
     e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error()
@@ -458,12 +493,7 @@ pub(crate) fn classify(e: &RedisError) -> NodeFailure {
     if e.kind() == ErrorKind::AuthenticationFailed {
         return NodeFailure::Auth(message);
     }
-    // rustls's verdicts on certificates (redis-rs passes them on as I/O
-    // errors, or as a client configuration it could not build).
-    if e.kind() == ErrorKind::InvalidClientConfig
-        || message.contains("certificate")
-        || message.contains("TLS")
-    {
+    if is_tls_failure(e) {
         return NodeFailure::Tls(message);
     }
     if is_connection_error(e) {

@@ -213,7 +213,9 @@ impl Tally {
             .filter(|v| {
                 matches!(
                     v,
-                    None | Some(Err(NodeFailure::Timeout | NodeFailure::Connection(_)))
+                    None | Some(Err(NodeFailure::Timeout
+                        | NodeFailure::Connection(_)
+                        | NodeFailure::Tls(_)))
                 )
             })
             .count();
@@ -252,7 +254,9 @@ impl Tally {
             &self.votes[i],
             Some(Ok(()) | Err(_)) if !matches!(
                 self.votes[i],
-                Some(Err(NodeFailure::Timeout | NodeFailure::Connection(_)))
+                Some(Err(
+                    NodeFailure::Timeout | NodeFailure::Connection(_) | NodeFailure::Tls(_)
+                ))
             )
         )
     }
