@@ -294,11 +294,13 @@ impl Builder {
     /// On (the default): a fenced lock's counter becomes at least this
     /// process's wall clock in microseconds, so tokens follow the clock and
     /// keep growing after nodes restart without persistence and lose their
-    /// counters — as long as no client's clock ran ahead by more than the
-    /// gap between the last token before the loss and the first after.
+    /// counters — as long as no two clients' clocks differ by more than the
+    /// time between the holder before the loss and the next one.
     /// Off: tokens are plain counts (1, 2, 3, …) that rely on the counters
-    /// alone and start again at 1 when a majority of nodes loses them. The
-    /// guarantee and its argument are in the README's "Fencing tokens".
+    /// alone, and every node must keep them (`appendonly yes`,
+    /// `appendfsync always`): one node restarted empty can make a later
+    /// holder's token smaller. The guarantee and its argument are in the
+    /// README's "Fencing tokens".
     pub fn fence_time_floor(mut self, on: bool) -> Self {
         self.options.fence_time_floor = on;
         self

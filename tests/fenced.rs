@@ -291,3 +291,53 @@ async fn fencing_does_not_combine_with_sets_or_reentrant_holds() {
         assert!(err.to_string().contains("cannot be"), "{err}");
     }
 }
+
+/// Holder A's token is on nodes 0 and 1; node 1 restarts empty, node 0 is
+/// down, and B gets nodes 1 and 2, neither of which remembers A's token.
+/// With the time floor B's token is still greater (the floor follows the
+/// clock); without it, it is not — one node losing its counters is enough,
+/// which is why plain counts need every node to persist them.
+#[tokio::test]
+async fn one_node_losing_its_counters_with_and_without_the_floor() {
+    let mut c = cluster(3);
+    // The restarted node voted for nothing since: no quarantine needed here.
+    let with_floor = builder(&c).restart_guard(false).build().unwrap();
+    let counts = builder(&c)
+        .restart_guard(false)
+        .fence_time_floor(false)
+        .build()
+        .unwrap();
+    for r in ["f", "n"] {
+        run(&c, 2, &["SET", &key(r), "someone-else", "PX", "60000"]);
+    }
+    let a_floor = fenced(&with_floor, "f", secs(5)).await.unwrap();
+    let a_count = fenced(&counts, "n", secs(5)).await.unwrap();
+    let (t_floor, t_count) = (a_floor.fence().unwrap(), a_count.fence().unwrap());
+    a_floor.release().await.unwrap();
+    a_count.release().await.unwrap();
+    assert!(with_floor.drain(secs(5)).await && counts.drain(secs(5)).await);
+    c.restart(1).unwrap();
+    c.kill(0);
+    for r in ["f", "n"] {
+        run(&c, 2, &["DEL", &key(r)]);
+    }
+    let next = |redlock: Redlock, resource: &'static str| async move {
+        let lock = redlock
+            .lock(resource, secs(5))
+            .fenced()
+            .retries(10)
+            .await
+            .unwrap();
+        lock.fence().unwrap()
+    };
+    let b_floor = next(with_floor, "f").await;
+    let b_count = next(counts, "n").await;
+    assert!(
+        b_floor > t_floor,
+        "with the floor: {t_floor} then {b_floor}"
+    );
+    assert!(
+        b_count <= t_count,
+        "without it the tokens do not grow here ({t_count} then {b_count}): the documented limit"
+    );
+}

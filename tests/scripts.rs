@@ -201,3 +201,41 @@ fn a_key_of_a_foreign_type_is_wrongtype_to_every_kind() {
     // Nothing was taken on the way: the set's other key is still free.
     assert_eq!(holders(&c, &[0], "a"), 0);
 }
+
+/// A counter that cannot grow (at 2^53, where Lua's doubles stop counting,
+/// or not a number) is an error before anything is written: no lock key is
+/// left behind an error vote.
+#[test]
+fn a_fenced_counter_that_cannot_grow_fails_before_any_write() {
+    let c = cluster(1);
+    let error = |reply: Reply| matches!(reply, Reply::Error(e) if e.contains("fencing counter"));
+    run(&c, 0, &["SET", "a:fence", "9007199254740991"]);
+    run(&c, 0, &["SET", "b:fence", "not-a-number"]);
+    run(&c, 0, &["HSET", "c:fence", "x", "y"]);
+    for key in ["a", "b", "c"] {
+        let counter = format!("{key}:fence");
+        let reply = eval(
+            &c,
+            FENCED_ACQUIRE,
+            &[key, &counter],
+            &[TOKEN, "5000", "0", "0"],
+        );
+        assert!(error(reply.clone()), "{key}: {reply:?}");
+        assert_eq!(holders(&c, &[0], key), 0, "{key} was taken behind an error");
+    }
+    // A floor at 2^53 (a clock beyond the year 2255).
+    let reply = eval(
+        &c,
+        FENCED_ACQUIRE,
+        &["d", "d:fence"],
+        &[TOKEN, "5000", "0", "9007199254740992"],
+    );
+    assert!(error(reply.clone()), "{reply:?}");
+    assert_eq!(holders(&c, &[0], "d"), 0);
+    assert!(error(eval(
+        &c,
+        FENCED_CONFIRM,
+        &["b", "b:fence"],
+        &[TOKEN, "7"]
+    )));
+}

@@ -212,21 +212,24 @@ impl Engine {
         let (mut tally, stragglers) = quorum::decide(answers).await;
         let took = start.elapsed();
         if self.holds(plan, start, &tally, "first") {
-            // The slow nodes still get the key: a lock on more than a bare
-            // majority survives the loss of more nodes.
-            self.detach(stragglers.finish());
             let agreed = kind.agreed(id, &tally);
             if let Some(confirm) = agreed.confirm {
                 // A second round, counted in the validity like the first.
+                // The first round's slow nodes wait for its outcome: if it
+                // fails, they are dropped before the rollback, as below.
                 let outcomes = self.outcomes(kind, confirm, |_| false);
                 let (second, rest) = quorum::decide(outcomes).await;
                 self.detach(rest.finish());
                 if !self.holds(plan, start, &second, "second") {
                     let took = start.elapsed();
+                    drop(stragglers);
                     self.rollback(kind, id, &tally).await;
                     return Attempt::Failed(second, took);
                 }
             }
+            // The slow nodes still get the key: a lock on more than a bare
+            // majority survives the loss of more nodes.
+            self.detach(stragglers.finish());
             metrics::acquired(name);
             return Attempt::Held {
                 deadline: plan.deadline(start),

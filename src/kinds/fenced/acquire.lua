@@ -24,9 +24,15 @@ if v then
   end
   return {holder, redis.call('PTTL', KEYS[1])}
 end
+-- The next token, checked before anything is written: Lua's numbers are
+-- doubles, exact for whole numbers below 2^53 (%.0f writes them without an
+-- exponent); beyond, a counter would stop growing.
+local c = redis.pcall('GET', KEYS[2])
+c = tonumber(c or '0')
+local n = c and math.max(c + 1, tonumber(ARGV[4]))
+if not n or n >= 9007199254740992 then
+  return redis.error_reply('ERR the fencing counter ' .. KEYS[2] .. ' is not a number below 2^53')
+end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
--- Whole numbers below 2^53 are exact in Lua's doubles; %.0f writes them
--- without an exponent.
-local n = math.max(tonumber(redis.call('GET', KEYS[2]) or '0') + 1, tonumber(ARGV[4]))
 redis.call('SET', KEYS[2], string.format('%.0f', n))
 return {n}

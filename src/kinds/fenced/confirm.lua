@@ -5,7 +5,12 @@
 -- 1: our key is here, and the counter is at least the token; 0: no key;
 -- -1: another owner's key. The counter is raised in every case: a node
 -- that lagged catches up.
-if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[2]) then
+local c = redis.pcall('GET', KEYS[2])
+c = tonumber(c or '0')
+if not c then
+  return redis.error_reply('ERR the fencing counter ' .. KEYS[2] .. ' is not a number')
+end
+if c < tonumber(ARGV[2]) then
   redis.call('SET', KEYS[2], ARGV[2])
 end
 local v = redis.pcall('GET', KEYS[1])

@@ -16,10 +16,13 @@
 //! | … when fewer than a majority of the yes votes read the token | [`confirm.lua`](CONFIRM): `counter := max(counter, token)`, and is our key still here? | +1 |
 //! | release, extend | the mutex's scripts; the token stays the lock's | 1 |
 //!
-//! **Guarantee.** Under the mutex's assumptions (a majority of nodes run,
-//! keep their keys *and counters*, and drift within the allowance), every
-//! successful acquisition of a resource carries a token strictly greater
-//! than the token of every acquisition of it that was handed out before.
+//! **Guarantee.** Under the mutex's assumptions (a majority of nodes run
+//! and keep their keys; clocks drift within the allowance), and while no
+//! node loses its counters, every successful acquisition of a resource
+//! carries a token strictly greater than the token of every acquisition of
+//! it that was handed out before. With the time floor (the default) this
+//! also holds across lost counters, under a condition on client clocks
+//! (below).
 //!
 //! **The trap.** "`INCR` the counter on each node that grants the lock and
 //! take the largest" is wrong. Failed and partial acquisitions `INCR` the
@@ -42,7 +45,8 @@
 //!
 //! Now let `B` be handed out after `A`. `B`'s majority of yes votes meets
 //! `C(A)` in some node `n`. `B`'s script on `n` found no key and set its own
-//! in one step. Before `A`'s moment on `n`? Then `B`'s key was on `n` until
+//! in one step (or, sent twice after a reconnect, found its own key from
+//! that step and returned the counter as it is: no lower). Before `A`'s moment on `n`? Then `B`'s key was on `n` until
 //! it went: `B` is handed out after `A`, so it neither released nor rolled
 //! back (it succeeded) before then, and its key outlives its deadline,
 //! which is after its hand-out — all later than `A`'s moment on `n`, where
@@ -55,23 +59,35 @@
 //! only raise them. An extension does not touch the counter, and the lock
 //! keeps its token for its whole life.
 //!
-//! **The time floor, and losing counters.** A node restarted without
+//! **Losing counters, and the time floor.** A node restarted without
 //! persistence forgets its counters as well as its keys, and the restart
-//! guard's quarantine covers keys, not counters: after it, the node's
-//! counter is back at zero and `C(A)` may have lost the node that a later
-//! majority would have met it in. So each acquisition also passes a floor,
-//! this process's wall clock in microseconds, and the counter becomes
-//! `max(counter + 1, floor)`. Since one resource is not locked a million
-//! times a second, tokens follow the wall clock, and after losing counters
-//! (one node, a majority, or every node at once) tokens keep growing as
-//! long as no client's clock was ahead by more than the time between the
-//! last token before the loss and the first after. The floor also means
-//! that every node of a healthy majority lands on the same value, so the
-//! second round is rare (a client with a fast clock just took the lock).
-//! Without it ([`Builder::fence_time_floor`](crate::Builder::fence_time_floor)
-//! off) tokens are small counts, rely on the counters alone, and start
-//! again at 1 when a majority loses them. With `appendonly yes` and
-//! `appendfsync always` on the nodes, counters survive restarts either way.
+//! guard's quarantine covers keys, not counters. *One* such node is enough
+//! to break the counters alone: if it was the only node where a later
+//! majority met `C(A)`, that majority draws a token from counters that
+//! never saw `T` (`tests/fenced.rs` shows it). So each acquisition also
+//! passes a floor, this process's wall clock in microseconds, and the
+//! counter becomes `max(counter + 1, floor)`. Since one resource is not
+//! locked a million times a second, tokens follow the wall clock, and after
+//! counters are lost (on one node, a majority, or all at once) tokens keep
+//! growing as long as no two clients' clocks differ by more than the time
+//! between the holder before the loss and the next one — which can be as
+//! short as a hand-off, so keep client clocks in sync (NTP) and, where
+//! that cannot be promised, make the nodes keep their counters:
+//! `appendonly yes` and `appendfsync always`. Without the floor
+//! ([`Builder::fence_time_floor`](crate::Builder::fence_time_floor) off)
+//! tokens are small counts that rely on the counters alone: every node must
+//! keep them.
+//!
+//! The floor also means that every node of a healthy majority lands on the
+//! same value, so the second round is rare: it happens only when some yes
+//! votes carry a counter above our clock and others do not (a client whose
+//! clock runs ahead took the lock on only some nodes, or a node missed its
+//! acquisitions).
+//!
+//! Counters are exact below 2^53 (Lua's numbers are doubles; a floor in
+//! microseconds gets there in the year 2255). A counter that cannot grow —
+//! at that limit, or not a number — makes the script fail before it writes
+//! anything, so no key is taken behind an error.
 //!
 //! **Counters accumulate**: one key per fenced resource per node
 //! (`<key>:fence`, a short string), kept without a TTL: about 91 bytes of
