@@ -206,27 +206,31 @@ async fn tokens_after_every_node_lost_its_counters() {
     let before_count = fenced(&counts, "s", secs(5)).await.unwrap();
     let (floor_token, count_token) = (before_floor.fence().unwrap(), before_count.fence().unwrap());
     drop((before_floor, before_count));
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(with_floor.drain(secs(5)).await && counts.drain(secs(5)).await);
     for i in ALL {
         c.restart(i).unwrap();
     }
-    let after = |redlock: Redlock, resource: &'static str| async move {
-        // The first attempt after the restarts may find a stale connection.
-        let lock = redlock
-            .lock(resource, secs(5))
-            .fenced()
-            .retries(5)
-            .await
-            .unwrap();
-        lock.fence().unwrap()
-    };
-    let floor_after = after(with_floor, "r").await;
-    let count_after = after(counts, "s").await;
+    let floor_after = token_after_a_loss(&with_floor, "r").await;
+    let count_after = token_after_a_loss(&counts, "s").await;
     assert!(
         floor_after > floor_token,
         "time floor: {floor_token} then {floor_after}"
     );
     assert_eq!((count_token, count_after), (1, 1), "plain counts restart");
+}
+
+/// The token of a fenced lock on `resource` taken after nodes restarted:
+/// the first attempts may find stale connections, so a few retries.
+async fn token_after_a_loss(redlock: &Redlock, resource: &str) -> u64 {
+    let lock = redlock
+        .lock(resource, secs(5))
+        .fenced()
+        .retries(10)
+        .await
+        .unwrap();
+    let token = lock.fence().unwrap();
+    lock.release().await.unwrap();
+    token
 }
 
 /// The storage side: a register that keeps the highest token it has seen
@@ -321,17 +325,8 @@ async fn one_node_losing_its_counters_with_and_without_the_floor() {
     for r in ["f", "n"] {
         run(&c, 2, &["DEL", &key(r)]);
     }
-    let next = |redlock: Redlock, resource: &'static str| async move {
-        let lock = redlock
-            .lock(resource, secs(5))
-            .fenced()
-            .retries(10)
-            .await
-            .unwrap();
-        lock.fence().unwrap()
-    };
-    let b_floor = next(with_floor, "f").await;
-    let b_count = next(counts, "n").await;
+    let b_floor = token_after_a_loss(&with_floor, "f").await;
+    let b_count = token_after_a_loss(&counts, "n").await;
     assert!(
         b_floor > t_floor,
         "with the floor: {t_floor} then {b_floor}"

@@ -177,6 +177,37 @@ fn spawn_waiter(
     })
 }
 
+/// Another owner waits (`waiter`) while `outer` and `inner` hold: the outer
+/// hold is released first, and the waiter must still be waiting `pause`
+/// later; once the inner one is released too, it gets the lock within two
+/// seconds (woken, not by a TTL).
+async fn outer_then_inner(
+    outer: Lock,
+    inner: Lock,
+    waiter: tokio::task::JoinHandle<(Result<Lock, Error>, Instant)>,
+    pause: Duration,
+) {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    outer.release().await.unwrap();
+    tokio::time::sleep(pause).await;
+    assert!(
+        !waiter.is_finished(),
+        "the waiter finished while the inner hold held: {:?}",
+        waiter.await.unwrap().0
+    );
+    let last = Instant::now();
+    inner.release().await.unwrap();
+    let (lock, got) = waiter.await.unwrap();
+    let lock = lock.unwrap();
+    assert!(got >= last);
+    assert!(
+        got - last < secs(2),
+        "{:?} after the last release",
+        got - last
+    );
+    lock.release().await.unwrap();
+}
+
 fn not_waited(report: &redquorum::Report) -> usize {
     count(report, |f| *f == NodeFailure::NotWaited)
 }
@@ -188,21 +219,7 @@ async fn a_waiting_owner_is_woken_by_the_last_release_not_the_first() {
     let outer = take(&redlock, "owner-a", secs(10)).await.unwrap();
     let inner = take(&redlock, "owner-a", secs(10)).await.unwrap();
     let waiter = spawn_waiter(&redlock, "owner-b", 50);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    outer.release().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        !waiter.is_finished(),
-        "finished while the inner hold was held: {:?}",
-        waiter.await.unwrap().0
-    );
-    let last = Instant::now();
-    inner.release().await.unwrap();
-    let (lock, got) = waiter.await.unwrap();
-    let lock = lock.unwrap();
-    assert!(got >= last);
-    assert!(got - last < secs(2), "{:?}", got - last);
-    lock.release().await.unwrap();
+    outer_then_inner(outer, inner, waiter, Duration::from_millis(500)).await;
 }
 
 #[tokio::test]
@@ -392,22 +409,5 @@ async fn a_waiter_outlasts_diverging_holds_and_wakes_at_the_last_release() {
     }
     await_holds(&c, &[2, 3, 4], &key("r"), &[outer.token(), inner.token()]).await;
     let waiter = spawn_waiter(&redlock, "owner-b", 10);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    outer.release().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
-    assert!(
-        !waiter.is_finished(),
-        "the waiter finished while the inner hold held: {:?}",
-        waiter.await.unwrap().0
-    );
-    let last = Instant::now();
-    inner.release().await.unwrap();
-    let (lock, got) = waiter.await.unwrap();
-    let lock = lock.unwrap();
-    assert!(
-        got - last < secs(2),
-        "{:?} after the last release",
-        got - last
-    );
-    lock.release().await.unwrap();
+    outer_then_inner(outer, inner, waiter, Duration::from_millis(1_500)).await;
 }
