@@ -344,6 +344,38 @@ impl Builder {
         self
     }
 
+    /// Checks the certificates given: readable PEM, at least one
+    /// certificate, and a private key with a client certificate.
+    #[cfg(feature = "tls")]
+    fn check_certificates(&self) -> Result<(), ConfigError> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let certificates = |pem: &[u8], option: &'static str| {
+            let invalid = |reason: String| ConfigError::InvalidCertificate { option, reason };
+            let mut found = 0;
+            for certificate in CertificateDer::pem_slice_iter(pem) {
+                certificate.map_err(|e| invalid(e.to_string()))?;
+                found += 1;
+            }
+            match found {
+                0 => Err(invalid("no certificate in the PEM".to_owned())),
+                _ => Ok(()),
+            }
+        };
+        if let Some(root) = &self.tls.root {
+            certificates(root, "tls_root_certificate")?;
+        }
+        if let Some((chain, key)) = &self.tls.client {
+            certificates(chain, "tls_client_certificate")?;
+            // The parser's message could quote the key's PEM: not shown.
+            PrivateKeyDer::from_pem_slice(key).map_err(|_| ConfigError::InvalidCertificate {
+                option: "tls_client_certificate",
+                reason: "no private key could be read from the key's PEM".to_owned(),
+            })?;
+        }
+        Ok(())
+    }
+
     /// A client for `url`, with our certificates where it is a TLS URL.
     fn client(&self, url: &str) -> Result<redis::Client, ConfigError> {
         let invalid = |e: redis::RedisError| ConfigError::InvalidUrl {
@@ -393,6 +425,8 @@ impl Builder {
         if o.connect_timeout.is_zero() {
             return Err(ConfigError::ZeroConnectTimeout);
         }
+        #[cfg(feature = "tls")]
+        self.check_certificates()?;
         let mut clients = Vec::with_capacity(self.urls.len());
         let mut seen = HashSet::new();
         for url in &self.urls {

@@ -256,6 +256,15 @@ pub enum ConfigError {
         /// The URL as given (password removed).
         url: String,
     },
+    /// A certificate or key given for TLS cannot be used: no certificate in
+    /// its PEM, a PEM that does not parse, or no private key. Never quotes a
+    /// key.
+    InvalidCertificate {
+        /// The builder option it was given to.
+        option: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// Options of a lock that do not go together: reentrant holds and
     /// fencing tokens are on one resource, and fencing tokens are for plain
     /// (not reentrant) locks. Names the combination asked for.
@@ -325,6 +334,11 @@ impl fmt::Display for ConfigError {
                 f,
                 "node URL {url:?} uses TLS, which needs redquorum's `tls` feature: \
                  `cargo add redquorum --features tls`"
+            ),
+            ConfigError::InvalidCertificate { option, reason } => write!(
+                f,
+                "the PEM given to Builder::{option} cannot be used ({reason}): \
+                 pass the file's contents, e.g. std::fs::read(\"ca.pem\")?"
             ),
             ConfigError::Combination(asked) => write!(
                 f,

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use common::logs::Logs;
 use common::*;
 use redquorum::local_cluster::LocalCluster;
-use redquorum::{Error, NodeFailure, Redlock};
+use redquorum::{ConfigError, Error, NodeFailure, Redlock};
 use tracing::Level;
 
 /// The certificates of one test, in a temp dir removed on drop.
@@ -420,6 +420,49 @@ fn run_tls(pki: &Pki, url: &str, args: &[&str]) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn unusable_certificates_and_keys_fail_at_build_without_showing_the_key() {
+    let pki = Pki::new();
+    let node = ["rediss://127.0.0.1:6380"];
+    let invalid = |b: redquorum::Builder| match b.build() {
+        Err(Error::Config(e @ ConfigError::InvalidCertificate { .. })) => e.to_string(),
+        other => panic!("{other:?}"),
+    };
+    let empty = invalid(
+        Redlock::builder()
+            .nodes(node)
+            .tls_root_certificate(Vec::new()),
+    );
+    assert!(
+        empty.contains("tls_root_certificate") && empty.contains("no certificate"),
+        "{empty}"
+    );
+    let garbage = invalid(
+        Redlock::builder()
+            .nodes(node)
+            .tls_root_certificate(b"not a pem".to_vec()),
+    );
+    assert!(garbage.contains("tls_root_certificate"), "{garbage}");
+    // A certificate where the key should be: no key, and nothing of it shown.
+    let cert = pki.read("client.crt");
+    let no_key = invalid(
+        Redlock::builder()
+            .nodes(node)
+            .tls_client_certificate(cert.clone(), cert.clone()),
+    );
+    assert!(no_key.contains("no private key"), "{no_key}");
+    let body = String::from_utf8(cert).unwrap();
+    let line = body.lines().nth(1).unwrap();
+    assert!(!no_key.contains(line), "{no_key}");
+    // The real ones build.
+    Redlock::builder()
+        .nodes(node)
+        .tls_root_certificate(pki.read("ca.crt"))
+        .tls_client_certificate(pki.read("client.crt"), pki.read("client.key"))
+        .build()
+        .unwrap();
 }
 
 #[test]
