@@ -97,11 +97,12 @@ pub fn command_stat(cluster: &LocalCluster, i: usize, command: &str, field: &str
         .sum()
 }
 
-/// How many of the given nodes hold `key`.
+/// How many of the given nodes hold `key`, of any kind (a mutex's string,
+/// a reentrant lock's hash).
 pub fn holders(cluster: &LocalCluster, nodes: &[usize], key: &str) -> usize {
     nodes
         .iter()
-        .filter(|&&i| get(cluster, i, key).is_some())
+        .filter(|&&i| run(cluster, i, &["EXISTS", key]) == Reply::Int(1))
         .count()
 }
 
