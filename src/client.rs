@@ -434,27 +434,23 @@ impl<'a> LockRequest<'a> {
     /// The kind, its keys and the lock's name, checked before any I/O.
     fn parts(&self) -> Result<(Arc<dyn Kind>, Keys, String), ConfigError> {
         let options = &self.redlock.engine.options;
-        let prefix = &options.key_prefix;
-        let names: Vec<&str> = match &self.resources {
-            Resources::One(r) => vec![r],
-            Resources::All(names) => names.iter().map(String::as_str).collect(),
+        let key = |r: &str| -> Box<str> { format!("{}{r}", options.key_prefix).into() };
+        let (keys, resource): (Keys, String) = match &self.resources {
+            Resources::One(r) => (Arc::new([key(r)]), (*r).to_owned()),
+            Resources::All(names) => (names.iter().map(|r| key(r)).collect(), names.join(",")),
         };
         let fenced = self.fenced || options.fenced;
-        let kind = match (names.as_slice(), self.owner.as_deref(), fenced) {
-            ([], _, _) => return Err(ConfigError::NoResources),
+        let kind = match (keys.len(), self.owner.as_deref(), fenced) {
+            (0, _, _) => return Err(ConfigError::NoResources),
             (_, Some(""), _) => return Err(ConfigError::EmptyOwner),
             (_, Some(_), true) => return Err(ConfigError::Combination("reentrant and fenced")),
-            ([_, _, ..], Some(_), _) => return Err(ConfigError::Combination("reentrant on a set")),
-            ([_, _, ..], None, true) => return Err(ConfigError::Combination("fenced on a set")),
-            ([r], None, true) => fenced::kind(&format!("{prefix}{r}"), options.fence_time_floor),
+            (2.., Some(_), _) => return Err(ConfigError::Combination("reentrant on a set")),
+            (2.., None, true) => return Err(ConfigError::Combination("fenced on a set")),
+            (_, None, true) => fenced::kind(&keys[0], options.fence_time_floor),
             (_, Some(owner), false) => reentrant::kind(owner),
             (_, None, false) => mutex::kind(),
         };
-        let keys = names
-            .iter()
-            .map(|r| format!("{prefix}{r}").into())
-            .collect();
-        Ok((kind, keys, names.join(",")))
+        Ok((kind, keys, resource))
     }
 }
 
