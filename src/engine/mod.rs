@@ -211,7 +211,7 @@ impl Engine {
         );
         let (mut tally, stragglers) = quorum::decide(answers).await;
         let took = start.elapsed();
-        if self.holds(plan, start, &tally, "first") {
+        if self.holds(plan, start, &tally, "acquire") {
             let agreed = kind.agreed(id, &tally);
             if let Some(confirm) = agreed.confirm {
                 // A second round, counted in the validity like the first.
@@ -220,7 +220,7 @@ impl Engine {
                 let outcomes = self.outcomes(kind, confirm, |_| false);
                 let (second, rest) = quorum::decide(outcomes).await;
                 self.detach(rest.finish());
-                if !self.holds(plan, start, &second, "second") {
+                if !self.holds(plan, start, &second, "confirm") {
                     let took = start.elapsed();
                     drop(stragglers);
                     self.rollback(kind, id, &tally).await;
@@ -251,8 +251,9 @@ impl Engine {
         Attempt::Failed(tally, took)
     }
 
-    /// Whether a round's votes hold the lock: a majority agreed, and more
-    /// than the minimum validity is left after the time since `start`.
+    /// Whether a round's votes (an acquisition's first or second, or an
+    /// extension's) hold the lock: a majority agreed, and more than the
+    /// minimum validity is left after the time since `start`.
     fn holds(&self, plan: &Plan, start: Moment, tally: &Tally, round: &'static str) -> bool {
         let elapsed = start.elapsed();
         let valid = plan.validity(elapsed, self.options.min_validity);
@@ -262,7 +263,7 @@ impl Engine {
             needed = tally.needed(),
             elapsed_us = elapsed.as_micros() as u64,
             validity_ms = valid.map(|v| v.as_millis() as u64),
-            "acquire attempt"
+            "votes counted"
         );
         tally.has_majority() && valid.is_some()
     }
@@ -299,9 +300,7 @@ impl Engine {
         // Slow nodes still get the extension, so that they agree with the
         // majority for as long as they can.
         self.detach(stragglers.finish());
-        let valid = plan.validity(start.elapsed(), self.options.min_validity);
-        tracing::debug!(key = %id.key(), agreed = tally.agreed(), needed = tally.needed(), "extend");
-        if tally.has_majority() && valid.is_some() {
+        if self.holds(plan, start, &tally, "extend") {
             Ok(plan.deadline(start))
         } else {
             Err(tally)
