@@ -191,17 +191,25 @@ async fn a_healthy_acquisition_is_one_round_trip() {
     lock.release().await.unwrap();
 }
 
+/// Two lock managers for the tests that restart nodes empty: with the time
+/// floor and without it. The restart guard is off: the restarted nodes
+/// voted for nothing since, and the tests are about counters, not keys.
+fn floor_and_counts(c: &LocalCluster) -> (Redlock, Redlock) {
+    let with_floor = builder(c).restart_guard(false).build().unwrap();
+    let counts = builder(c)
+        .restart_guard(false)
+        .fence_time_floor(false)
+        .build()
+        .unwrap();
+    (with_floor, counts)
+}
+
 /// Every node restarted empty: with the time floor tokens go on growing;
 /// without it they start again at 1, as documented.
 #[tokio::test]
 async fn tokens_after_every_node_lost_its_counters() {
     let mut c = cluster(5);
-    let with_floor = builder(&c).restart_guard(false).build().unwrap();
-    let counts = builder(&c)
-        .restart_guard(false)
-        .fence_time_floor(false)
-        .build()
-        .unwrap();
+    let (with_floor, counts) = floor_and_counts(&c);
     let before_floor = fenced(&with_floor, "r", secs(5)).await.unwrap();
     let before_count = fenced(&counts, "s", secs(5)).await.unwrap();
     let (floor_token, count_token) = (before_floor.fence().unwrap(), before_count.fence().unwrap());
@@ -304,13 +312,7 @@ async fn fencing_does_not_combine_with_sets_or_reentrant_holds() {
 #[tokio::test]
 async fn one_node_losing_its_counters_with_and_without_the_floor() {
     let mut c = cluster(3);
-    // The restarted node voted for nothing since: no quarantine needed here.
-    let with_floor = builder(&c).restart_guard(false).build().unwrap();
-    let counts = builder(&c)
-        .restart_guard(false)
-        .fence_time_floor(false)
-        .build()
-        .unwrap();
+    let (with_floor, counts) = floor_and_counts(&c);
     for r in ["f", "n"] {
         run(&c, 2, &["SET", &key(r), "someone-else", "PX", "60000"]);
     }
