@@ -350,6 +350,9 @@ async fn scripts_survive_script_flush() {
     let c = cluster(5);
     let redlock = redlock(&c);
     let mut lock = redlock.lock("r", Duration::from_secs(10)).await.unwrap();
+    // An extension could overtake the acquisition on a node it has not
+    // reached yet (and find no key there): every node holds it first.
+    await_holders(&c, &ALL, &key("r"), 5, Duration::from_secs(5)).await;
     // Each extension returns at a majority; the flushes below wait until
     // the stragglers are through too, or a late EVAL would cache its script
     // after a flush.
