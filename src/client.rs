@@ -14,10 +14,12 @@ use crate::config::Builder;
 use crate::engine::Engine;
 use crate::engine::acquire::{self, Call};
 use crate::engine::hold::Hold;
-use crate::error::{ConfigError, Error};
+use crate::error::{ConfigError, Error, Report};
+use crate::kinds::admin::{self, Status};
 use crate::kinds::{Kind, fenced, mutex, reentrant};
 use crate::lock::{Held, Lock};
 use crate::proto::Keys;
+use crate::proto::quorum::Tally;
 
 /// A distributed lock manager over N independent Redis nodes.
 ///
@@ -280,6 +282,85 @@ impl Redlock {
             .is_ok()
     }
 
+    /// What every node holds for `resource`, for an operator or a health
+    /// check: the holder's token (or a reentrant owner and its holds), the
+    /// key's remaining TTL, and the fencing counter, per node; and whether a
+    /// majority agrees on a holder ([`Status::holder`]) or on no lock
+    /// ([`Status::is_free`]). Waits for every node, each within the node
+    /// timeout. Changes nothing.
+    ///
+    /// ```no_run
+    /// # async fn run(redlock: redquorum::Redlock) {
+    /// let status = redlock.status("nightly-report").await;
+    /// match status.holder() {
+    ///     Some(holder) => println!("held: {holder:?}"),
+    ///     None if status.is_free() => println!("free"),
+    ///     None => println!("no majority agrees: {:?}", status.nodes()),
+    /// }
+    /// # }
+    /// ```
+    ///
+    /// A snapshot: each node answers at its own moment, and a lock may
+    /// move between two answers.
+    pub async fn status(&self, resource: &str) -> Status {
+        let key = self.key(resource);
+        let keys: Keys = Arc::new([key.clone(), fenced::counter_key(&key)]);
+        let answers = self.engine.gather(admin::inspect(keys)).await;
+        Status {
+            resource: resource.to_owned(),
+            quorum: self.quorum(),
+            nodes: self
+                .engine
+                .nodes
+                .iter()
+                .zip(answers)
+                .map(|(node, a)| (node.name().to_owned(), a.and_then(admin::read_inspect)))
+                .collect(),
+        }
+    }
+
+    /// Clears the lock on `resource` that holds `token` (as
+    /// [`Lock::token`] gave it, or [`status`](Self::status) shows it), on
+    /// every node: for an operator who knows that lock is stale — its
+    /// holder died, and waiting out its TTL is not an option.
+    /// Compare-and-delete, never a blind delete: a key with another token is
+    /// left alone, so a lock taken since is safe. For reentrant holds the
+    /// token names one hold; the key goes with the last one. The release is
+    /// announced to waiters.
+    ///
+    /// Clearing the lock of a holder that is still alive takes it away:
+    /// that holder finds out at its next extension or when its validity
+    /// ends, and may act meanwhile — a fenced lock's storage still refuses
+    /// its writes once a newer token has been used.
+    ///
+    /// The [`Report`] counts the nodes where the lock was cleared as
+    /// agreed; the others say why not (`Missing`: no key there; `Held`: the
+    /// key holds another token; or why the node did not answer). Waits for
+    /// every node, each within the node timeout.
+    ///
+    /// # Errors
+    /// [`ConfigError::InvalidToken`] for a token that cannot be a lock's
+    /// (40 hex digits), before any I/O.
+    pub async fn release_token(&self, resource: &str, token: &str) -> Result<Report, Error> {
+        if token.len() != 40 || !token.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(ConfigError::InvalidToken.into());
+        }
+        let answers = self
+            .engine
+            .gather(admin::clear(Arc::new([self.key(resource)]), token))
+            .await;
+        let mut tally = Tally::new(answers.len());
+        for (i, answer) in answers.into_iter().enumerate() {
+            tally.record(i, answer.map_or_else(|e| Err(e).into(), admin::read_clear));
+        }
+        Ok(self.engine.report(&tally))
+    }
+
+    /// The Redis key of `resource`.
+    fn key(&self, resource: &str) -> Box<str> {
+        format!("{}{resource}", self.engine.options.key_prefix).into()
+    }
+
     /// Takes a lock of `kind` on `keys` for one call; `resource` names it
     /// in errors and on the [`Lock`].
     async fn acquire(
@@ -434,7 +515,7 @@ impl<'a> LockRequest<'a> {
     /// The kind, its keys and the lock's name, checked before any I/O.
     fn parts(&self) -> Result<(Arc<dyn Kind>, Keys, String), ConfigError> {
         let options = &self.redlock.engine.options;
-        let key = |r: &str| -> Box<str> { format!("{}{r}", options.key_prefix).into() };
+        let key = |r: &str| self.redlock.key(r);
         let (keys, resource): (Keys, String) = match &self.resources {
             Resources::One(r) => (Arc::new([key(r)]), (*r).to_owned()),
             Resources::All(names) => (names.iter().map(|r| key(r)).collect(), names.join(",")),

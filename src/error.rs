@@ -269,6 +269,9 @@ pub enum ConfigError {
     /// fencing tokens are on one resource, and fencing tokens are for plain
     /// (not reentrant) locks. Names the combination asked for.
     Combination(&'static str),
+    /// [`release_token`](crate::Redlock::release_token) was given a token
+    /// that no lock has: tokens are 40 hex digits.
+    InvalidToken,
 }
 
 impl fmt::Display for ConfigError {
@@ -345,6 +348,11 @@ impl fmt::Display for ConfigError {
                 "a lock cannot be {asked}: reentrant holds and fencing tokens are on one resource, \
                  and fencing tokens are for plain locks; use lock(resource, ttl).reentrant(owner), \
                  lock(resource, ttl).fenced() or lock_all(resources, ttl)"
+            ),
+            ConfigError::InvalidToken => write!(
+                f,
+                "not a lock token: a lock's token is 40 hex digits, as Lock::token() or \
+                 Redlock::status() shows it"
             ),
         }
     }

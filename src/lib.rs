@@ -92,6 +92,7 @@ pub mod local_cluster;
 pub use client::{LockRequest, Redlock};
 pub use config::Builder;
 pub use error::{ConfigError, Error, GaveUp, NodeFailure, Report};
+pub use kinds::admin::{Holding, NodeState, Status};
 pub use lock::{Held, Lock};
 pub use proto::quorum::MAX_TTL;
 

@@ -35,7 +35,7 @@ use tokio::sync::Notify;
 
 use crate::clock::Moment;
 use crate::config::Options;
-use crate::error::Report;
+use crate::error::{NodeFailure, Report};
 use crate::kinds::Kind;
 use crate::metrics;
 use crate::net::guard::Lives;
@@ -314,6 +314,14 @@ impl Engine {
             quorum::decide(self.outcomes(kind, kind.release(id, true), |_| false)).await;
         self.detach(stragglers.finish());
         tally
+    }
+
+    /// Runs `command` on every node and waits for every answer, each within
+    /// the node timeout: for an operator's look at a lock, or clearing of
+    /// one, which count no votes.
+    pub(crate) async fn gather(&self, command: Command) -> Vec<Result<Value, NodeFailure>> {
+        let command = Arc::new(command);
+        futures::future::join_all(self.nodes.iter().map(|node| node.run(&command, false))).await
     }
 
     /// Fires a release on every node and forgets about it: for guards

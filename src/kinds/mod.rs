@@ -18,7 +18,9 @@
 //!
 //! The kinds share the key space and exclude each other: a key of another
 //! kind is "held by another owner" to every script, never an error.
+//! [`admin`] reads and clears any kind's key, for operators.
 
+pub(crate) mod admin;
 pub(crate) mod fenced;
 pub(crate) mod mutex;
 pub(crate) mod reentrant;

@@ -129,9 +129,14 @@ pub(crate) struct Fenced {
 /// The fenced lock of `key`.
 pub(crate) fn kind(key: &str, floor: bool) -> Arc<dyn Kind> {
     Arc::new(Fenced {
-        keys: Arc::new([key.into(), format!("{key}:fence").into()]),
+        keys: Arc::new([key.into(), counter_key(key)]),
         floor,
     })
+}
+
+/// The key of the fencing counter of the lock `key`.
+pub(crate) fn counter_key(key: &str) -> Box<str> {
+    format!("{key}:fence").into()
 }
 
 impl Fenced {
