@@ -312,15 +312,12 @@ async fn divergent_takes_leave_no_gap_for_another_owner() {
     await_holds(&c, &[2], &k, &[outer.token(), inner.token()]).await;
     await_holds(&c, &[3, 4], &k, &[inner.token()]).await;
 
-    // What per-node counts would do: one count per hold on each node, and a
-    // release that decrements wherever the owner's key is.
+    // The holds per node are the counts a counting design would keep. At
+    // 1, 1, 2, 1, 1 a release that decrements wherever the owner's key is
+    // would free every node but 2, a majority. Whether ours lets another
+    // owner in is what assert_excluded tries below.
     let counts: Vec<usize> = ALL.iter().map(|&i| holds(&c, i, &k).len()).collect();
     assert_eq!(counts, [1, 1, 2, 1, 1]);
-    let freed_by_counting = counts.iter().filter(|&&n| n == 1).count();
-    assert!(
-        freed_by_counting >= redlock.quorum(),
-        "the counting design would free {freed_by_counting} nodes"
-    );
 
     // Ours: the inner release removes the inner hold only.
     inner.release().await.unwrap();
