@@ -73,6 +73,52 @@ impl LocalCluster {
         Ok(cluster)
     }
 
+    /// Starts a node on each of `ports`, each in a process group of its
+    /// own, waits until each answers `PING`, and leaves them running after
+    /// this process exits: a cluster to try things out with (`redquorum
+    /// cluster up`). Stop each with SIGTERM (check first that
+    /// [`answering_pid`] of its port is still its pid), then remove its
+    /// directory. If one node cannot start, those already started are
+    /// stopped.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start); also when a port is taken.
+    pub fn start_detached(ports: &[u16]) -> io::Result<Vec<DetachedNode>> {
+        let mut cluster = LocalCluster {
+            binary: find_redis_server(std::env::var_os("REDQUORUM_REDIS_SERVER"))?,
+            extra_args: Vec::new(),
+            nodes: Vec::with_capacity(ports.len()),
+        };
+        for &port in ports {
+            if answering_pid(port).is_some() {
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    format!("a Redis server already answers on port {port}"),
+                ));
+            }
+            let dir = node_dir(port)?;
+            // Dropping the cluster on an error stops the nodes started.
+            let child = cluster.launch_in_own_group(port, &dir).inspect_err(|_| {
+                let _ = std::fs::remove_dir_all(&dir);
+            })?;
+            cluster.nodes.push(LocalNode {
+                port,
+                dir,
+                child: Some(child),
+                env: Vec::new(),
+            });
+        }
+        Ok(std::mem::take(&mut cluster.nodes)
+            .into_iter()
+            .map(|mut node| DetachedNode {
+                port: node.port,
+                // Dropping a Child leaves its process running.
+                pid: node.child.take().map_or(0, |c| c.id()),
+                dir: node.dir.clone(),
+            })
+            .collect())
+    }
+
     /// The number of nodes.
     pub fn len(&self) -> usize {
         self.nodes.len()
@@ -191,8 +237,28 @@ impl LocalCluster {
     /// Starts `redis-server` on `port` and waits until that very process
     /// answers (a port lost to a race would answer with another pid).
     fn launch(&self, port: u16, dir: &Path, env: &[(String, String)]) -> io::Result<Child> {
+        self.launch_with(port, dir, env, false)
+    }
+
+    /// [`launch`](Self::launch) in a process group of its own, out of reach
+    /// of the signals a terminal sends to ours.
+    fn launch_in_own_group(&self, port: u16, dir: &Path) -> io::Result<Child> {
+        self.launch_with(port, dir, &[], true)
+    }
+
+    fn launch_with(
+        &self,
+        port: u16,
+        dir: &Path,
+        env: &[(String, String)],
+        own_group: bool,
+    ) -> io::Result<Child> {
         let log = dir.join("redis.log");
-        let mut child = Command::new(&self.binary)
+        let mut command = Command::new(&self.binary);
+        if own_group {
+            std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        }
+        let mut child = command
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .args(["--protected-mode", "yes", "--loglevel", "warning"])
@@ -300,8 +366,20 @@ fn node_dir(port: u16) -> io::Result<PathBuf> {
     Ok(dir)
 }
 
-/// The pid of the Redis server answering on `port`, if one does.
-fn answering_pid(port: u16) -> Option<u32> {
+/// A node left running by [`LocalCluster::start_detached`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DetachedNode {
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    /// Its process id.
+    pub pid: u32,
+    /// Its directory (log, no data), to remove once it is stopped.
+    pub dir: PathBuf,
+}
+
+/// The process id of the Redis server answering on `127.0.0.1:port`, if
+/// one answers within half a second.
+pub fn answering_pid(port: u16) -> Option<u32> {
     let reply = command_with_timeout(port, &["INFO", "server"], Duration::from_millis(500)).ok()?;
     let Reply::Bulk(Some(info)) = reply else {
         return None;

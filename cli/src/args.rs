@@ -1,0 +1,251 @@
+//! The command line: what `redquorum --help` and each command's `--help`
+//! say, read like a man page.
+
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::exit;
+
+/// flock(1) for a fleet: run a command on one machine at a time, with a
+/// lock held on a majority of independent Redis (or Valkey) nodes.
+#[derive(Debug, Parser)]
+#[command(
+    name = "redquorum",
+    version,
+    after_long_help = AFTER_HELP,
+    max_term_width = 100
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+const AFTER_HELP: &str = "\
+NODES:
+  Every command but `cluster` talks to the nodes given by --nodes, else by the
+  REDQUORUM_NODES environment variable: comma-separated URLs,
+  redis://[user:password@]host:port[/db] or rediss:// for TLS. Use three or
+  five independent nodes (not replicas of one another).
+
+EXAMPLES:
+  # Once a night, on whichever machine gets there first; the others skip it.
+  redquorum run --no-wait nightly-backup -- /usr/local/bin/backup.sh
+
+  # A migration that must never run twice at once, waiting up to 5 minutes.
+  redquorum run --wait 5m --ttl 1m schema-migration -- ./migrate up
+
+  # Who holds it, and what each node says.
+  redquorum status nightly-backup
+
+  # Try it locally: five redis-server processes on ports 7001-7005.
+  redquorum cluster up
+  export REDQUORUM_NODES=redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003,redis://127.0.0.1:7004,redis://127.0.0.1:7005
+
+LOGS:
+  Warnings go to stderr; RUST_LOG=redquorum=debug shows every vote.
+
+See `redquorum help run` for the exit statuses.";
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a command while holding the lock on a resource.
+    #[command(long_about = RUN_ABOUT, after_long_help = RUN_AFTER)]
+    Run(Run),
+    /// Show what every node holds for resources, and whether a majority
+    /// agrees.
+    #[command(long_about = STATUS_ABOUT)]
+    Status(Status),
+    /// Clear a stale lock by its token (compare-and-delete, never a blind
+    /// delete).
+    #[command(long_about = RELEASE_ABOUT)]
+    Release(Release),
+    /// Start, stop or list a local cluster of redis-server processes, for
+    /// trying things out.
+    #[command(subcommand, long_about = CLUSTER_ABOUT)]
+    Cluster(Cluster),
+}
+
+/// Where the nodes are.
+#[derive(Debug, Args)]
+pub struct Nodes {
+    /// The nodes: comma-separated redis:// or rediss:// URLs.
+    #[arg(
+        long,
+        env = "REDQUORUM_NODES",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub nodes: Vec<String>,
+    /// The per-node timeout of each request: a node slower than this counts
+    /// as a no for that request [default: 50ms].
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub node_timeout: Option<Duration>,
+}
+
+const RUN_ABOUT: &str = "\
+Run a command while holding the lock on RESOURCE.
+
+redquorum acquires the lock (waiting while another holder has it), starts the
+command with stdin, stdout and stderr passed through, keeps the lock alive for
+as long as the command runs, releases it when the command exits, and exits
+with the command's own status.
+
+The command gets these environment variables:
+  REDQUORUM_RESOURCE  the resource
+  REDQUORUM_TOKEN     the lock's token (what `redquorum status` shows, and
+                      what `redquorum release --token` takes)
+  REDQUORUM_FENCE     with --fence: the fencing token, a number greater than
+                      that of every earlier holder of the resource. Pass it
+                      to the storage you write to, and have it refuse a
+                      smaller one than it has seen.
+  REDQUORUM_OWNER     with --reentrant-owner: the owner id
+
+If the lock is lost while the command runs (a majority of nodes unreachable
+for longer than the TTL, or a pause of this process), the command is sent
+SIGTERM, then SIGKILL after --kill-after, and redquorum exits with 76.
+SIGINT, SIGTERM and SIGHUP sent to redquorum are passed on to the command;
+the lock is released once it has exited. Signals go to the command's process
+only: a shell script should `exec` its last command or pass them on.
+
+A lock is only as good as its assumptions: clocks that drift little, and
+nodes that do not restart empty within a TTL. A command paused past its TTL
+can still act after the lock moved on; where that matters, use --fence and
+have the storage check the token.";
+
+const RUN_AFTER: &str = "\
+EXIT STATUS:
+  N     the command's own exit status
+  128+N the command was killed by signal N
+  2     usage: a bad option, duration or URL, or no nodes given
+  75    the lock could not be acquired: held elsewhere past --wait, held at
+        all with --no-wait, or too few nodes answered (--conflict-exit-code)
+  76    the lock was lost while the command ran; the command was stopped
+        (--lost-exit-code)
+  126   the command could not be executed
+  127   the command was not found
+  1     any other failure of redquorum itself";
+
+#[derive(Debug, Args)]
+pub struct Run {
+    #[command(flatten)]
+    pub nodes: Nodes,
+    /// How long the lock lives without being renewed. It is renewed every
+    /// third of it while the command runs, so it only matters when this
+    /// process dies or is cut off from the nodes: then the lock is free
+    /// again after at most this long.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration)]
+    pub ttl: Duration,
+    /// How long to wait for the lock while another holder has it; waits
+    /// without limit if not given.
+    #[arg(long, value_name = "DURATION", value_parser = duration, conflicts_with = "no_wait")]
+    pub wait: Option<Duration>,
+    /// Try once, and give up at once if the lock is held.
+    #[arg(long, short = 'n')]
+    pub no_wait: bool,
+    /// Take a fenced lock: the command gets REDQUORUM_FENCE.
+    #[arg(long, conflicts_with = "reentrant_owner")]
+    pub fence: bool,
+    /// Take a reentrant hold for this owner id: another run with the same
+    /// owner (a nested step of the same job) gets the lock while this one
+    /// holds it.
+    #[arg(long, value_name = "ID")]
+    pub reentrant_owner: Option<String>,
+    /// After a lost lock, how long the command has to exit after SIGTERM
+    /// before it gets SIGKILL.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
+    pub kill_after: Duration,
+    /// The exit status when the lock could not be acquired.
+    #[arg(long, value_name = "N", default_value_t = exit::NOT_ACQUIRED)]
+    pub conflict_exit_code: u8,
+    /// The exit status when the lock was lost while the command ran.
+    #[arg(long, value_name = "N", default_value_t = exit::LOST)]
+    pub lost_exit_code: u8,
+    /// The resource to lock: any name the fleet agrees on.
+    pub resource: String,
+    /// The command to run, and its arguments (after `--`).
+    #[arg(required = true, last = true, value_name = "COMMAND")]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+const STATUS_ABOUT: &str = "\
+Show what every node holds for each RESOURCE: whether it holds a lock, whose
+(the token; for reentrant holds the owner and each hold), how long the key
+has left, and the resource's fencing counter; then whether a majority of
+nodes agrees on one holder (held), on no lock (free), or on neither (split:
+a lock being taken or lost, or a node that restarted empty).
+
+Exit status: 0, or 1 if fewer than a majority of nodes answered for some
+resource; 2 for usage errors.";
+
+#[derive(Debug, Args)]
+pub struct Status {
+    #[command(flatten)]
+    pub nodes: Nodes,
+    /// Print JSON (an array, one object per resource) instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// The resources to look at.
+    #[arg(required = true)]
+    pub resources: Vec<String>,
+}
+
+const RELEASE_ABOUT: &str = "\
+Clear the lock on RESOURCE that holds TOKEN, on every node: for an operator
+who knows that lock is stale (its holder died, and waiting out its TTL is not
+an option). Compare-and-delete: a key holding another token is left alone, so
+a lock taken since is never touched. For reentrant holds TOKEN names one
+hold, and the lock goes with the last one. Waiters are woken.
+
+Clearing a live holder's lock takes it away from that holder: it finds out at
+its next renewal, and may act meanwhile.
+
+Exit status: 0 if the lock was cleared on at least one node; 1 if TOKEN held
+it on no node (nothing changed); 2 for usage errors.";
+
+#[derive(Debug, Args)]
+pub struct Release {
+    #[command(flatten)]
+    pub nodes: Nodes,
+    /// The token of the lock to clear, as `redquorum status` shows it.
+    #[arg(long, required = true)]
+    pub token: String,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// The resource.
+    pub resource: String,
+}
+
+const CLUSTER_ABOUT: &str = "\
+Start, list and stop a local cluster of redis-server processes on 127.0.0.1,
+for trying redquorum out (the launcher the tests use). Each node runs without
+persistence, in a directory of its own under the system's temp dir, until
+`cluster down`. redis-server must be installed (or named by
+REDQUORUM_REDIS_SERVER).";
+
+#[derive(Debug, Subcommand)]
+pub enum Cluster {
+    /// Start nodes on consecutive ports and print their URLs.
+    Up(ClusterUp),
+    /// Stop every node `cluster up` started.
+    Down,
+    /// List the nodes `cluster up` started, and whether each answers.
+    Ls,
+}
+
+#[derive(Debug, Args)]
+pub struct ClusterUp {
+    /// How many nodes.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=99))]
+    pub nodes: u16,
+    /// The first node's port; the others follow it.
+    #[arg(long, default_value_t = 7001)]
+    pub base_port: u16,
+}
+
+/// Parses `30s`, `5m`, `250ms`, `1h 30m`.
+fn duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text)
+        .map_err(|e| format!("{e}: write a duration like 30s, 5m, 250ms or 1h30m"))
+}

@@ -1,0 +1,183 @@
+//! `redquorum status` and `redquorum release --token`: for an operator
+//! looking at a stuck job.
+
+use redquorum::{Holding, NodeFailure, NodeState, Status};
+use serde_json::{Value, json};
+
+use crate::args;
+use crate::{connect, exit, fail, usage_or_failure};
+
+pub async fn status(args: args::Status) -> u8 {
+    let redlock = match connect(&args.nodes) {
+        Ok(redlock) => redlock,
+        Err(code) => return code,
+    };
+    let mut code = 0;
+    let mut all = Vec::new();
+    for resource in &args.resources {
+        let status = redlock.status(resource).await;
+        let answered = status.nodes().iter().filter(|(_, s)| s.is_ok()).count();
+        if answered < status.quorum() {
+            code = exit::FAILURE;
+        }
+        if args.json {
+            all.push(status_json(&status));
+        } else {
+            print_status(&status);
+        }
+    }
+    if args.json {
+        println!("{}", Value::Array(all));
+    }
+    code
+}
+
+/// held, free or split, as a majority of nodes says.
+fn verdict(status: &Status) -> &'static str {
+    if status.holder().is_some() {
+        "held"
+    } else if status.is_free() {
+        "free"
+    } else {
+        "split"
+    }
+}
+
+fn print_status(status: &Status) {
+    let n = status.nodes().len();
+    let headline = match status.holder() {
+        Some(holder) => {
+            let on = status
+                .nodes()
+                .iter()
+                .filter(|(_, s)| holding(s).is_some_and(|h| h.same_holder(holder)))
+                .count();
+            format!("held by {} on {on}/{n} nodes", describe(holder))
+        }
+        None if status.is_free() => format!("free (no lock on a majority of {n} nodes)"),
+        None => format!("split: no holder and no free majority of {n} nodes"),
+    };
+    println!(
+        "{}: {headline} (a majority is {})",
+        status.resource(),
+        status.quorum()
+    );
+    for (node, state) in status.nodes() {
+        let line = match state {
+            Err(failure) => format!("no answer: {failure}"),
+            Ok(state) => {
+                let mut line = match &state.lock {
+                    None => "free".to_owned(),
+                    Some(holder) => format!("held by {}", describe(holder)),
+                };
+                if state.lock.is_some() {
+                    match state.ttl {
+                        Some(ttl) => line += &format!(", {:.1}s left", ttl.as_secs_f64()),
+                        None => line += ", no expiry",
+                    }
+                }
+                if let Some(fence) = state.fence {
+                    line += &format!(", fencing counter {fence}");
+                }
+                line
+            }
+        };
+        println!("  {node:<22} {line}");
+    }
+}
+
+fn holding(state: &Result<NodeState, NodeFailure>) -> Option<&Holding> {
+    state.as_ref().ok()?.lock.as_ref()
+}
+
+fn describe(holder: &Holding) -> String {
+    match holder {
+        Holding::Token(token) => format!("token {token}"),
+        Holding::Reentrant { owner, holds } => {
+            format!(
+                "reentrant owner {owner:?} ({} holds: {})",
+                holds.len(),
+                holds.join(", ")
+            )
+        }
+        Holding::Other(kind) => format!("a {kind} key that is not a lock"),
+        _ => "an unknown holder".to_owned(),
+    }
+}
+
+fn holder_json(holder: &Holding) -> Value {
+    match holder {
+        Holding::Token(token) => json!({"kind": "lock", "token": token}),
+        Holding::Reentrant { owner, holds } => {
+            json!({"kind": "reentrant", "owner": owner, "holds": holds})
+        }
+        Holding::Other(kind) => json!({"kind": "other", "type": kind}),
+        _ => json!({"kind": "unknown"}),
+    }
+}
+
+fn status_json(status: &Status) -> Value {
+    let nodes: Vec<Value> = status
+        .nodes()
+        .iter()
+        .map(|(node, state)| match state {
+            Err(failure) => json!({"node": node, "state": "error", "error": failure.to_string()}),
+            Ok(state) => json!({
+                "node": node,
+                "state": if state.lock.is_some() { "held" } else { "free" },
+                "holder": state.lock.as_ref().map(holder_json),
+                "ttl_ms": state.ttl.map(|t| t.as_millis() as u64),
+                "fence": state.fence,
+            }),
+        })
+        .collect();
+    json!({
+        "resource": status.resource(),
+        "quorum": status.quorum(),
+        "verdict": verdict(status),
+        "holder": status.holder().map(holder_json),
+        "nodes": nodes,
+    })
+}
+
+pub async fn release(args: args::Release) -> u8 {
+    let redlock = match connect(&args.nodes) {
+        Ok(redlock) => redlock,
+        Err(code) => return code,
+    };
+    let report = match redlock.release_token(&args.resource, &args.token).await {
+        Ok(report) => report,
+        Err(e) => return usage_or_failure(&e),
+    };
+    let cleared = report.agreed();
+    let n = cleared + report.failures().len();
+    if args.json {
+        let failures: Vec<Value> = report
+            .failures()
+            .iter()
+            .map(|(node, failure)| json!({"node": node, "error": failure.to_string()}))
+            .collect();
+        println!(
+            "{}",
+            json!({"resource": args.resource, "cleared": cleared, "nodes": n, "failures": failures})
+        );
+    } else if cleared > 0 {
+        println!(
+            "{}: cleared the lock of token {} on {cleared}/{n} nodes",
+            args.resource, args.token
+        );
+        for (node, failure) in report.failures() {
+            println!("  {node:<22} not cleared: {failure}");
+        }
+    }
+    if cleared == 0 {
+        return fail(
+            exit::FAILURE,
+            format!(
+                "token {} holds {:?} on no node: nothing was changed ({report})",
+                args.token, args.resource
+            ),
+        );
+    }
+    0
+}

@@ -1,0 +1,603 @@
+//! The `redquorum` command as a user runs it: the real binary, real child
+//! processes, against a real local cluster of `redis-server` processes.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use redquorum::local_cluster::{LocalCluster, Reply, command};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_redquorum");
+const ALL: [usize; 5] = [0, 1, 2, 3, 4];
+
+fn cluster() -> LocalCluster {
+    LocalCluster::start(5).unwrap_or_else(|e| panic!("cannot start a local Redis cluster: {e}"))
+}
+
+/// `redquorum ARGS…` against `cluster`: its nodes in REDQUORUM_NODES, and
+/// a node timeout that a loaded CI machine does not miss on a healthy node.
+fn redquorum(cluster: &LocalCluster, args: &[&str]) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .args(args)
+        .env("REDQUORUM_NODES", cluster.urls().join(","))
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null());
+    command
+}
+
+/// `redquorum run --node-timeout 1s OPTIONS… RESOURCE -- sh -c SCRIPT`.
+fn run_sh(cluster: &LocalCluster, options: &[&str], resource: &str, script: &str) -> Command {
+    let mut args = vec!["run", "--node-timeout", "1s"];
+    args.extend(options);
+    args.extend([resource, "--", "sh", "-c", script]);
+    redquorum(cluster, &args)
+}
+
+fn output(mut command: Command) -> Output {
+    command.output().expect("redquorum runs")
+}
+
+fn code(output: &Output) -> i32 {
+    output.status.code().expect("redquorum exits, not killed")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn key(resource: &str) -> String {
+    format!("redquorum:{resource}")
+}
+
+/// How many nodes hold `key`.
+fn holders(cluster: &LocalCluster, key: &str) -> usize {
+    ALL.iter()
+        .filter(|&&i| command(cluster.port(i), &["EXISTS", key]).unwrap() == Reply::Int(1))
+        .count()
+}
+
+fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A first line from a child's stdout.
+fn first_line(child: &mut Child) -> String {
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    line.trim().to_owned()
+}
+
+fn signal(pid: u32, signal: libc::c_int) {
+    // SAFETY: a signal to a child process of this test, not yet reaped.
+    unsafe {
+        libc::kill(pid as libc::pid_t, signal);
+    }
+}
+
+/// Four shells at once, six runs each, append start and end stamps to one
+/// file from inside the lock: no two intervals overlap, and every run ran.
+#[test]
+fn contended_runs_never_overlap() {
+    let c = cluster();
+    let dir = tempdir("overlap");
+    let file = dir.join("stamps");
+    let script = format!(
+        "echo \"start $$ $(date +%s%N)\" >> {f}; sleep 0.02; echo \"end $$ $(date +%s%N)\" >> {f}",
+        f = file.display()
+    );
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                for _ in 0..6 {
+                    let out = output(run_sh(&c, &["--wait", "60s"], "cron", &script));
+                    assert_eq!(code(&out), 0, "{}", stderr(&out));
+                }
+            });
+        }
+    });
+    let mut events: Vec<(u128, bool, String)> = std::fs::read_to_string(&file)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let parts: Vec<&str> = line.split(' ').collect();
+            (
+                parts[2].parse().unwrap(),
+                parts[0] == "start",
+                parts[1].to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(events.len(), 48, "every run started and ended once");
+    events.sort();
+    let mut inside: Option<String> = None;
+    for (at, start, pid) in &events {
+        if *start {
+            assert!(
+                inside.is_none(),
+                "run {pid} started at {at} inside run {inside:?}"
+            );
+            inside = Some(pid.clone());
+        } else {
+            assert_eq!(
+                inside.as_ref(),
+                Some(pid),
+                "run {pid} ended at {at} out of turn"
+            );
+            inside = None;
+        }
+    }
+    assert_eq!(holders(&c, &key("cron")), 0, "the last run released");
+}
+
+#[test]
+fn the_command_gets_its_lock_in_its_environment() {
+    let c = cluster();
+    let out = output(run_sh(
+        &c,
+        &["--fence"],
+        "job",
+        "echo $REDQUORUM_RESOURCE $REDQUORUM_TOKEN $REDQUORUM_FENCE",
+    ));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    assert_eq!(fields[0], "job");
+    assert_eq!(fields[1].len(), 40, "a token: {text}");
+    assert!(
+        fields[2].parse::<u64>().unwrap() > 0,
+        "a fencing token: {text}"
+    );
+    let out = output(run_sh(
+        &c,
+        &["--reentrant-owner", "deploy-7"],
+        "job",
+        "echo $REDQUORUM_OWNER ${REDQUORUM_FENCE:-none}",
+    ));
+    assert_eq!(stdout(&out).trim(), "deploy-7 none");
+}
+
+#[test]
+fn every_exit_status() {
+    let c = cluster();
+    // The command's own status, and 128 + the signal that killed it.
+    assert_eq!(code(&output(run_sh(&c, &[], "r", "exit 7"))), 7);
+    assert_eq!(code(&output(run_sh(&c, &[], "r", "kill -TERM $$"))), 143);
+    // Cannot run it.
+    let missing = output(redquorum(&c, &["run", "r", "--", "/nonexistent/cmd"]));
+    assert_eq!(code(&missing), 127);
+    assert!(
+        stderr(&missing).contains("cannot run"),
+        "{}",
+        stderr(&missing)
+    );
+    let not_executable = output(redquorum(&c, &["run", "r", "--", "/etc/hostname"]));
+    assert_eq!(code(&not_executable), 126);
+    // Held elsewhere: 75, with the nodes' report; or the status asked for.
+    let mut holder = run_sh(&c, &[], "r", "echo held; exec sleep 30")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert_eq!(first_line(&mut holder), "held");
+    for options in [&["--no-wait"][..], &["--wait", "300ms"]] {
+        let started = Instant::now();
+        let out = output(run_sh(&c, options, "r", "echo ran"));
+        assert_eq!(code(&out), 75, "{options:?}: {}", stderr(&out));
+        assert!(stdout(&out).is_empty(), "the command never ran");
+        assert!(
+            stderr(&out).contains("held by another owner"),
+            "{}",
+            stderr(&out)
+        );
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+    let out = output(run_sh(
+        &c,
+        &["--no-wait", "--conflict-exit-code", "9"],
+        "r",
+        "true",
+    ));
+    assert_eq!(code(&out), 9);
+    signal(holder.id(), libc::SIGTERM);
+    assert_eq!(holder.wait().unwrap().code(), Some(143));
+    // Usage errors: 2, with what to fix.
+    let usage = |args: &[&str], nodes: Option<&str>, says: &str| {
+        let mut command = redquorum(&c, args);
+        match nodes {
+            Some(nodes) => command.env("REDQUORUM_NODES", nodes),
+            None => command.env_remove("REDQUORUM_NODES"),
+        };
+        let out = output(command);
+        assert_eq!(code(&out), 2, "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
+    };
+    let urls = c.urls().join(",");
+    let urls = Some(urls.as_str());
+    usage(
+        &["run", "--ttl", "5parsecs", "r", "--", "true"],
+        urls,
+        "write a duration like",
+    );
+    usage(
+        &["run", "--wait", "soon", "r", "--", "true"],
+        urls,
+        "--wait",
+    );
+    usage(&["run", "r", "--", "true"], None, "REDQUORUM_NODES");
+    usage(&["status", "r"], None, "--nodes");
+    usage(
+        &["run", "r", "--", "true"],
+        Some("http://x:1"),
+        "is invalid",
+    );
+    usage(&["run", "r"], urls, "COMMAND");
+    usage(
+        &[
+            "run",
+            "--fence",
+            "--reentrant-owner",
+            "o",
+            "r",
+            "--",
+            "true",
+        ],
+        urls,
+        "cannot be used with",
+    );
+    usage(
+        &[
+            "run",
+            "--node-timeout",
+            "2m",
+            "--ttl",
+            "1m",
+            "r",
+            "--",
+            "true",
+        ],
+        urls,
+        "timeout",
+    );
+    usage(
+        &["release", "--token", "stale", "r"],
+        urls,
+        "not a lock token",
+    );
+    usage(&["frobnicate"], urls, "unrecognized subcommand");
+}
+
+/// A majority frozen while the command runs: the lock is lost, the command
+/// (which ignores SIGTERM) is killed after --kill-after, and redquorum
+/// exits 76.
+#[test]
+fn a_lost_lock_stops_the_command() {
+    let mut c = cluster();
+    for (script, gets) in [
+        ("echo $$; exec sleep 30", "SIGTERM"),
+        ("echo $$; trap '' TERM; exec sleep 30", "SIGKILL"),
+    ] {
+        let mut run = redquorum(
+            &c,
+            &[
+                "run",
+                "--node-timeout",
+                "100ms",
+                "--ttl",
+                "1s",
+                "--kill-after",
+                "500ms",
+                "r",
+                "--",
+                "sh",
+                "-c",
+                script,
+            ],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+        let pid: i32 = first_line(&mut run).parse().unwrap();
+        for i in [0, 1, 2] {
+            c.freeze(i);
+        }
+        let frozen = Instant::now();
+        // The command is gone (killed and reaped by redquorum) within the
+        // TTL, then SIGTERM, and SIGKILL half a second later at the most.
+        // SAFETY: signal 0 only asks whether the process exists.
+        wait_for(
+            gets,
+            Duration::from_secs(4),
+            || unsafe { libc::kill(pid, 0) } != 0,
+        );
+        let stopped = frozen.elapsed();
+        // redquorum itself may spend a few seconds trying to release on
+        // the frozen nodes before it exits.
+        let out = run.wait_with_output().unwrap();
+        for i in [0, 1, 2] {
+            c.thaw(i);
+        }
+        assert_eq!(code(&out), 76, "{gets}: {}", stderr(&out));
+        assert!(stderr(&out).contains("was lost"), "{}", stderr(&out));
+        assert!(
+            stopped > Duration::from_millis(500),
+            "{gets}: stopped after {stopped:?}, before the lock could be lost"
+        );
+        // The lock is free again once the nodes are back.
+        wait_for("the lost lock's keys gone", Duration::from_secs(5), || {
+            holders(&c, &key("r")) == 0
+        });
+    }
+}
+
+/// SIGINT, SIGTERM and SIGHUP to redquorum reach the command; the lock is
+/// released once the command has exited, and its status is redquorum's.
+#[test]
+fn signals_reach_the_command_and_the_lock_is_released_after_it() {
+    let c = cluster();
+    for (sig, name) in [
+        (libc::SIGINT, "INT"),
+        (libc::SIGTERM, "TERM"),
+        (libc::SIGHUP, "HUP"),
+    ] {
+        let script = format!(
+            "trap 'echo got {name}; sleep 0.2; exit 3' {name}; echo ready; while :; do sleep 0.05; done"
+        );
+        let mut run = run_sh(&c, &[], "r", &script)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(run.stdout.take().unwrap()).lines();
+        assert_eq!(lines.next().unwrap().unwrap(), "ready");
+        assert!(holders(&c, &key("r")) >= 3);
+        signal(run.id(), sig);
+        assert_eq!(lines.next().unwrap().unwrap(), format!("got {name}"));
+        // Still held while the command finishes.
+        assert!(
+            holders(&c, &key("r")) >= 3,
+            "{name}: released before the command exited"
+        );
+        assert_eq!(run.wait().unwrap().code(), Some(3), "{name}");
+        assert_eq!(holders(&c, &key("r")), 0, "{name}: not released on exit");
+    }
+    // A signal while waiting for the lock ends the wait: nothing is held.
+    let mut holder = run_sh(&c, &[], "w", "echo held; exec sleep 30")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert_eq!(first_line(&mut holder), "held");
+    let waiter = run_sh(&c, &[], "w", "echo ran")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    signal(waiter.id(), libc::SIGINT);
+    let out = waiter.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130));
+    assert!(stdout(&out).is_empty());
+    signal(holder.id(), libc::SIGTERM);
+    holder.wait().unwrap();
+}
+
+fn status_json(c: &LocalCluster, resource: &str) -> (i32, Value) {
+    let out = output(redquorum(
+        c,
+        &["status", "--node-timeout", "1s", "--json", resource],
+    ));
+    let all: Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    (code(&out), all[0].clone())
+}
+
+#[test]
+fn status_shows_free_held_split_and_fenced_states() {
+    let mut c = cluster();
+    let (code0, free) = status_json(&c, "r");
+    assert_eq!(code0, 0);
+    assert_eq!(free["verdict"], "free");
+    assert_eq!(free["resource"], "r");
+    assert_eq!(free["quorum"], 3);
+    assert_eq!(free["nodes"].as_array().unwrap().len(), 5);
+
+    // Held by a fenced run: the command looks at its own lock.
+    let script = format!(
+        "echo $REDQUORUM_TOKEN $REDQUORUM_FENCE; sleep 0.3; {BIN} status --node-timeout 1s --json r; {BIN} status r"
+    );
+    let out = output(run_sh(&c, &["--fence"], "r", &script));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    let mut lines = text.lines();
+    let first: Vec<&str> = lines.next().unwrap().split(' ').collect();
+    let (token, fence) = (first[0], first[1].parse::<u64>().unwrap());
+    let held: Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    let held = &held[0];
+    assert_eq!(held["verdict"], "held");
+    assert_eq!(held["holder"]["kind"], "lock");
+    assert_eq!(held["holder"]["token"], token);
+    for node in held["nodes"].as_array().unwrap() {
+        assert_eq!(node["state"], "held", "{node}");
+        assert_eq!(node["fence"], fence, "{node}");
+        let ttl = node["ttl_ms"].as_u64().unwrap();
+        assert!(ttl > 20_000 && ttl <= 30_000, "{node}");
+    }
+    let human: Vec<&str> = lines.collect();
+    assert!(
+        human[0].starts_with(&format!("r: held by token {token} on 5/5 nodes")),
+        "{human:?}"
+    );
+    assert!(
+        human[1].contains(&format!("fencing counter {fence}")),
+        "{human:?}"
+    );
+
+    // Split: two tokens on two nodes each, one node free.
+    for (i, token) in [(0, "a"), (1, "a"), (2, "b"), (3, "b")] {
+        command(c.port(i), &["SET", &key("s"), token, "PX", "30000"]).unwrap();
+    }
+    let (code1, split) = status_json(&c, "s");
+    assert_eq!(code1, 0);
+    assert_eq!(split["verdict"], "split");
+    assert_eq!(split["holder"], Value::Null);
+    let out = output(redquorum(&c, &["status", "s", "r"]));
+    assert!(stdout(&out).starts_with("s: split"), "{}", stdout(&out));
+    assert!(stdout(&out).contains("\nr: free"), "{}", stdout(&out));
+
+    // Frozen nodes: an error each; fewer than a majority answering is 1.
+    c.freeze(4);
+    let (code2, one_frozen) = status_json(&c, "s");
+    assert_eq!(code2, 0);
+    assert_eq!(one_frozen["nodes"][4]["state"], "error");
+    assert!(
+        one_frozen["nodes"][4]["error"]
+            .as_str()
+            .unwrap()
+            .contains("no answer within")
+    );
+    c.freeze(3);
+    c.freeze(2);
+    let (code3, _) = status_json(&c, "s");
+    for i in [2, 3, 4] {
+        c.thaw(i);
+    }
+    assert_eq!(code3, 1, "three of five frozen");
+}
+
+#[test]
+fn release_by_token_clears_only_that_lock() {
+    let c = cluster();
+    // A short TTL, so that its watchdog soon finds the lock gone.
+    let mut holder = run_sh(
+        &c,
+        &["--ttl", "3s"],
+        "r",
+        "echo $REDQUORUM_TOKEN; exec sleep 30",
+    )
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let token = first_line(&mut holder);
+    wait_for("held on every node", Duration::from_secs(5), || {
+        holders(&c, &key("r")) == 5
+    });
+    // Another token: nothing changes, status 1.
+    let wrong = "0".repeat(40);
+    let out = output(redquorum(&c, &["release", "--token", &wrong, "r"]));
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("nothing was changed"),
+        "{}",
+        stderr(&out)
+    );
+    for i in ALL {
+        let value = command(c.port(i), &["GET", &key("r")]).unwrap();
+        assert_eq!(
+            value,
+            Reply::Bulk(Some(token.clone().into_bytes())),
+            "node {i}"
+        );
+    }
+    // The right token: gone everywhere, and a waiting run gets it at once.
+    let out = output(redquorum(
+        &c,
+        &["release", "--json", "--token", &token, "r"],
+    ));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let report: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["cleared"], 5, "{report}");
+    assert_eq!(holders(&c, &key("r")), 0);
+    let out = output(run_sh(&c, &["--no-wait"], "r", "echo mine"));
+    assert_eq!(stdout(&out).trim(), "mine");
+    // The old holder finds its lock gone and is stopped as for a lost lock.
+    let status = holder.wait().unwrap();
+    assert_eq!(status.code(), Some(76));
+}
+
+/// `cluster up`, `ls`, a run against it, and `down`, on ports of its own
+/// and with its records in a temp dir of its own.
+#[test]
+fn a_local_cluster_goes_up_and_down() {
+    let tmp = tempdir("cluster");
+    let base = free_ports(3);
+    let cluster = |args: &[&str]| {
+        let out = Command::new(BIN)
+            .arg("cluster")
+            .args(args)
+            .env("TMPDIR", &tmp)
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 0, "{args:?}: {}", stderr(&out));
+        stdout(&out)
+    };
+    let up = cluster(&["up", "--nodes", "3", "--base-port", &base.to_string()]);
+    let urls: Vec<String> = (base..base + 3)
+        .map(|p| format!("redis://127.0.0.1:{p}"))
+        .collect();
+    assert!(
+        up.contains(&format!("export REDQUORUM_NODES={}", urls.join(","))),
+        "{up}"
+    );
+    let ls = cluster(&["ls"]);
+    assert_eq!(ls.matches(" up").count(), 3, "{ls}");
+    let out = Command::new(BIN)
+        .args(["run", "--nodes", &urls.join(","), "r", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    // A second `up` on the same ports fails and leaves the first alone.
+    let again = Command::new(BIN)
+        .args([
+            "cluster",
+            "up",
+            "--nodes",
+            "3",
+            "--base-port",
+            &base.to_string(),
+        ])
+        .env("TMPDIR", &tmp)
+        .output()
+        .unwrap();
+    assert_eq!(code(&again), 1);
+    assert!(
+        stderr(&again).contains("already answers"),
+        "{}",
+        stderr(&again)
+    );
+    cluster(&["down"]);
+    for port in base..base + 3 {
+        assert!(
+            command(port, &["PING"]).is_err(),
+            "port {port} still answers"
+        );
+    }
+    assert!(cluster(&["ls"]).contains("no local cluster"));
+}
+
+/// `n` consecutive ports that are free now, in the upper range.
+fn free_ports(n: u16) -> u16 {
+    'base: for base in (20_000..60_000).step_by(97) {
+        for port in base..base + n {
+            if std::net::TcpListener::bind(("127.0.0.1", port)).is_err() {
+                continue 'base;
+            }
+        }
+        return base;
+    }
+    panic!("no {n} consecutive free ports")
+}
+
+fn tempdir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("redquorum-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
