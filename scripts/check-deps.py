@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Checks the library's own dependency tree (every feature on, no
-dev-dependencies) offline, as cargo-deny would for these two points:
+dev-dependencies) offline, as cargo-deny would for these two points, and the
+same for the `redquorum` command's (cli/):
 
 1. The crate's `rust-version` (its MSRV): no dependency may need a newer
    Rust.
@@ -77,39 +78,51 @@ meta = json.loads(
 )
 packages = {p["id"]: p for p in meta["packages"]}
 nodes = {n["id"]: n for n in meta["resolve"]["nodes"]}
-root = meta["resolve"]["root"]
-ours = version(packages[root]["rust_version"])
-
-# The library's tree: normal and build dependencies, not dev-dependencies.
-seen, stack = set(), [root]
-while stack:
-    pid = stack.pop()
-    if pid in seen:
-        continue
-    seen.add(pid)
-    for dep in nodes[pid]["deps"]:
-        if any(k["kind"] in (None, "build") for k in dep["dep_kinds"]):
-            stack.append(dep["pkg"])
-
-needs = sorted(
-    (version(packages[p]["rust_version"]), packages[p]["name"])
-    for p in seen
-    if p != root and packages[p].get("rust_version")
-)
-highest, who = needs[-1]
 fmt = lambda v: ".".join(map(str, v))
-print(f"rust-version {fmt(ours)}; the library's {len(seen) - 1} dependencies need at most {fmt(highest)} ({who})")
-failed = False
-if highest > ours:
-    print(f"error: {who} needs Rust {fmt(highest)}: raise rust-version in Cargo.toml", file=sys.stderr)
-    failed = True
 
-licenses = {}
-for p in seen - {root}:
-    licenses.setdefault(packages[p].get("license") or "(none)", []).append(packages[p]["name"])
-for expr, names in sorted(licenses.items()):
-    if not satisfied(expr):
-        print(f"error: license {expr!r} of {', '.join(sorted(names))} is not in the allowed set", file=sys.stderr)
-        failed = True
-print(f"licenses: {len(licenses)} distinct expressions, each met by {', '.join(sorted(ALLOWED))}")
+
+def tree(root):
+    """A package's own tree: normal and build dependencies, not dev-dependencies."""
+    seen, stack = set(), [root]
+    while stack:
+        pid = stack.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        for dep in nodes[pid]["deps"]:
+            if any(k["kind"] in (None, "build") for k in dep["dep_kinds"]):
+                stack.append(dep["pkg"])
+    return seen
+
+
+def check(root):
+    """Checks one workspace member's tree; says whether it passed."""
+    name = packages[root]["name"]
+    ours = version(packages[root]["rust_version"])
+    seen = tree(root)
+    needs = sorted(
+        (version(packages[p]["rust_version"]), packages[p]["name"])
+        for p in seen
+        if p != root and packages[p].get("rust_version")
+    )
+    highest, who = needs[-1]
+    print(f"{name}: rust-version {fmt(ours)}; its {len(seen) - 1} dependencies need at most {fmt(highest)} ({who})")
+    ok = True
+    if highest > ours:
+        print(f"error: {who} needs Rust {fmt(highest)}: raise {name}'s rust-version", file=sys.stderr)
+        ok = False
+    licenses = {}
+    for p in seen - {root}:
+        licenses.setdefault(packages[p].get("license") or "(none)", []).append(packages[p]["name"])
+    for expr, names in sorted(licenses.items()):
+        if not satisfied(expr):
+            print(f"error: license {expr!r} of {', '.join(sorted(names))} ({name}'s tree) is not in the allowed set", file=sys.stderr)
+            ok = False
+    print(f"{name}: {len(licenses)} distinct license expressions, each met by {', '.join(sorted(ALLOWED))}")
+    return ok
+
+
+# The library first; then the command (cli/), whose tree users install too.
+members = sorted(meta["workspace_members"], key=lambda p: p != meta["resolve"]["root"])
+failed = not all([check(m) for m in members])
 sys.exit(1 if failed else 0)
