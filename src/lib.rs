@@ -50,6 +50,9 @@
 //! * [`Lock`]: a held lock — remaining validity, extend, release,
 //!   [`keep_alive`](Lock::keep_alive); [`Held`]: a view of it for the code
 //!   it protects, saying when it is lost.
+//! * For operators: [`status`](Redlock::status), what every node holds for
+//!   a resource ([`Status`]), and [`release_token`](Redlock::release_token),
+//!   clearing a stale lock by its token.
 //! * [`Error`], with the per-node [`Report`] and [`NodeFailure`]s, and
 //!   [`ConfigError`]: what went wrong and what to fix.
 //!
@@ -58,7 +61,7 @@
 //! * `kinds`: what a lock is on one node — its Lua scripts and how a node's
 //!   reply becomes a vote: `kinds::mutex` (one resource or a set),
 //!   `kinds::reentrant`, `kinds::fenced`. Each states its guarantee and why
-//!   it holds.
+//!   it holds. `kinds::admin` reads and clears any kind's key.
 //! * `engine`: the acquire loop (attempt, decide, validity, rollback,
 //!   cancel safety, retries), waiting for a release over pub/sub, and the
 //!   watchdog — the same for every kind.

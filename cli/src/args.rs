@@ -106,7 +106,9 @@ for longer than the TTL, or a pause of this process), the command is sent
 SIGTERM, then SIGKILL after --kill-after, and redquorum exits with 76.
 SIGINT, SIGTERM and SIGHUP sent to redquorum are passed on to the command;
 the lock is released once it has exited. Signals go to the command's process
-only: a shell script should `exec` its last command or pass them on.
+only: a shell script should `exec` its last command or pass them on. If
+redquorum itself is killed, the command is killed with it (on Linux): nothing
+would keep the lock alive.
 
 A lock is only as good as its assumptions: clocks that drift little, and
 nodes that do not restart empty within a TTL. A command paused past its TTL

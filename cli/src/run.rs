@@ -6,7 +6,8 @@
 //! and redquorum exits as if killed by them (128 + N); while the command
 //! runs they are passed on to it, and the lock is released once it exits.
 //! A lost lock stops the command: SIGTERM, then SIGKILL after
-//! `--kill-after`.
+//! `--kill-after`. And if redquorum itself is killed, so is the command
+//! (on Linux): nothing would keep its lock alive.
 
 use std::future::IntoFuture;
 use std::io::IsTerminal;
@@ -149,6 +150,7 @@ async fn supervise(mut lock: Lock, args: &Run, signals: &mut Signals) -> u8 {
     if let Some(owner) = &args.reentrant_owner {
         command.env("REDQUORUM_OWNER", owner);
     }
+    die_with_us(&mut command);
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
@@ -200,6 +202,30 @@ async fn supervise(mut lock: Lock, args: &Run, signals: &mut Signals) -> u8 {
         Ok(status) => status_code(status),
     }
 }
+
+/// Should redquorum die (SIGKILL, the OOM killer), nothing keeps the lock
+/// alive and it soon moves on: the command must not run on unprotected, so
+/// the kernel kills it with us (Linux's parent-death signal).
+#[cfg(target_os = "linux")]
+fn die_with_us(command: &mut tokio::process::Command) {
+    // SAFETY: between fork and exec only async-signal-safe system calls run.
+    let parent = unsafe { libc::getpid() };
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // We died before the signal was set up: do not run at all.
+            if libc::getppid() != parent {
+                return Err(std::io::Error::other("redquorum exited"));
+            }
+            Ok(())
+        });
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn die_with_us(_: &mut tokio::process::Command) {}
 
 /// The shell's way of reporting a status: the exit code, or 128 + the
 /// signal that killed it.

@@ -182,7 +182,10 @@ fn every_exit_status() {
         "{}",
         stderr(&missing)
     );
-    let not_executable = output(redquorum(&c, &["run", "r", "--", "/etc/hostname"]));
+    let file = tempdir("exec").join("not-executable");
+    std::fs::write(&file, "#!/bin/sh\n").unwrap();
+    let file = file.to_str().unwrap();
+    let not_executable = output(redquorum(&c, &["run", "r", "--", file]));
     assert_eq!(code(&not_executable), 126);
     // Held elsewhere: 75, with the nodes' report; or the status asked for.
     let mut holder = run_sh(&c, &[], "r", "echo held; exec sleep 30")
@@ -339,6 +342,36 @@ fn a_lost_lock_stops_the_command() {
             holders(&c, &key("r")) == 0
         });
     }
+}
+
+/// redquorum killed (SIGKILL: nothing keeps the lock alive any more): the
+/// command dies with it, and does not run on unprotected.
+#[test]
+fn the_command_dies_with_redquorum() {
+    let c = cluster();
+    let mut run = run_sh(&c, &[], "r", "echo $$; exec sleep 30")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = first_line(&mut run);
+    signal(run.id(), libc::SIGKILL);
+    run.wait().unwrap();
+    // Gone, or a zombie waiting for a reaper.
+    let alive = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            !stat
+                .rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+    };
+    wait_for(
+        "the command killed with redquorum",
+        Duration::from_secs(5),
+        || !alive(),
+    );
 }
 
 /// SIGINT, SIGTERM and SIGHUP to redquorum reach the command; the lock is
