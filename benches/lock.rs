@@ -37,11 +37,12 @@
 //! token folds into the acquisition, as it does on a healthy cluster). The table gives each its p50 over
 //! redquorum's `uncontended` p50.
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::process::Command;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
@@ -49,6 +50,64 @@ use redquorum::Redlock;
 use redquorum::local_cluster::LocalCluster;
 
 const TTL: Duration = Duration::from_secs(10);
+
+/// The system allocator, counting allocations (`alloc`, `alloc_zeroed` and
+/// `realloc` calls) for the `allocs_per_op` figures.
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every call is passed on to the system allocator unchanged.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// What this process (the client: the nodes are other processes) has spent
+/// so far: CPU time, user and system, of all its threads, and allocations.
+#[derive(Clone, Copy)]
+struct Usage {
+    cpu: Duration,
+    allocations: u64,
+}
+
+impl Usage {
+    fn now() -> Usage {
+        // SAFETY: getrusage fills the struct it is given.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+        let time = |t: libc::timeval| {
+            Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+        };
+        Usage {
+            cpu: time(ru.ru_utime) + time(ru.ru_stime),
+            allocations: ALLOCATIONS.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Adds what was spent since `self` to `sample`.
+    fn charge(self, sample: &mut Sample) {
+        let now = Usage::now();
+        sample.cpu += now.cpu.saturating_sub(self.cpu);
+        sample.allocations += now.allocations - self.allocations;
+    }
+}
 
 /// How much to measure.
 #[derive(Clone, Copy)]
@@ -267,6 +326,9 @@ struct Sample {
     ops: u64,
     busy: Duration,
     errors: u64,
+    /// The client process's CPU time and allocations while it ran.
+    cpu: Duration,
+    allocations: u64,
     extra: BTreeMap<&'static str, f64>,
 }
 
@@ -283,6 +345,14 @@ impl Sample {
     fn ops_per_s(&self) -> f64 {
         self.ops as f64 / self.busy.as_secs_f64()
     }
+
+    fn cpu_us_per_op(&self) -> f64 {
+        self.cpu.as_secs_f64() * 1e6 / self.ops as f64
+    }
+
+    fn allocs_per_op(&self) -> f64 {
+        self.allocations as f64 / self.ops as f64
+    }
 }
 
 /// One line of the report.
@@ -295,6 +365,10 @@ struct Row {
     p99_us: f64,
     ops_per_s: f64,
     errors: u64,
+    /// The client process's CPU time per operation, user and system.
+    cpu_us_per_op: f64,
+    /// Allocations per operation in the client process.
+    allocs_per_op: f64,
     extra: BTreeMap<&'static str, f64>,
 }
 
@@ -307,6 +381,8 @@ fn row(scenario: &'static str, imp: &'static str, mut s: Sample) -> Row {
         p99_us: s.percentile_us(0.99),
         ops_per_s: s.ops_per_s(),
         errors: s.errors,
+        cpu_us_per_op: s.cpu_us_per_op(),
+        allocs_per_op: s.allocs_per_op(),
         extra: std::mem::take(&mut s.extra),
     }
 }
@@ -325,6 +401,7 @@ async fn uncontended(
     let mut n = 0u64;
     for _ in 0..scale.rounds {
         for ((client, cycle), sample) in entrants.iter().zip(&mut samples) {
+            let usage = Usage::now();
             for _ in 0..per_round {
                 if sample.busy >= budget {
                     break;
@@ -342,6 +419,7 @@ async fn uncontended(
                     sample.errors += 1;
                 }
             }
+            usage.charge(sample);
         }
     }
     samples
@@ -354,6 +432,7 @@ async fn throughput(clients: &[Client], tasks: usize, scale: Scale) -> Vec<Sampl
     let round = Duration::from_secs_f64(scale.timed_secs / scale.rounds.min(4) as f64);
     for r in 0..scale.rounds.min(4) {
         for (client, sample) in clients.iter().zip(&mut samples) {
+            let usage = Usage::now();
             let started = Instant::now();
             let handles: Vec<_> = (0..tasks)
                 .map(|t| {
@@ -382,6 +461,7 @@ async fn throughput(clients: &[Client], tasks: usize, scale: Scale) -> Vec<Sampl
                 sample.errors += errors;
             }
             sample.busy += started.elapsed();
+            usage.charge(sample);
         }
     }
     samples
@@ -454,6 +534,7 @@ async fn handoff(kinds: &[Waiting], urls: &[String], scale: Scale) -> Vec<Sample
                 c.hold(&resource, Duration::ZERO).await.unwrap();
             }
             let stop = Arc::new(AtomicBool::new(false));
+            let usage = Usage::now();
             let started = Instant::now();
             let handles: Vec<_> = clients
                 .into_iter()
@@ -486,6 +567,7 @@ async fn handoff(kinds: &[Waiting], urls: &[String], scale: Scale) -> Vec<Sample
                 sample.errors += errors;
             }
             sample.busy += started.elapsed();
+            usage.charge(sample);
             turns.sort_by_key(|t| t.1);
             for (asked, got, _, released) in &turns {
                 sample.latencies.push(*got - *asked);
@@ -533,6 +615,8 @@ fn ceiling(ports: &[u16], scale: Scale) -> Option<Row> {
         p99_us: f64::NAN,
         ops_per_s: commands / (2.0 * ports.len() as f64),
         errors: 0,
+        cpu_us_per_op: f64::NAN,
+        allocs_per_op: f64::NAN,
         extra,
     })
 }
@@ -676,7 +760,7 @@ fn print_table(rows: &[Row]) {
     let find =
         |scenario: &str, imp: &str| rows.iter().find(|r| r.scenario == scenario && r.imp == imp);
     println!(
-        "\n{:<16} {:<14} {:>9} {:>9} {:>10} {:>7} {:>10} {:>10} {:>10} {:>10}  extra",
+        "\n{:<16} {:<14} {:>9} {:>9} {:>10} {:>7} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}  extra",
         "scenario",
         "impl",
         "p50 µs",
@@ -686,7 +770,10 @@ fn print_table(rows: &[Row]) {
         "p50/rslock",
         "ops/rslock",
         "p50/floor",
-        "ops/floor"
+        "ops/floor",
+        "cpu µs/op",
+        "cpu/rslock",
+        "allocs/op"
     );
     for r in rows {
         let peer = find(r.scenario, "rslock");
@@ -717,7 +804,7 @@ fn print_table(rows: &[Row]) {
             _ => r.imp.to_owned(),
         };
         println!(
-            "{:<16} {:<14} {:>9} {:>9} {:>10} {:>7} {:>10} {:>10} {:>10} {:>10}  {}",
+            "{:<16} {:<14} {:>9} {:>9} {:>10} {:>7} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}  {}",
             r.scenario,
             imp,
             fmt_num(r.p50_us, 0),
@@ -728,6 +815,9 @@ fn print_table(rows: &[Row]) {
             fmt_num(ratio(r.ops_per_s, peer.map(|p| p.ops_per_s)), 2),
             fmt_num(ratio(r.p50_us, floor.map(|p| p.p50_us)), 2),
             fmt_num(ratio(r.ops_per_s, floor.map(|p| p.ops_per_s)), 2),
+            fmt_num(r.cpu_us_per_op, 1),
+            fmt_num(ratio(r.cpu_us_per_op, peer.map(|p| p.cpu_us_per_op)), 2),
+            fmt_num(r.allocs_per_op, 1),
             extra.trim_end()
         );
     }
@@ -745,14 +835,16 @@ fn json(machine: &str, rows: &[Row], memory: &[(String, f64, f64)]) -> String {
     for (i, r) in rows.iter().enumerate() {
         let _ = write!(
             s,
-            "{}\n  {{\"name\": {:?}, \"impl\": {:?}, \"p50_us\": {}, \"p99_us\": {}, \"ops_per_s\": {}, \"errors\": {}",
+            "{}\n  {{\"name\": {:?}, \"impl\": {:?}, \"p50_us\": {}, \"p99_us\": {}, \"ops_per_s\": {}, \"errors\": {}, \"cpu_us_per_op\": {}, \"allocs_per_op\": {}",
             if i == 0 { "" } else { "," },
             r.scenario,
             r.imp,
             num(r.p50_us),
             num(r.p99_us),
             num(r.ops_per_s),
-            r.errors
+            r.errors,
+            num(r.cpu_us_per_op),
+            num(r.allocs_per_op)
         );
         if let Some(mode) = r.mode {
             let _ = write!(s, ", \"mode\": {mode:?}");
@@ -851,7 +943,14 @@ fn main() {
                 } else {
                     name
                 };
-                rows.push(row(name, c.name(), s));
+                let mut r = row(name, c.name(), s);
+                // A plain lock + unlock is two commands on each node it
+                // asks: the client's cost per command, against the floor's.
+                if matches!(name, "uncontended" | "throughput64" | "floor" | "floor64") {
+                    let nodes = if c.name() == "floor" { 1 } else { urls.len() };
+                    r.extra.insert("cpu_us_per_cmd", r.cpu_us_per_op / (2 * nodes) as f64);
+                }
+                rows.push(r);
             }
         };
         let plain = |clients: &[Client]| -> Vec<(Client, Cycle)> {
