@@ -42,7 +42,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::process::Command;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
@@ -50,28 +50,40 @@ use redquorum::Redlock;
 use redquorum::local_cluster::LocalCluster;
 
 const TTL: Duration = Duration::from_secs(10);
+/// [`TTL`] in milliseconds, as the lean client sends it.
+const TTL_MS: &[u8] = b"10000";
+
+#[path = "support/lean.rs"]
+mod lean;
 
 /// The system allocator, counting allocations (`alloc`, `alloc_zeroed` and
 /// `realloc` calls) for the `allocs_per_op` figures.
 struct Counting;
 
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+/// Bytes allocated and not yet freed: the heap a process holds, without the
+/// allocator's own overhead and fragmentation that RSS also counts.
+static LIVE_BYTES: AtomicI64 = AtomicI64::new(0);
 
 // SAFETY: every call is passed on to the system allocator unchanged.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        LIVE_BYTES.fetch_add(layout.size() as i64, Ordering::Relaxed);
         unsafe { System.alloc(layout) }
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        LIVE_BYTES.fetch_add(layout.size() as i64, Ordering::Relaxed);
         unsafe { System.alloc_zeroed(layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        LIVE_BYTES.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
         unsafe { System.realloc(ptr, layout, new_size) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE_BYTES.fetch_sub(layout.size() as i64, Ordering::Relaxed);
         unsafe { System.dealloc(ptr, layout) }
     }
 }
@@ -201,6 +213,9 @@ enum Client {
     Rslock(rslock::LockManager),
     /// The same redis client on one node: `SET NX PX`, then the release script.
     Floor(MultiplexedConnection, Arc<str>),
+    /// The floor's two commands through a minimal client of our own
+    /// (`support/lean.rs`): what redis-rs costs, measured.
+    Lean(lean::Lean, Arc<str>),
 }
 
 impl Client {
@@ -209,6 +224,7 @@ impl Client {
             Client::Redquorum(_) => "redquorum",
             Client::Rslock(_) => "rslock",
             Client::Floor(..) => "floor",
+            Client::Lean(..) => "floor_lean",
         }
     }
 
@@ -250,6 +266,22 @@ impl Client {
                     .await
                     .map_err(|e| e.to_string())?;
                 Ok(())
+            }
+            Client::Lean(conn, sha) => {
+                let mut token = [0u8; 20];
+                rand::fill(&mut token);
+                let token = hex::encode(token);
+                let (key, token) = (resource.as_bytes(), token.as_bytes());
+                let set = lean::encode(&[b"SET", key, token, b"NX", b"PX", TTL_MS]);
+                match conn.send(set).await {
+                    Some(lean::Reply::Ok) => {}
+                    other => return Err(format!("SET: {other:?}")),
+                }
+                let release = lean::encode(&[b"EVALSHA", sha.as_bytes(), b"1", key, token]);
+                match conn.send(release).await {
+                    Some(lean::Reply::Int(_)) => Ok(()),
+                    other => Err(format!("EVALSHA: {other:?}")),
+                }
             }
         }
     }
@@ -314,7 +346,7 @@ impl Client {
                 lock.release().await;
                 Ok((got, letting_go))
             }
-            Client::Floor(..) => Err("the floor has no blocking lock".into()),
+            Client::Floor(..) | Client::Lean(..) => Err("the floor has no blocking lock".into()),
         }
     }
 }
@@ -652,7 +684,7 @@ fn commands_per_s(port: u16, scale: Scale) -> Option<f64> {
 
 /// The memory figure: this program again, in a child process that takes
 /// `n` locks with one implementation and holds them all at once.
-fn memory(imp: &str, urls: &[String], n: usize) -> Option<(f64, f64)> {
+fn memory(imp: &str, urls: &[String], n: usize) -> Option<(f64, f64, f64)> {
     let out = Command::new(std::env::current_exe().ok()?)
         .args(["--memory-child", imp, &n.to_string()])
         .args(urls)
@@ -664,8 +696,8 @@ fn memory(imp: &str, urls: &[String], n: usize) -> Option<(f64, f64)> {
         .split_whitespace()
         .skip(1)
         .map(|w| w.parse::<f64>().ok());
-    let (before, peak) = (words.next()??, words.next()??);
-    Some((peak, (peak - before) / n as f64))
+    let (before, peak, heap) = (words.next()??, words.next()??, words.next()??);
+    Some((peak, (peak - before) / n as f64, heap / n as f64))
 }
 
 fn rss_kib(field: &str) -> f64 {
@@ -692,6 +724,7 @@ fn memory_child(args: &[String]) {
         };
         client.cycle("bench:mem:warm").await.unwrap();
         let before = rss_kib("VmRSS:");
+        let heap_before = LIVE_BYTES.load(Ordering::Relaxed);
         let mut redquorum_locks = Vec::with_capacity(n);
         let mut rslock_locks = Vec::with_capacity(n);
         for chunk in (0..n).collect::<Vec<_>>().chunks(64) {
@@ -708,7 +741,7 @@ fn memory_child(args: &[String]) {
                             None,
                             Some(m.lock(&*resource, Duration::from_secs(120)).await.unwrap()),
                         ),
-                        Client::Floor(..) => unreachable!(),
+                        Client::Floor(..) | Client::Lean(..) => unreachable!(),
                     }
                 }
             });
@@ -718,7 +751,14 @@ fn memory_child(args: &[String]) {
             }
         }
         let peak = rss_kib("VmHWM:");
-        println!("memory {} {}", before * 1024.0, peak * 1024.0);
+        // What the held locks keep on the heap, once the requests beyond
+        // each majority are done.
+        if let Client::Redquorum(r) = &client {
+            r.drain(Duration::from_secs(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let heap = LIVE_BYTES.load(Ordering::Relaxed) - heap_before;
+        println!("memory {} {} {heap}", before * 1024.0, peak * 1024.0);
         // Release everything, 64 at a time.
         while !redquorum_locks.is_empty() {
             let batch: Vec<_> = redquorum_locks
@@ -823,7 +863,7 @@ fn print_table(rows: &[Row]) {
     }
 }
 
-fn json(machine: &str, rows: &[Row], memory: &[(String, f64, f64)]) -> String {
+fn json(machine: &str, rows: &[Row], memory: &[(String, f64, f64, f64)]) -> String {
     let num = |x: f64| {
         if x.is_finite() {
             format!("{x:.3}")
@@ -855,13 +895,14 @@ fn json(machine: &str, rows: &[Row], memory: &[(String, f64, f64)]) -> String {
         s.push('}');
     }
     s.push_str("\n], \"memory\": [");
-    for (i, (imp, peak, per_lock)) in memory.iter().enumerate() {
+    for (i, (imp, peak, per_lock, heap_per_lock)) in memory.iter().enumerate() {
         let _ = write!(
             s,
-            "{}\n  {{\"impl\": {imp:?}, \"peak_rss_bytes\": {}, \"bytes_per_lock\": {}}}",
+            "{}\n  {{\"impl\": {imp:?}, \"peak_rss_bytes\": {}, \"bytes_per_lock\": {}, \"heap_bytes_per_lock\": {}}}",
             if i == 0 { "" } else { "," },
             num(*peak),
-            num(*per_lock)
+            num(*per_lock),
+            num(*heap_per_lock)
         );
     }
     s.push_str("\n]}\n");
@@ -917,18 +958,21 @@ fn main() {
                 .query_async(&mut conn)
                 .await
                 .unwrap();
-            Client::Floor(conn, sha.into())
+            let addr = urls[0].trim_start_matches("redis://").trim_end_matches('/');
+            let lean = lean::Lean::connect(addr).await.unwrap();
+            (Client::Floor(conn, sha.as_str().into()), Client::Lean(lean, sha.into()))
         };
+        let (floor, floor_lean) = floor;
         let picked_name = |name: &str| {
-            name == "floor"
+            name.starts_with("floor")
                 || std::env::var("REDQUORUM_BENCH_IMPLS").map_or(true, |v| v.split(',').any(|i| i == name))
         };
         let picked = |c: &Client| picked_name(c.name());
         let wanted = |scenario: &str| {
             std::env::var("REDQUORUM_BENCH_ONLY").map_or(true, |v| v.split(',').any(|s| s == scenario))
         };
-        let all: Vec<Client> = [redquorum, rslock, floor].into_iter().filter(picked).collect();
-        let locks: Vec<Client> = all.iter().filter(|c| c.name() != "floor").cloned().collect();
+        let all: Vec<Client> = [redquorum, rslock, floor, floor_lean].into_iter().filter(picked).collect();
+        let locks: Vec<Client> = all.iter().filter(|c| !c.name().starts_with("floor")).cloned().collect();
         // Warm up every connection.
         for c in &all {
             c.cycle("bench:warm").await.unwrap();
@@ -936,9 +980,10 @@ fn main() {
 
         let scenario = |name: &'static str, samples: Vec<Sample>, clients: &[Client], rows: &mut Vec<Row>| {
             for (c, s) in clients.iter().zip(samples) {
-                let name = if c.name() == "floor" && name == "throughput64" {
+                let floor = c.name().starts_with("floor");
+                let name = if floor && name == "throughput64" {
                     "floor64"
-                } else if c.name() == "floor" {
+                } else if floor {
                     "floor"
                 } else {
                     name
@@ -947,7 +992,7 @@ fn main() {
                 // A plain lock + unlock is two commands on each node it
                 // asks: the client's cost per command, against the floor's.
                 if matches!(name, "uncontended" | "throughput64" | "floor" | "floor64") {
-                    let nodes = if c.name() == "floor" { 1 } else { urls.len() };
+                    let nodes = if floor { 1 } else { urls.len() };
                     r.extra.insert("cpu_us_per_cmd", r.cpu_us_per_op / (2 * nodes) as f64);
                 }
                 rows.push(r);
@@ -1024,18 +1069,19 @@ fn main() {
         .into_iter()
         .filter(|_| std::env::var("REDQUORUM_BENCH_ONLY").is_err())
     {
-        if let Some((peak, per_lock)) = memory(imp, &urls, scale.held_locks) {
-            mem.push((imp.to_owned(), peak, per_lock));
+        if let Some((peak, per_lock, heap_per_lock)) = memory(imp, &urls, scale.held_locks) {
+            mem.push((imp.to_owned(), peak, per_lock, heap_per_lock));
         }
     }
 
     print_table(&rows);
     println!("\nmemory, {} locks held at once:", scale.held_locks);
-    for (imp, peak, per_lock) in &mem {
+    for (imp, peak, per_lock, heap_per_lock) in &mem {
         println!(
-            "  {imp:<10} peak RSS {:>7.1} MiB, {:>6.0} bytes per held lock",
+            "  {imp:<10} peak RSS {:>7.1} MiB, {:>6.0} bytes per held lock; heap {:>6.0} bytes per held lock",
             peak / 1048576.0,
-            per_lock
+            per_lock,
+            heap_per_lock
         );
     }
     let machine = machine();

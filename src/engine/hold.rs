@@ -29,10 +29,11 @@
 //! connection errors) is tried again soon, for as long as one more attempt
 //! can still finish before the validity ends.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::Notify;
 
 use crate::clock::Moment;
 use crate::engine::Engine;
@@ -52,7 +53,13 @@ pub(crate) struct Hold {
     /// The fencing token, for a fenced lock: it stays the same for the
     /// lock's whole life, extensions included.
     pub(crate) fence: Option<u64>,
-    state: watch::Sender<State>,
+    /// The validity deadline, as [`Moment::as_nanos`]; [`ENDED`] once the
+    /// lock has ended. Atomics and one `Notify` rather than a `watch`
+    /// channel: a held lock is a few hundred bytes less (one process may
+    /// hold many thousands).
+    deadline: AtomicU64,
+    /// Wakes [`Hold::lost`] when the deadline moves or the lock ends.
+    changed: Notify,
     /// The TTL of the last acquisition or extension: what the watchdog
     /// renews with.
     plan: Mutex<Plan>,
@@ -60,11 +67,8 @@ pub(crate) struct Hold {
     extending: tokio::sync::Mutex<()>,
 }
 
-#[derive(Debug, Clone, Copy)]
-struct State {
-    deadline: Moment,
-    ended: bool,
-}
+/// The deadline of a lock that has ended.
+const ENDED: u64 = u64::MAX;
 
 impl Hold {
     pub(crate) fn new(
@@ -80,10 +84,8 @@ impl Hold {
             id: acquired.id,
             resource,
             fence: acquired.fence,
-            state: watch::Sender::new(State {
-                deadline: acquired.deadline,
-                ended: false,
-            }),
+            deadline: AtomicU64::new(acquired.deadline.as_nanos()),
+            changed: Notify::new(),
             plan: Mutex::new(plan),
             extending: tokio::sync::Mutex::new(()),
         })
@@ -91,12 +93,15 @@ impl Hold {
 
     /// The validity deadline; now, once the lock has ended.
     fn deadline(&self) -> Moment {
-        let state = *self.state.borrow();
-        if state.ended {
-            Moment::now()
-        } else {
-            state.deadline
+        match self.deadline.load(Ordering::Acquire) {
+            ENDED => Moment::now(),
+            nanos => Moment::from_nanos(nanos),
         }
+    }
+
+    /// Whether the lock has ended (released, dropped, or found lost).
+    fn ended(&self) -> bool {
+        self.deadline.load(Ordering::Acquire) == ENDED
     }
 
     /// How long the lock is still valid; zero once lost.
@@ -111,23 +116,20 @@ impl Hold {
 
     /// Resolves when the lock is lost.
     pub(crate) async fn lost(&self) {
-        let mut changes = self.state.subscribe();
         loop {
-            let left = {
-                let state = changes.borrow_and_update();
-                if state.ended {
-                    return;
-                }
-                state.deadline.remaining()
-            };
+            // Registered before the deadline is read: a change after the
+            // read still wakes us.
+            let changed = self.changed.notified();
+            let mut changed = std::pin::pin!(changed);
+            changed.as_mut().enable();
+            let left = self.remaining();
             if left.is_zero() {
                 return;
             }
             // In steps of at most a second: tokio's timers stop while the
             // machine is suspended, the deadline's clock does not.
             tokio::select! {
-                // The sender lives in `self`: this cannot fail while we run.
-                _ = changes.changed() => {}
+                () = changed => {}
                 () = tokio::time::sleep(left.min(Duration::from_secs(1))) => {}
             }
         }
@@ -153,8 +155,11 @@ impl Hold {
     /// Marks the lock as ended: every handle says it is lost from now on.
     /// Whether this call ended it.
     pub(crate) fn end(&self) -> bool {
-        self.state
-            .send_if_modified(|state| !std::mem::replace(&mut state.ended, true))
+        let ended = self.deadline.swap(ENDED, Ordering::AcqRel) != ENDED;
+        if ended {
+            self.changed.notify_waiters();
+        }
+        ended
     }
 
     /// Moves the deadline to `deadline` if that is later; says whether it
@@ -162,29 +167,35 @@ impl Hold {
     /// lost: it is marked ended instead (an extension that got through
     /// after the validity ran out does not make it valid again).
     fn set_deadline(&self, deadline: Moment) -> bool {
-        let mut moved = false;
-        let mut ran_out = false;
-        self.state.send_if_modified(|state| {
-            if state.ended {
-                false
-            } else if state.deadline.remaining().is_zero() {
-                state.ended = true;
-                ran_out = true;
-                true
-            } else if deadline > state.deadline {
-                state.deadline = deadline;
-                moved = true;
-                true
+        let mut current = self.deadline.load(Ordering::Acquire);
+        loop {
+            let (new, ran_out) = if current == ENDED {
+                return false;
+            } else if Moment::from_nanos(current).remaining().is_zero() {
+                (ENDED, true)
+            } else if deadline.as_nanos() > current {
+                (deadline.as_nanos(), false)
             } else {
-                false
+                return false;
+            };
+            match self.deadline.compare_exchange_weak(
+                current,
+                new,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    self.changed.notify_waiters();
+                    if ran_out {
+                        self.report_lost(format_args!(
+                            "validity ran out before an extension got through"
+                        ));
+                    }
+                    return !ran_out;
+                }
+                Err(now) => current = now,
             }
-        });
-        if ran_out {
-            self.report_lost(format_args!(
-                "validity ran out before an extension got through"
-            ));
         }
-        moved
     }
 
     fn plan(&self) -> Plan {
@@ -299,7 +310,7 @@ pub(crate) async fn keep_alive(hold: Arc<Hold>) {
         // attempt can still finish before the validity ends.
         let latest_start = hold.remaining().saturating_sub(options.node_timeout);
         tokio::time::sleep(next.remaining().min(latest_start)).await;
-        if hold.state.borrow().ended {
+        if hold.ended() {
             return;
         }
         if hold.remaining() <= options.node_timeout {
