@@ -340,9 +340,14 @@ impl Redlock {
     ///
     /// # Errors
     /// [`ConfigError::InvalidToken`] for a token that cannot be a lock's
-    /// (40 hex digits), before any I/O.
+    /// (40 lower-case hex digits), before any I/O.
     pub async fn release_token(&self, resource: &str, token: &str) -> Result<Report, Error> {
-        if token.len() != 40 || !token.bytes().all(|b| b.is_ascii_hexdigit()) {
+        // As LockId draws them: lower-case hex.
+        if token.len() != 40
+            || !token
+                .bytes()
+                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        {
             return Err(ConfigError::InvalidToken.into());
         }
         let answers = self

@@ -270,7 +270,7 @@ pub enum ConfigError {
     /// (not reentrant) locks. Names the combination asked for.
     Combination(&'static str),
     /// [`release_token`](crate::Redlock::release_token) was given a token
-    /// that no lock has: tokens are 40 hex digits.
+    /// that no lock has: tokens are 40 lower-case hex digits.
     InvalidToken,
 }
 
@@ -351,7 +351,7 @@ impl fmt::Display for ConfigError {
             ),
             ConfigError::InvalidToken => write!(
                 f,
-                "not a lock token: a lock's token is 40 hex digits, as Lock::token() or \
+                "not a lock token: a lock's token is 40 lower-case hex digits, as Lock::token() or \
                  Redlock::status() shows it"
             ),
         }

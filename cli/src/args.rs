@@ -78,9 +78,11 @@ pub struct Nodes {
     )]
     pub nodes: Vec<String>,
     /// The per-node timeout of each request: a node slower than this counts
-    /// as a no for that request [default: 50ms].
-    #[arg(long, value_name = "DURATION", value_parser = duration)]
-    pub node_timeout: Option<Duration>,
+    /// as a no for that request. A command makes its first requests from a
+    /// fresh process, so connecting to the node (TCP, TLS, AUTH) counts
+    /// against it.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = duration)]
+    pub node_timeout: Duration,
 }
 
 const RUN_ABOUT: &str = "\
@@ -101,14 +103,16 @@ The command gets these environment variables:
                       smaller one than it has seen.
   REDQUORUM_OWNER     with --reentrant-owner: the owner id
 
-If the lock is lost while the command runs (a majority of nodes unreachable
-for longer than the TTL, or a pause of this process), the command is sent
-SIGTERM, then SIGKILL after --kill-after, and redquorum exits with 76.
-SIGINT, SIGTERM and SIGHUP sent to redquorum are passed on to the command;
-the lock is released once it has exited. Signals go to the command's process
-only: a shell script should `exec` its last command or pass them on. If
-redquorum itself is killed, the command is killed with it (on Linux): nothing
-would keep the lock alive.
+The command runs in a process group of its own (given the terminal, if
+redquorum has it). If renewing the lock keeps failing until no more than
+--kill-after of it is left (a majority of nodes unreachable), or the lock is
+lost outright (its keys deleted, or this process paused past its TTL), the
+whole group is sent SIGTERM, then SIGKILL after --kill-after, and redquorum
+exits with 76. SIGINT, SIGTERM and SIGHUP sent to redquorum are passed on to
+the group. When the command exits, whatever it left running in its group is
+stopped the same way before the lock is released. If redquorum itself is
+killed, the kernel kills the command's own process with it (Linux), though
+not what that started: nothing would keep the lock alive.
 
 A lock is only as good as its assumptions: clocks that drift little, and
 nodes that do not restart empty within a TTL. A command paused past its TTL
@@ -118,12 +122,13 @@ have the storage check the token.";
 const RUN_AFTER: &str = "\
 EXIT STATUS:
   N     the command's own exit status
-  128+N the command was killed by signal N
+  128+N the command was killed by signal N; or redquorum got signal N while
+        waiting for the lock, and gave up
   2     usage: a bad option, duration or URL, or no nodes given
   75    the lock could not be acquired: held elsewhere past --wait, held at
         all with --no-wait, or too few nodes answered (--conflict-exit-code)
-  76    the lock was lost while the command ran; the command was stopped
-        (--lost-exit-code)
+  76    the lock was lost, or about to be, while the command ran; the
+        command was stopped (--lost-exit-code)
   126   the command could not be executed
   127   the command was not found
   1     any other failure of redquorum itself";
@@ -153,10 +158,13 @@ pub struct Run {
     /// holds it.
     #[arg(long, value_name = "ID")]
     pub reentrant_owner: Option<String>,
-    /// After a lost lock, how long the command has to exit after SIGTERM
-    /// before it gets SIGKILL.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
-    pub kill_after: Duration,
+    /// How long the command has to exit after SIGTERM before it gets
+    /// SIGKILL, when the lock is failing: SIGTERM goes out once renewals
+    /// have failed until no more than this is left of the lock, so that the
+    /// command is gone before the lock is [default: a third of --ttl, at
+    /// most 10s; at most half of --ttl].
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub kill_after: Option<Duration>,
     /// The exit status when the lock could not be acquired.
     #[arg(long, value_name = "N", default_value_t = exit::NOT_ACQUIRED)]
     pub conflict_exit_code: u8,
@@ -175,7 +183,8 @@ Show what every node holds for each RESOURCE: whether it holds a lock, whose
 (the token; for reentrant holds the owner and each hold), how long the key
 has left, and the resource's fencing counter; then whether a majority of
 nodes agrees on one holder (held), on no lock (free), or on neither (split:
-a lock being taken or lost, or a node that restarted empty).
+a lock being taken or lost, or a node that restarted empty), or unknown
+when fewer than a majority of nodes answered.
 
 Exit status: 0, or 1 if fewer than a majority of nodes answered for some
 resource; 2 for usage errors.";
@@ -202,8 +211,9 @@ hold, and the lock goes with the last one. Waiters are woken.
 Clearing a live holder's lock takes it away from that holder: it finds out at
 its next renewal, and may act meanwhile.
 
-Exit status: 0 if the lock was cleared on at least one node; 1 if TOKEN held
-it on no node (nothing changed); 2 for usage errors.";
+Exit status: 0 if the lock was cleared on at least one node; 1 if it was
+cleared on none (TOKEN held it on no node that answered); 2 for usage
+errors.";
 
 #[derive(Debug, Args)]
 pub struct Release {

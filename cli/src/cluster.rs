@@ -2,9 +2,11 @@
 //! processes to try things out with, started by the launcher the tests use
 //! and left running until `cluster down`.
 //!
-//! What was started is remembered in `$TMPDIR/redquorum-cluster/`, one file
-//! per node named by its port, holding its pid and directory. A node is
-//! stopped only if the process answering on its port is still that pid.
+//! What was started is remembered in `$TMPDIR/redquorum-cluster-<uid>/`
+//! (this user's, closed to others), one file per node named by its port,
+//! holding its pid and directory. A node is stopped only if that pid is
+//! still the server on its port (it answers there, or its command line
+//! names the port), and only directories the launcher made are removed.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -23,9 +25,29 @@ pub fn cluster(command: Cluster) -> u8 {
     result.unwrap_or_else(|e| fail(exit::FAILURE, e))
 }
 
-/// Where the started nodes are remembered.
+/// Where the started nodes are remembered: a directory of this user's own
+/// in the temp dir.
 fn state_dir() -> PathBuf {
-    std::env::temp_dir().join("redquorum-cluster")
+    // SAFETY: a plain query.
+    let uid = unsafe { libc::getuid() };
+    std::env::temp_dir().join(format!("redquorum-cluster-{uid}"))
+}
+
+/// The state directory, made if missing; refused unless it is ours and
+/// closed to others (anyone could otherwise plant records in it).
+fn checked_state_dir() -> Result<PathBuf, String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let dir = state_dir();
+    let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+    let meta = std::fs::symlink_metadata(&dir).map_err(|e| format!("cannot use {dir:?}: {e}"))?;
+    // SAFETY: a plain query.
+    let uid = unsafe { libc::getuid() };
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
+        return Err(format!(
+            "{dir:?} is not a directory of this user's closed to others: remove it"
+        ));
+    }
+    Ok(dir)
 }
 
 fn up(up: &ClusterUp) -> Result<u8, String> {
@@ -37,8 +59,7 @@ fn up(up: &ClusterUp) -> Result<u8, String> {
         ));
     }
     let ports: Vec<u16> = (up.base_port..=last as u16).collect();
-    let state = state_dir();
-    std::fs::create_dir_all(&state).map_err(|e| format!("cannot create {state:?}: {e}"))?;
+    let state = checked_state_dir()?;
     let nodes = LocalCluster::start_detached(&ports).map_err(|e| format!("cannot start: {e}"))?;
     for node in &nodes {
         let file = state.join(node.port.to_string());
@@ -64,12 +85,11 @@ fn url(node: &DetachedNode) -> String {
 
 /// The nodes remembered, in port order.
 fn remembered() -> Result<Vec<DetachedNode>, String> {
-    let state = state_dir();
-    let entries = match std::fs::read_dir(&state) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(format!("cannot read {state:?}: {e}")),
-    };
+    if !state_dir().exists() {
+        return Ok(Vec::new());
+    }
+    let state = checked_state_dir()?;
+    let entries = std::fs::read_dir(&state).map_err(|e| format!("cannot read {state:?}: {e}"))?;
     let mut nodes = Vec::new();
     for entry in entries.flatten() {
         let Some(port) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
@@ -115,27 +135,76 @@ fn down() -> Result<u8, String> {
     }
     let mut code = 0;
     for node in &nodes {
-        if answering_pid(node.port) == Some(node.pid) {
-            // SAFETY: a signal to the process that answers on the node's
-            // port with the pid we started there.
-            unsafe {
-                libc::kill(node.pid as libc::pid_t, libc::SIGTERM);
-            }
-            let start = Instant::now();
-            while answering_pid(node.port).is_some() {
-                if start.elapsed() > Duration::from_secs(10) {
-                    code = fail(
-                        exit::FAILURE,
-                        format!("{} (pid {}) did not stop within 10 s", url(node), node.pid),
-                    );
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
+        if !ours(node) {
+            println!("  {} was not running", url(node));
+        } else if stop(node.pid) {
+            println!("  stopped {}", url(node));
+        } else {
+            code = fail(
+                exit::FAILURE,
+                format!(
+                    "{} (pid {}) did not stop, even after SIGKILL",
+                    url(node),
+                    node.pid
+                ),
+            );
+            continue;
         }
-        let _ = std::fs::remove_dir_all(&node.dir);
+        // Only a directory the launcher made: redquorum-… in the temp dir.
+        let made_by_launcher = node.dir.parent() == Some(std::env::temp_dir().as_path())
+            && node
+                .dir
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("redquorum-"));
+        if made_by_launcher {
+            let _ = std::fs::remove_dir_all(&node.dir);
+        }
         let _ = std::fs::remove_file(state_dir().join(node.port.to_string()));
-        println!("  stopped {}", url(node));
     }
     Ok(code)
+}
+
+/// Whether the node's pid is still the server we started: it answers on
+/// the port, or (frozen, or too busy to answer) its command line names it.
+fn ours(node: &DetachedNode) -> bool {
+    if answering_pid(node.port) == Some(node.pid) {
+        return true;
+    }
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", node.pid)).unwrap_or_default();
+    let port = format!("--port\0{}\0", node.port);
+    cmdline.windows(port.len()).any(|w| w == port.as_bytes())
+}
+
+/// Stops a server: SIGTERM (and SIGCONT, should it be frozen), SIGKILL
+/// after five seconds. Whether it is gone.
+fn stop(pid: u32) -> bool {
+    let pid = pid as libc::pid_t;
+    let gone = || {
+        // Gone, or a zombie its reaper has not collected.
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+            stat.rsplit(')')
+                .next()
+                .is_some_and(|rest| rest.trim_start().starts_with('Z'))
+        })
+    };
+    // SAFETY: signals to the server we started, checked by `ours`.
+    unsafe {
+        libc::kill(pid, libc::SIGTERM);
+        libc::kill(pid, libc::SIGCONT);
+    }
+    let start = Instant::now();
+    let mut killed = false;
+    while !gone() {
+        if start.elapsed() > Duration::from_secs(5) && !killed {
+            // SAFETY: as above.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            killed = true;
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
 }

@@ -16,8 +16,7 @@ pub async fn status(args: args::Status) -> u8 {
     let mut all = Vec::new();
     for resource in &args.resources {
         let status = redlock.status(resource).await;
-        let answered = status.nodes().iter().filter(|(_, s)| s.is_ok()).count();
-        if answered < status.quorum() {
+        if answered(&status) < status.quorum() {
             code = exit::FAILURE;
         }
         if args.json {
@@ -32,15 +31,22 @@ pub async fn status(args: args::Status) -> u8 {
     code
 }
 
-/// held, free or split, as a majority of nodes says.
+/// held, free or split, as a majority of nodes says; unknown when fewer
+/// than a majority answered.
 fn verdict(status: &Status) -> &'static str {
     if status.holder().is_some() {
         "held"
     } else if status.is_free() {
         "free"
+    } else if answered(status) < status.quorum() {
+        "unknown"
     } else {
         "split"
     }
+}
+
+fn answered(status: &Status) -> usize {
+    status.nodes().iter().filter(|(_, s)| s.is_ok()).count()
 }
 
 fn print_status(status: &Status) {
@@ -55,6 +61,9 @@ fn print_status(status: &Status) {
             format!("held by {} on {on}/{n} nodes", describe(holder))
         }
         None if status.is_free() => format!("free (no lock on a majority of {n} nodes)"),
+        None if answered(status) < status.quorum() => {
+            format!("unknown: only {} of {n} nodes answered", answered(status))
+        }
         None => format!("split: no holder and no free majority of {n} nodes"),
     };
     println!(
@@ -171,13 +180,23 @@ pub async fn release(args: args::Release) -> u8 {
         }
     }
     if cleared == 0 {
-        return fail(
-            exit::FAILURE,
+        let silent = report
+            .failures()
+            .iter()
+            .filter(|(_, f)| !matches!(f, NodeFailure::Missing | NodeFailure::Held))
+            .count();
+        let message = if silent == 0 {
             format!(
                 "token {} holds {:?} on no node: nothing was changed ({report})",
                 args.token, args.resource
-            ),
-        );
+            )
+        } else {
+            format!(
+                "not cleared on any node; {silent} of {n} did not answer, and may still hold it \
+                 ({report})"
+            )
+        };
+        return fail(exit::FAILURE, message);
     }
     0
 }

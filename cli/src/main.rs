@@ -82,11 +82,11 @@ pub fn connect(nodes: &Nodes) -> Result<Redlock, u8> {
             "no nodes given: pass --nodes redis://host:port,… or set REDQUORUM_NODES",
         ));
     }
-    let mut builder = Redlock::builder().nodes(urls);
-    if let Some(timeout) = nodes.node_timeout {
-        builder = builder.node_timeout(timeout);
-    }
-    builder.build().map_err(|e| usage_or_failure(&e))
+    Redlock::builder()
+        .nodes(urls)
+        .node_timeout(nodes.node_timeout)
+        .build()
+        .map_err(|e| usage_or_failure(&e))
 }
 
 /// Prints `e`; a configuration mistake is a usage error.

@@ -15,7 +15,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use redquorum::{Error, Holding, Lock, Redlock};
+use redquorum::{Error, Held, Holding, Lock, Redlock};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::args::Run;
@@ -29,6 +29,20 @@ const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 const DRAIN: Duration = Duration::from_secs(3);
 
 pub async fn run(args: Run) -> u8 {
+    if let Some(kill_after) = args.kill_after
+        && kill_after > args.ttl / 2
+    {
+        return fail(
+            exit::USAGE,
+            format!(
+                "--kill-after {} is more than half the --ttl {}: the command is stopped once no \
+                 more than --kill-after of the lock is left, and the lock is renewed every third \
+                 of the TTL; give a shorter --kill-after or a longer --ttl",
+                humantime::format_duration(kill_after),
+                humantime::format_duration(args.ttl)
+            ),
+        );
+    }
     let redlock = match connect(&args.nodes) {
         Ok(redlock) => redlock,
         Err(code) => return code,
@@ -118,7 +132,7 @@ fn describe_holder(status: &redquorum::Status) -> String {
         .collect::<Vec<_>>();
     let left = on.iter().filter_map(|s| s.ttl).max().unwrap_or_default();
     let who = match holder {
-        Holding::Token(token) => format!("token {}…", &token[..token.len().min(8)]),
+        Holding::Token(token) => format!("token {}…", token.chars().take(8).collect::<String>()),
         Holding::Reentrant { owner, .. } => format!("owner {owner:?}"),
         Holding::Other(kind) => format!("a {kind} key (not a lock)"),
         _ => "another holder".to_owned(),
@@ -150,7 +164,8 @@ async fn supervise(mut lock: Lock, args: &Run, signals: &mut Signals) -> u8 {
     if let Some(owner) = &args.reentrant_owner {
         command.env("REDQUORUM_OWNER", owner);
     }
-    die_with_us(&mut command);
+    let terminal = foreground_terminal();
+    prepare(&mut command, terminal);
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
@@ -162,40 +177,69 @@ async fn supervise(mut lock: Lock, args: &Run, signals: &mut Signals) -> u8 {
             return fail(code, format!("cannot run {program:?}: {e}"));
         }
     };
-    let pid = child.id().map(|p| p as libc::pid_t);
+    // The command leads a process group of its own: signals and stops go
+    // to everything it started (a shell's children too), and a terminal's
+    // Ctrl-C reaches it once, from the terminal.
+    let group = child.id().map_or(0, |p| p as libc::pid_t);
+    if terminal {
+        hand_terminal_to(group);
+    }
     let held = lock.keep_alive();
-    let mut lost = false;
+    let kill_after = args
+        .kill_after
+        .unwrap_or_else(|| default_kill_after(args.ttl));
+    let mut stopping = false;
     let mut kill_at: Option<tokio::time::Instant> = None;
+    let stop = |why: &str| {
+        eprintln!(
+            "redquorum: the lock on {:?} {why}: stopping the command (SIGTERM, SIGKILL in {})",
+            args.resource,
+            humantime::format_duration(kill_after)
+        );
+        signal_group(group, libc::SIGTERM);
+        signal_group(group, libc::SIGCONT);
+        tokio::time::Instant::now().checked_add(kill_after)
+    };
     let status = loop {
         tokio::select! {
             status = child.wait() => break status,
-            () = held.lost(), if !lost => {
-                lost = true;
-                eprintln!(
-                    "redquorum: the lock on {:?} was lost: stopping the command (SIGTERM, SIGKILL in {})",
-                    args.resource,
-                    humantime::format_duration(args.kill_after)
-                );
-                send(pid, libc::SIGTERM);
-                kill_at = Some(tokio::time::Instant::now() + args.kill_after);
+            () = held.lost(), if !stopping => {
+                stopping = true;
+                kill_at = stop("was lost");
+            }
+            // Renewals have been failing: stop the command while the lock
+            // still holds, so that it is gone when the lock ends.
+            () = running_low(&held, kill_after), if !stopping => {
+                stopping = true;
+                kill_at = stop("has less than --kill-after left (renewals are failing)");
             }
             () = sleep_until(kill_at) => {
-                send(pid, libc::SIGKILL);
+                signal_group(group, libc::SIGKILL);
                 kill_at = None;
             }
-            signal = signals.recv() => send(pid, signal),
+            signal = signals.recv() => signal_group(group, signal),
         }
     };
+    // What the command left running in its group ends before the lock
+    // does: the lock covers all of it.
+    if end_group(group, kill_after).await {
+        eprintln!(
+            "redquorum: the command left processes running; they were stopped before the release"
+        );
+    }
+    if terminal {
+        hand_terminal_to(unsafe { libc::getpgrp() });
+    }
     // A lock that ran out while the command was finishing counts as lost:
     // the command may have run its last part unprotected.
-    lost |= lock.is_lost();
+    let lost = stopping || lock.is_lost();
     release(lock).await;
     match status {
         Err(e) => fail(exit::FAILURE, format!("lost track of the command: {e}")),
         Ok(_) if lost => fail(
             args.lost_exit_code,
             format!(
-                "the lock on {:?} was lost while the command ran",
+                "the lock on {:?} was lost, or about to be, while the command ran",
                 args.resource
             ),
         ),
@@ -203,29 +247,131 @@ async fn supervise(mut lock: Lock, args: &Run, signals: &mut Signals) -> u8 {
     }
 }
 
-/// Should redquorum die (SIGKILL, the OOM killer), nothing keeps the lock
-/// alive and it soon moves on: the command must not run on unprotected, so
-/// the kernel kills it with us (Linux's parent-death signal).
-#[cfg(target_os = "linux")]
-fn die_with_us(command: &mut tokio::process::Command) {
-    // SAFETY: between fork and exec only async-signal-safe system calls run.
+/// The default grace: a third of the TTL, at most ten seconds.
+pub fn default_kill_after(ttl: Duration) -> Duration {
+    (ttl / 3).min(Duration::from_secs(10))
+}
+
+/// Resolves once the lock has no more than `left` of validity left.
+async fn running_low(held: &Held, left: Duration) {
+    loop {
+        let remaining = held.remaining();
+        if remaining <= left {
+            return;
+        }
+        // Renewals move the deadline: look again at least every second.
+        tokio::time::sleep((remaining - left).min(Duration::from_secs(1))).await;
+    }
+}
+
+/// Whether stdin is a terminal whose foreground is our process group: the
+/// command then gets the terminal while it runs.
+fn foreground_terminal() -> bool {
+    // SAFETY: plain queries about our own process and fd 0.
+    unsafe { libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgrp() }
+}
+
+/// Makes `group` the terminal's foreground process group; SIGTTOU, which a
+/// background process gets for trying, is ignored meanwhile.
+fn hand_terminal_to(group: libc::pid_t) {
+    // SAFETY: signal dispositions and the terminal of our own process.
+    unsafe {
+        let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+        libc::tcsetpgrp(0, group);
+        libc::signal(libc::SIGTTOU, old);
+    }
+}
+
+/// The command in a process group of its own (given the terminal if we
+/// have it), and killed with redquorum: should redquorum die (SIGKILL, the
+/// OOM killer), nothing keeps the lock alive, and the command must not run
+/// on unprotected (Linux's parent-death signal; it reaches the command's
+/// own process, not what that started). Orphans the command leaves are
+/// ours to reap, so that [`end_group`] can wait for them.
+fn prepare(command: &mut tokio::process::Command, terminal: bool) {
+    command.process_group(0);
+    #[cfg(target_os = "linux")]
+    // SAFETY: a flag of our own process.
+    unsafe {
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1);
+    }
+    // SAFETY: between fork and exec only async-signal-safe calls run.
     let parent = unsafe { libc::getpid() };
     unsafe {
         command.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
+            if terminal {
+                hand_terminal_to(libc::getpid());
             }
-            // We died before the signal was set up: do not run at all.
-            if libc::getppid() != parent {
-                return Err(std::io::Error::other("redquorum exited"));
+            #[cfg(target_os = "linux")]
+            {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // We died before the signal was set up: do not run at all.
+                if libc::getppid() != parent {
+                    return Err(std::io::Error::other("redquorum exited"));
+                }
             }
+            let _ = parent;
             Ok(())
         });
     }
 }
 
-#[cfg(not(target_os = "linux"))]
-fn die_with_us(_: &mut tokio::process::Command) {}
+/// Sends `signal` to every process of the command's group.
+fn signal_group(group: libc::pid_t, signal: libc::c_int) {
+    if group > 0 {
+        // SAFETY: a signal to the process group our command leads; its
+        // leader is our child, not yet reaped while we send, or the group
+        // is empty (ESRCH).
+        unsafe {
+            libc::kill(-group, signal);
+        }
+    }
+}
+
+/// Once the command has exited: stops what is left of its group (SIGTERM,
+/// SIGKILL after `grace`), reaping the orphans that came to us. Says
+/// whether anything was left.
+async fn end_group(group: libc::pid_t, grace: Duration) -> bool {
+    let alive = || {
+        reap_orphans();
+        // SAFETY: signal 0 only asks whether the group has members.
+        group > 0 && unsafe { libc::kill(-group, 0) } == 0
+    };
+    if !alive() {
+        return false;
+    }
+    signal_group(group, libc::SIGTERM);
+    signal_group(group, libc::SIGCONT);
+    let start = tokio::time::Instant::now();
+    let mut killed = false;
+    while alive() {
+        if !killed && start.elapsed() >= grace {
+            signal_group(group, libc::SIGKILL);
+            killed = true;
+        }
+        // A member that is not ours to reap (it was reparented elsewhere)
+        // may linger as a zombie: do not wait for it for ever.
+        if start.elapsed() >= grace + Duration::from_secs(5) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    true
+}
+
+/// Reaps the exited processes that were reparented to us.
+fn reap_orphans() {
+    loop {
+        // SAFETY: waitpid on any child, without blocking; the command
+        // itself was reaped already.
+        let pid = unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) };
+        if pid <= 0 {
+            return;
+        }
+    }
+}
 
 /// The shell's way of reporting a status: the exit code, or 128 + the
 /// signal that killed it.
@@ -247,16 +393,6 @@ async fn release(lock: Lock) {
         )
     {
         tracing::warn!(%resource, error = %e, "release failed: the lock expires at its TTL");
-    }
-}
-
-fn send(pid: Option<libc::pid_t>, signal: libc::c_int) {
-    if let Some(pid) = pid {
-        // SAFETY: a signal to our own child, which has not been reaped (we
-        // are still waiting for it), so the pid is still its.
-        unsafe {
-            libc::kill(pid, signal);
-        }
     }
 }
 
