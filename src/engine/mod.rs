@@ -41,7 +41,7 @@ use crate::metrics;
 use crate::net::guard::Lives;
 use crate::net::{Limits, Node};
 use crate::proto::quorum::{self, Plan, Tally};
-use crate::proto::{Answer, Command, LockId};
+use crate::proto::{Answer, Command, LockId, Prepared};
 use waiters::Waiters;
 
 /// The nodes, the options and the waiters' subscriptions of one `Redlock`.
@@ -160,7 +160,7 @@ impl Engine {
     where
         R: Fn(Value) -> Answer + Clone + Send + Sync + 'static,
     {
-        let command = Arc::new(command);
+        let command = Prepared::new(command);
         self.nodes
             .iter()
             .enumerate()
@@ -320,7 +320,7 @@ impl Engine {
     /// the node timeout: for an operator's look at a lock, or clearing of
     /// one, which count no votes.
     pub(crate) async fn gather(&self, command: Command) -> Vec<Result<Value, NodeFailure>> {
-        let command = Arc::new(command);
+        let command = Prepared::new(command);
         futures::future::join_all(self.nodes.iter().map(|node| node.run(&command, false))).await
     }
 

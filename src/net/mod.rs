@@ -56,7 +56,7 @@ use crate::clock::Moment;
 use crate::error::NodeFailure;
 #[cfg(feature = "metrics")]
 use crate::metrics;
-use crate::proto::{Call, Command};
+use crate::proto::{Call, Command, Prepared, script_call};
 use guard::{Guard, Lives};
 use slot::{Live, Slot};
 
@@ -169,7 +169,7 @@ impl Node {
     /// a key on a node that may have forgotten keys (see [`guard`]).
     pub(crate) fn run(
         &self,
-        command: &Arc<Command>,
+        command: &Arc<Prepared>,
         patient: bool,
     ) -> impl Future<Output = Result<Value, NodeFailure>> + Send + 'static {
         let admitted = match &self.inner.guard {
@@ -229,7 +229,11 @@ impl Inner {
     /// the retry answer "held" (a no, rolled back with the rest; one that
     /// observes the key recognises its own token), and the scripts compare
     /// the token, so running them twice changes nothing.
-    async fn run(self: &Arc<Self>, command: &Command, patient: bool) -> Result<Value, NodeFailure> {
+    async fn run(
+        self: &Arc<Self>,
+        command: &Prepared,
+        patient: bool,
+    ) -> Result<Value, NodeFailure> {
         let start = tokio::time::Instant::now();
         // A patient request may wait for a connection up to the connect
         // timeout, and then has a request timeout for the reply; any other
@@ -362,24 +366,23 @@ impl Inner {
 }
 
 /// Sends one command and reads its reply.
-async fn send(mut conn: MultiplexedConnection, command: &Command) -> Result<Value, RedisError> {
+async fn send(mut conn: MultiplexedConnection, command: &Prepared) -> Result<Value, RedisError> {
     match &command.call {
         Call::Command(cmd) => cmd.query_async(&mut conn).await,
         Call::Script { script, keys, args } => {
-            let call = |verb: &str, body: &str| {
-                let mut cmd = redis::cmd(verb);
-                cmd.arg(body).arg(keys.len());
-                for key in keys.iter() {
-                    cmd.arg(&**key);
+            let built;
+            let evalsha = match &command.evalsha {
+                Some(evalsha) => evalsha,
+                None => {
+                    built = script_call("EVALSHA", &script.sha1, keys, args);
+                    &built
                 }
-                for arg in args {
-                    cmd.arg(&arg[..]);
-                }
-                cmd
             };
-            match call("EVALSHA", &script.sha1).query_async(&mut conn).await {
+            match evalsha.query_async(&mut conn).await {
                 Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    call("EVAL", script.source).query_async(&mut conn).await
+                    script_call("EVAL", script.source, keys, args)
+                        .query_async(&mut conn)
+                        .await
                 }
                 other => other,
             }
@@ -528,9 +531,9 @@ mod tests {
         let node = Node::new(client, limits, Some(Arc::default()));
         let id = LockId::new(crate::proto::keys(&["k"]));
         let plan = Plan::new(Duration::from_millis(1_500), 0.01).unwrap();
-        let acquire = Arc::new(Mutex.acquire(&id, &plan, false));
-        let extend = Arc::new(Mutex.extend(&id, &plan));
-        let release = Arc::new(Mutex.release(&id, true));
+        let acquire = Prepared::new(Mutex.acquire(&id, &plan, false));
+        let extend = Prepared::new(Mutex.extend(&id, &plan));
+        let release = Prepared::new(Mutex.release(&id, true));
         let sent = |r: Result<Value, NodeFailure>| matches!(r, Err(NodeFailure::Connection(_)));
 
         assert!(sent(node.run(&acquire, false).await));

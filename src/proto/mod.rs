@@ -2,7 +2,8 @@
 //! nodes to run, and the answers it reads back as votes.
 //!
 //! A [`Command`] is built once per operation and shared by every node (an
-//! `Arc`): a plain command or a Lua [`Script`], plus its
+//! `Arc` of it [`Prepared`], a script's `EVALSHA` encoded once): a plain
+//! command or a Lua [`Script`], plus its
 //! [`Effect`] on the node's keys, which is all a node needs to know of it
 //! (the restart guard records how long a key it granted may live, and
 //! refuses acquisitions while it may have forgotten keys). A node runs the
@@ -114,6 +115,60 @@ impl Effect {
             Effect::Remove | Effect::Count => None,
         }
     }
+}
+
+/// A command ready for every node: for a script, its `EVALSHA` call is
+/// encoded once per operation here, not once per node.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    pub(crate) command: Command,
+    /// `EVALSHA sha1 numkeys keys… args…`, for a script.
+    pub(crate) evalsha: Option<redis::Cmd>,
+}
+
+impl Prepared {
+    pub(crate) fn new(command: Command) -> Arc<Prepared> {
+        let evalsha = match &command.call {
+            Call::Script { script, keys, args } => {
+                Some(script_call("EVALSHA", &script.sha1, keys, args))
+            }
+            Call::Command(_) => None,
+        };
+        Arc::new(Prepared { command, evalsha })
+    }
+}
+
+impl std::ops::Deref for Prepared {
+    type Target = Command;
+
+    fn deref(&self) -> &Command {
+        &self.command
+    }
+}
+
+/// `VERB body numkeys keys… args…`: `EVALSHA sha1 …` or `EVAL source …`,
+/// encoded into a buffer sized for it at once.
+pub(crate) fn script_call(
+    verb: &str,
+    body: &str,
+    keys: &[Box<str>],
+    args: &[Vec<u8>],
+) -> redis::Cmd {
+    let count = 3 + keys.len() + args.len();
+    let size = verb.len()
+        + body.len()
+        + 4
+        + keys.iter().map(|k| k.len()).sum::<usize>()
+        + args.iter().map(Vec::len).sum::<usize>();
+    let mut cmd = redis::Cmd::with_capacity(count, size);
+    cmd.arg(verb).arg(body).arg(keys.len());
+    for key in keys {
+        cmd.arg(&**key);
+    }
+    for arg in args {
+        cmd.arg(&arg[..]);
+    }
+    cmd
 }
 
 /// A Lua script and its SHA1 digest, for `EVALSHA`.
