@@ -28,7 +28,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use futures::future::{BoxFuture, FutureExt};
 use futures::stream::{FuturesUnordered, StreamExt};
 use redis::Value;
 use tokio::sync::Notify;
@@ -155,8 +154,8 @@ impl Engine {
         &self,
         command: Command,
         read: R,
-        patient: impl Fn(usize) -> bool,
-    ) -> Vec<BoxFuture<'static, Answer>>
+        patient: &dyn Fn(usize) -> bool,
+    ) -> Vec<impl Future<Output = Answer> + Send + 'static + use<R>>
     where
         R: Fn(Value) -> Answer + Clone + Send + Sync + 'static,
     {
@@ -177,7 +176,6 @@ impl Engine {
                     }
                     answer
                 }
-                .boxed()
             })
             .collect()
     }
@@ -186,8 +184,8 @@ impl Engine {
         &self,
         kind: &Arc<dyn Kind>,
         command: Command,
-        patient: impl Fn(usize) -> bool,
-    ) -> Vec<BoxFuture<'static, Answer>> {
+        patient: &dyn Fn(usize) -> bool,
+    ) -> Vec<impl Future<Output = Answer> + Send + 'static + use<>> {
         let kind = kind.clone();
         self.ask(command, move |reply| kind.read_outcome(reply), patient)
     }
@@ -207,7 +205,7 @@ impl Engine {
         let answers = self.ask(
             kind.acquire(id, plan, observe),
             move |reply| reader.read_acquire(reply),
-            |_| false,
+            &|_| false,
         );
         let (mut tally, stragglers) = quorum::decide(answers).await;
         let took = start.elapsed();
@@ -217,7 +215,7 @@ impl Engine {
                 // A second round, counted in the validity like the first.
                 // The first round's slow nodes wait for its outcome: if it
                 // fails, they are dropped before the rollback, as below.
-                let outcomes = self.outcomes(kind, confirm, |_| false);
+                let outcomes = self.outcomes(kind, confirm, &|_| false);
                 let (second, rest) = quorum::decide(outcomes).await;
                 self.detach(rest.finish());
                 if !self.holds(plan, start, &second, "confirm") {
@@ -276,7 +274,11 @@ impl Engine {
         let release = kind.release(id, tally.might_hold_majority());
         let mut waited = FuturesUnordered::new();
         let silent = |i| !tally.replied(i);
-        for (i, answer) in self.outcomes(kind, release, silent).into_iter().enumerate() {
+        for (i, answer) in self
+            .outcomes(kind, release, &silent)
+            .into_iter()
+            .enumerate()
+        {
             if tally.replied(i) {
                 waited.push(answer);
             } else {
@@ -296,7 +298,7 @@ impl Engine {
         start: Moment,
     ) -> Result<Moment, Tally> {
         let (tally, stragglers) =
-            quorum::decide(self.outcomes(kind, kind.extend(id, plan), |_| false)).await;
+            quorum::decide(self.outcomes(kind, kind.extend(id, plan), &|_| false)).await;
         // Slow nodes still get the extension, so that they agree with the
         // majority for as long as they can.
         self.detach(stragglers.finish());
@@ -311,7 +313,7 @@ impl Engine {
     /// stragglers finishing in the background.
     pub(crate) async fn release(&self, kind: &Arc<dyn Kind>, id: &LockId) -> Tally {
         let (tally, stragglers) =
-            quorum::decide(self.outcomes(kind, kind.release(id, true), |_| false)).await;
+            quorum::decide(self.outcomes(kind, kind.release(id, true), &|_| false)).await;
         self.detach(stragglers.finish());
         tally
     }
@@ -333,7 +335,7 @@ impl Engine {
             tracing::debug!(key = %id.key(), "no tokio runtime: lock keys expire at their TTL");
             return;
         }
-        for answer in self.outcomes(kind, kind.release(id, true), |_| true) {
+        for answer in self.outcomes(kind, kind.release(id, true), &|_| true) {
             self.detach(answer);
         }
     }

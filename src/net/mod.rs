@@ -171,7 +171,7 @@ impl Node {
         &self,
         command: &Arc<Prepared>,
         patient: bool,
-    ) -> impl Future<Output = Result<Value, NodeFailure>> + Send + 'static {
+    ) -> impl Future<Output = Result<Value, NodeFailure>> + Send + 'static + use<> {
         let admitted = match &self.inner.guard {
             Some(guard) => guard.admit(command.effect),
             None => Ok(()),

@@ -32,11 +32,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::Poll;
 use std::time::Duration;
-
-use futures::future::FutureExt;
-use futures::stream::{FuturesUnordered, StreamExt};
 
 use crate::clock::Moment;
 use crate::error::{ConfigError, NodeFailure, Report};
@@ -281,30 +278,65 @@ impl Tally {
     }
 }
 
-/// A node's answer future, tagged with the node's index.
-struct Tagged<F>(usize, F);
+/// The nodes' answer futures not yet answered, by node index, in one
+/// allocation. A handful of nodes: every poll polls each one still pending,
+/// which costs less than a ready queue with an allocation per future
+/// (`FuturesUnordered`), and the futures need no box of their own.
+struct Pending<F>(Pin<Box<[Option<F>]>>);
 
-impl<F: Future<Output = Answer> + Unpin> Future for Tagged<F> {
-    type Output = (usize, Answer);
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let i = self.0;
-        self.1.poll_unpin(cx).map(|answer| (i, answer))
+impl<F: Future<Output = Answer>> Pending<F> {
+    fn new(answers: impl IntoIterator<Item = F>) -> Pending<F> {
+        let slots: Box<[Option<F>]> = answers.into_iter().map(Some).collect();
+        Pending(Box::into_pin(slots))
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// The next answer, with its node's index; `None` once all are in.
+    async fn next(&mut self) -> Option<(usize, Answer)> {
+        std::future::poll_fn(|cx| {
+            // SAFETY: no future is ever moved out of its slot: each is
+            // polled where it lies, and dropped in place (its slot set to
+            // `None`) once it is done, as pinning allows.
+            let slots = unsafe { self.0.as_mut().get_unchecked_mut() };
+            let mut pending = false;
+            for (i, slot) in slots.iter_mut().enumerate() {
+                if let Some(future) = slot {
+                    // SAFETY: as above; the slot stays put.
+                    match unsafe { Pin::new_unchecked(future) }.poll(cx) {
+                        Poll::Ready(answer) => {
+                            *slot = None;
+                            return Poll::Ready(Some((i, answer)));
+                        }
+                        Poll::Pending => pending = true,
+                    }
+                }
+            }
+            if pending {
+                Poll::Pending
+            } else {
+                Poll::Ready(None)
+            }
+        })
+        .await
     }
 }
 
 /// The answers not yet in when the outcome was decided.
-pub(crate) struct Stragglers<F>(FuturesUnordered<Tagged<F>>);
+pub(crate) struct Stragglers<F>(Pending<F>);
 
-impl<F: Future<Output = Answer> + Unpin> Stragglers<F> {
+impl<F: Future<Output = Answer>> Stragglers<F> {
     /// Whether every node had answered.
     #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.0.0.iter().all(Option::is_none)
     }
 
     /// Runs the outstanding requests to their end.
-    pub(crate) async fn finish(self) {
-        self.0.for_each(|_| async {}).await;
+    pub(crate) async fn finish(mut self) {
+        while self.0.next().await.is_some() {}
     }
 
     /// Waits for the outstanding answers (each is bounded by its node's
@@ -320,13 +352,9 @@ impl<F: Future<Output = Answer> + Unpin> Stragglers<F> {
 /// the outcome is decided.
 pub(crate) async fn decide<F>(answers: impl IntoIterator<Item = F>) -> (Tally, Stragglers<F>)
 where
-    F: Future<Output = Answer> + Unpin,
+    F: Future<Output = Answer>,
 {
-    let mut pending: FuturesUnordered<Tagged<F>> = answers
-        .into_iter()
-        .enumerate()
-        .map(|(i, f)| Tagged(i, f))
-        .collect();
+    let mut pending = Pending::new(answers);
     let mut tally = Tally::new(pending.len());
     while !tally.decided() {
         match pending.next().await {
@@ -438,7 +466,7 @@ pub(crate) fn pause(
 mod tests {
     use super::*;
     use crate::proto::Holder;
-    use futures::future::BoxFuture;
+    use futures::future::{BoxFuture, FutureExt};
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
