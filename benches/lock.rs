@@ -25,7 +25,16 @@
 //! client doing the bare minimum, `SET NX PX` then the release script, on one
 //! node) and `ceiling` (redis-benchmark driving all five nodes at once,
 //! pipelined: no lock can beat N nodes × 2 commands). Then memory: the RSS
-//! growth of a process holding 100 000 locks at once.
+//! growth of a process holding 100 000 locks at once, and the heap it
+//! keeps for them (live bytes, counted by the allocator).
+//!
+//! Every row also has the client's own cost per operation: this process's
+//! CPU time, user and system (the nodes are other processes), and its
+//! allocations, counted by a global allocator (`cpu_us_per_op`,
+//! `allocs_per_op`); the plain lock's and the floor's also per command
+//! (`cpu_us_per_cmd`). `floor_lean` rows run the floor's two commands
+//! through a minimal client of our own (`support/lean.rs`), to measure what
+//! redis-rs itself costs per command.
 //!
 //! redquorum's other lock kinds run in the `uncontended` pass, interleaved
 //! with the plain lock (rslock has neither kind): `reentrant` (a reentrant
