@@ -685,9 +685,12 @@ fn a_local_cluster_goes_up_and_down() {
 }
 
 /// `n` consecutive ports that are free now, below the range the kernel
-/// hands out to other tests' clusters (32768 and up).
+/// hands out to other tests' clusters (32768 and up); where the search
+/// starts depends on the process, so that copies of this test running at
+/// once look in different places.
 fn free_ports(n: u16) -> u16 {
-    'base: for base in (20_000..32_000).step_by(97) {
+    let start = 20_000 + (std::process::id() % 120) as u16 * 97;
+    'base: for base in (start..32_000).chain(20_000..start).step_by(97) {
         for port in base..base + n {
             if std::net::TcpListener::bind(("127.0.0.1", port)).is_err() {
                 continue 'base;
