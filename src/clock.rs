@@ -41,9 +41,12 @@ impl Moment {
         Moment(self.0.saturating_add(d))
     }
 
-    /// As nanoseconds, to keep in an atomic.
+    /// As nanoseconds, to keep in an atomic. A moment more than 584 years
+    /// after boot (a deadline of a TTL that long) saturates at
+    /// `u64::MAX - 1`: order is kept, it never wraps to an earlier moment,
+    /// and `u64::MAX` stays free for a sentinel.
     pub(crate) fn as_nanos(self) -> u64 {
-        self.0.as_nanos() as u64
+        u64::try_from(self.0.as_nanos()).map_or(u64::MAX - 1, |n| n.min(u64::MAX - 1))
     }
 
     /// Back from [`as_nanos`](Self::as_nanos).
@@ -102,6 +105,18 @@ mod tests {
         let b = Moment::now();
         assert!(b > a);
         assert!(a.elapsed() >= Duration::from_millis(20));
+    }
+
+    #[test]
+    fn nanos_keep_order_and_saturate_below_the_sentinel() {
+        let now = Moment::now();
+        let thousand_years = Duration::from_secs(1_000 * 365 * 24 * 3600);
+        let far = now.after(thousand_years);
+        let farther = far.after(thousand_years);
+        assert!(far.as_nanos() > now.as_nanos(), "a far deadline wrapped");
+        assert_eq!(far.as_nanos(), u64::MAX - 1);
+        assert_eq!(farther.as_nanos(), far.as_nanos());
+        assert_eq!(Moment::from_nanos(now.as_nanos()), now);
     }
 
     #[test]

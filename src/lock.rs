@@ -46,7 +46,7 @@ impl Lock {
 
     /// The resource this lock is on.
     pub fn resource(&self) -> &str {
-        &self.hold.resource
+        self.hold.resource()
     }
 
     /// The random token that marks this holder on the nodes (40 hex digits).
@@ -195,7 +195,7 @@ impl Held {
 
     /// The resource of the lock.
     pub fn resource(&self) -> &str {
-        &self.hold.resource
+        self.hold.resource()
     }
 
     /// The lock's fencing token (see [`Lock::fence`]).

@@ -200,3 +200,23 @@ async fn keep_alive_fraction_is_checked() {
         ));
     }
 }
+
+/// Found in review: a held lock keeps its deadline in nanoseconds since
+/// boot, which a TTL of centuries overflowed, wrapping the deadline to an
+/// earlier moment (a fresh lock reported lost, an extension "not moved").
+/// A thousand years' lock is held, extends, and says it has centuries left.
+#[tokio::test]
+async fn a_lock_of_a_thousand_years_is_held_and_extends() {
+    let c = cluster(5);
+    let redlock = redlock(&c);
+    let years = |n: u64| Duration::from_secs(n * 365 * 24 * 3600);
+    let mut lock = redlock.lock("r", years(1_000)).await.unwrap();
+    assert!(!lock.is_lost());
+    assert!(lock.remaining() > years(500), "{:?}", lock.remaining());
+    let held = lock.held();
+    lock.extend(years(2_000)).await.unwrap();
+    assert!(!held.is_lost());
+    assert!(lock.remaining() > years(500), "{:?}", lock.remaining());
+    lock.release().await.unwrap();
+    assert!(held.is_lost());
+}

@@ -29,8 +29,8 @@
 //! connection errors) is tried again soon, for as long as one more attempt
 //! can still finish before the validity ends.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -49,7 +49,9 @@ pub(crate) struct Hold {
     pub(crate) engine: Arc<Engine>,
     pub(crate) kind: Arc<dyn Kind>,
     pub(crate) id: Arc<LockId>,
-    pub(crate) resource: Box<str>,
+    /// The resource's name, where the key does not give it (a set's names,
+    /// or a key that is not the prefix and the name): most locks keep none.
+    resource: Option<Box<str>>,
     /// The fencing token, for a fenced lock: it stays the same for the
     /// lock's whole life, extensions included.
     pub(crate) fence: Option<u64>,
@@ -62,7 +64,7 @@ pub(crate) struct Hold {
     changed: Notify,
     /// The TTL of the last acquisition or extension: what the watchdog
     /// renews with.
-    plan: Mutex<Plan>,
+    plan_ttl_ms: AtomicU64,
     /// Held for the whole round of an extension.
     extending: tokio::sync::Mutex<()>,
 }
@@ -78,6 +80,10 @@ impl Hold {
         resource: Box<str>,
         plan: Plan,
     ) -> Arc<Hold> {
+        // The key is the prefix and the name: keep no copy of the name.
+        let derivable = matches!(&acquired.id.keys[..],
+            [key] if key.strip_prefix(engine.options.key_prefix.as_str()) == Some(&*resource));
+        let resource = (!derivable).then_some(resource);
         Arc::new(Hold {
             engine,
             kind,
@@ -86,7 +92,7 @@ impl Hold {
             fence: acquired.fence,
             deadline: AtomicU64::new(acquired.deadline.as_nanos()),
             changed: Notify::new(),
-            plan: Mutex::new(plan),
+            plan_ttl_ms: AtomicU64::new(plan.ttl_ms),
             extending: tokio::sync::Mutex::new(()),
         })
     }
@@ -199,7 +205,16 @@ impl Hold {
     }
 
     fn plan(&self) -> Plan {
-        *self.plan.lock().unwrap_or_else(|p| p.into_inner())
+        let ttl_ms = self.plan_ttl_ms.load(Ordering::Acquire);
+        Plan::of_ms(ttl_ms, self.engine.options.drift_factor)
+    }
+
+    /// The resource the lock is on.
+    pub(crate) fn resource(&self) -> &str {
+        match &self.resource {
+            Some(resource) => resource,
+            None => &self.id.key()[self.engine.options.key_prefix.len()..],
+        }
     }
 
     /// One extension round, the only one in flight: to `plan.ttl`, or, for
@@ -223,7 +238,7 @@ impl Hold {
                 // The TTL the keys now have: what the watchdog renews with.
                 // One shorter than what was left changed nothing.
                 if self.set_deadline(deadline) {
-                    *self.plan.lock().unwrap_or_else(|p| p.into_inner()) = plan;
+                    self.plan_ttl_ms.store(plan.ttl_ms, Ordering::Release);
                 }
             }),
         ))
@@ -249,7 +264,7 @@ impl Hold {
         }
         let tally = self.engine.release(&self.kind, &self.id).await;
         tracing::debug!(
-            resource = %self.resource,
+            resource = %self.resource(),
             agreed = tally.agreed(),
             needed = tally.needed(),
             "release"
@@ -258,7 +273,7 @@ impl Hold {
         match (tally.has_majority(), late) {
             (true, false) => Ok(()),
             (true, true) => Err(Error::ReleasedLate {
-                resource: self.resource.to_string(),
+                resource: self.resource().to_owned(),
                 report,
             }),
             (false, _) => Err(self.refused(report)),
@@ -278,14 +293,14 @@ impl Hold {
     fn refused(&self, report: Report) -> Error {
         if report.held_by_others() > 0 {
             Error::Taken {
-                resource: self.resource.to_string(),
+                resource: self.resource().to_owned(),
                 report,
             }
         } else if report.count(|f| *f == NodeFailure::Missing) > 0 {
             self.gone(report)
         } else {
             Error::NoQuorum {
-                resource: self.resource.to_string(),
+                resource: self.resource().to_owned(),
                 report,
             }
         }
@@ -293,7 +308,7 @@ impl Hold {
 
     fn gone(&self, report: Report) -> Error {
         Error::Expired {
-            resource: self.resource.to_string(),
+            resource: self.resource().to_owned(),
             report,
         }
     }

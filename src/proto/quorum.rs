@@ -75,12 +75,25 @@ impl Plan {
         if ttl_ms == 0 {
             return Err(ConfigError::ZeroTtl);
         }
-        let ttl = Duration::from_millis(ttl_ms);
-        let drift = Duration::from_millis((ttl_ms as f64 * drift_factor) as u64) + DRIFT_CONSTANT;
-        if drift >= ttl {
-            return Err(ConfigError::DriftExceedsTtl { ttl, drift });
+        let plan = Plan::of_ms(ttl_ms, drift_factor);
+        if plan.drift >= plan.ttl {
+            return Err(ConfigError::DriftExceedsTtl {
+                ttl: plan.ttl,
+                drift: plan.drift,
+            });
         }
-        Ok(Plan { ttl_ms, ttl, drift })
+        Ok(plan)
+    }
+
+    /// The plan of a TTL in milliseconds that [`new`](Self::new) accepted
+    /// once: what a held lock keeps of its plan (one number, not three).
+    pub(crate) fn of_ms(ttl_ms: u64, drift_factor: f64) -> Plan {
+        let drift = Duration::from_millis((ttl_ms as f64 * drift_factor) as u64) + DRIFT_CONSTANT;
+        Plan {
+            ttl_ms,
+            ttl: Duration::from_millis(ttl_ms),
+            drift,
+        }
     }
 
     /// The most validity an operation under this plan can leave:
