@@ -228,6 +228,7 @@ async fn supervise(mut lock: Lock, args: &Run, signals: &mut Signals) -> u8 {
         );
     }
     if terminal {
+        // SAFETY: a plain query of our own process group.
         hand_terminal_to(unsafe { libc::getpgrp() });
     }
     // A lock that ran out while the command was finishing counts as lost:
