@@ -1,6 +1,6 @@
 //! One Redis node: a runner of bounded commands that knows nothing of locks.
 //!
-//! A [`Node`] runs the [`Command`]s that lock kinds build and hands back the
+//! A [`Node`] runs the [`Command`](crate::proto::Command)s that lock kinds build and hands back the
 //! raw reply, or a [`NodeFailure`] a user can act on. Four rules keep the
 //! protocol honest:
 //!
@@ -56,7 +56,7 @@ use crate::clock::Moment;
 use crate::error::NodeFailure;
 #[cfg(feature = "metrics")]
 use crate::metrics;
-use crate::proto::{Call, Command, Prepared, script_call};
+use crate::proto::{Effect, Prepared};
 use guard::{Guard, Lives};
 use slot::{Live, Slot};
 
@@ -248,7 +248,7 @@ impl Inner {
             let (live, fresh) = timeout_at(connected_by, self.connection())
                 .await
                 .map_err(|_| NodeFailure::Timeout)??;
-            self.admit_again(command)?;
+            self.admit_again(command.effect)?;
             let deadline = if patient {
                 tokio::time::Instant::now() + self.limits.request
             } else {
@@ -275,9 +275,9 @@ impl Inner {
 
     /// Connecting is what finds a restart: an acquisition is admitted again
     /// after it.
-    fn admit_again(&self, command: &Command) -> Result<(), NodeFailure> {
-        match (&self.guard, command.effect) {
-            (Some(guard), crate::proto::Effect::Grant { .. }) => guard.check(),
+    fn admit_again(&self, effect: Effect) -> Result<(), NodeFailure> {
+        match (&self.guard, effect) {
+            (Some(guard), Effect::Grant { .. }) => guard.check(),
             _ => Ok(()),
         }
     }
@@ -367,26 +367,11 @@ impl Inner {
 
 /// Sends one command and reads its reply.
 async fn send(mut conn: MultiplexedConnection, command: &Prepared) -> Result<Value, RedisError> {
-    match &command.call {
-        Call::Command(cmd) => cmd.query_async(&mut conn).await,
-        Call::Script { script, keys, args } => {
-            let built;
-            let evalsha = match &command.evalsha {
-                Some(evalsha) => evalsha,
-                None => {
-                    built = script_call("EVALSHA", &script.sha1, keys, args);
-                    &built
-                }
-            };
-            match evalsha.query_async(&mut conn).await {
-                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    script_call("EVAL", script.source, keys, args)
-                        .query_async(&mut conn)
-                        .await
-                }
-                other => other,
-            }
+    match (command.first.query_async(&mut conn).await, &command.script) {
+        (Err(e), Some(script)) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            script.eval().query_async(&mut conn).await
         }
+        (reply, _) => reply,
     }
 }
 

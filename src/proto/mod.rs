@@ -1,9 +1,9 @@
 //! What the layers say to each other: the commands a lock kind asks the
 //! nodes to run, and the answers it reads back as votes.
 //!
-//! A [`Command`] is built once per operation and shared by every node (an
-//! `Arc` of it [`Prepared`], a script's `EVALSHA` encoded once): a plain
-//! command or a Lua [`Script`], plus its
+//! A [`Command`] is built once per operation, made [`Prepared`] (a
+//! script's `EVALSHA` encoded once) and shared by every node in an `Arc`:
+//! a plain command or a Lua [`Script`], plus its
 //! [`Effect`] on the node's keys, which is all a node needs to know of it
 //! (the restart guard records how long a key it granted may live, and
 //! refuses acquisitions while it may have forgotten keys). A node runs the
@@ -117,32 +117,46 @@ impl Effect {
     }
 }
 
-/// A command ready for every node: for a script, its `EVALSHA` call is
-/// encoded once per operation here, not once per node.
+/// A command ready for every node, made once per operation and shared:
+/// the call to send (a plain command, or a script's `EVALSHA`, encoded
+/// once rather than once per node), and for a script what a node that
+/// does not know it (`NOSCRIPT`) gets by `EVAL` instead.
 #[derive(Debug)]
 pub(crate) struct Prepared {
-    pub(crate) command: Command,
-    /// `EVALSHA sha1 numkeys keys… args…`, for a script.
-    pub(crate) evalsha: Option<redis::Cmd>,
+    pub(crate) first: redis::Cmd,
+    pub(crate) script: Option<ScriptCall>,
+    pub(crate) effect: Effect,
+}
+
+/// A script and what it is called with.
+#[derive(Debug)]
+pub(crate) struct ScriptCall {
+    pub(crate) script: &'static Script,
+    pub(crate) keys: Keys,
+    pub(crate) args: Vec<Vec<u8>>,
+}
+
+impl ScriptCall {
+    /// `EVAL source …`, for a node that does not have the script cached.
+    pub(crate) fn eval(&self) -> redis::Cmd {
+        script_call("EVAL", self.script.source, &self.keys, &self.args)
+    }
 }
 
 impl Prepared {
     pub(crate) fn new(command: Command) -> Arc<Prepared> {
-        let evalsha = match &command.call {
-            Call::Script { script, keys, args } => {
-                Some(script_call("EVALSHA", &script.sha1, keys, args))
-            }
-            Call::Command(_) => None,
+        let (first, script) = match command.call {
+            Call::Command(cmd) => (cmd, None),
+            Call::Script { script, keys, args } => (
+                script_call("EVALSHA", &script.sha1, &keys, &args),
+                Some(ScriptCall { script, keys, args }),
+            ),
         };
-        Arc::new(Prepared { command, evalsha })
-    }
-}
-
-impl std::ops::Deref for Prepared {
-    type Target = Command;
-
-    fn deref(&self) -> &Command {
-        &self.command
+        Arc::new(Prepared {
+            first,
+            script,
+            effect: command.effect,
+        })
     }
 }
 
