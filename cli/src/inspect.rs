@@ -1,7 +1,7 @@
 //! `redquorum status` and `redquorum release --token`: for an operator
 //! looking at a stuck job.
 
-use redquorum::{Holding, NodeFailure, NodeState, Status};
+use redquorum::{Holding, NodeFailure, Status};
 use serde_json::{Value, json};
 
 use crate::args;
@@ -52,14 +52,11 @@ fn answered(status: &Status) -> usize {
 fn print_status(status: &Status) {
     let n = status.nodes().len();
     let headline = match status.holder() {
-        Some(holder) => {
-            let on = status
-                .nodes()
-                .iter()
-                .filter(|(_, s)| holding(s).is_some_and(|h| h.same_holder(holder)))
-                .count();
-            format!("held by {} on {on}/{n} nodes", describe(holder))
-        }
+        Some(holder) => format!(
+            "held by {} on {}/{n} nodes",
+            describe(holder),
+            status.held_by(holder).count()
+        ),
         None if status.is_free() => format!("free (no lock on a majority of {n} nodes)"),
         None if answered(status) < status.quorum() => {
             format!("unknown: only {} of {n} nodes answered", answered(status))
@@ -93,10 +90,6 @@ fn print_status(status: &Status) {
         };
         println!("  {node:<22} {line}");
     }
-}
-
-fn holding(state: &Result<NodeState, NodeFailure>) -> Option<&Holding> {
-    state.as_ref().ok()?.lock.as_ref()
 }
 
 fn describe(holder: &Holding) -> String {

@@ -124,13 +124,12 @@ fn describe_holder(status: &redquorum::Status) -> String {
     let Some(holder) = status.holder() else {
         return format!("no holder on a majority of {n} nodes");
     };
-    let on = status
-        .nodes()
-        .iter()
-        .filter_map(|(_, s)| s.as_ref().ok())
-        .filter(|s| s.lock.as_ref().is_some_and(|h| h.same_holder(holder)))
-        .collect::<Vec<_>>();
-    let left = on.iter().filter_map(|s| s.ttl).max().unwrap_or_default();
+    let on = status.held_by(holder).count();
+    let left = status
+        .held_by(holder)
+        .filter_map(|s| s.ttl)
+        .max()
+        .unwrap_or_default();
     let who = match holder {
         Holding::Token(token) => format!("token {}…", token.chars().take(8).collect::<String>()),
         Holding::Reentrant { owner, .. } => format!("owner {owner:?}"),
@@ -138,8 +137,7 @@ fn describe_holder(status: &redquorum::Status) -> String {
         _ => "another holder".to_owned(),
     };
     format!(
-        "held by {who} on {}/{n} nodes, {:.1}s left",
-        on.len(),
+        "held by {who} on {on}/{n} nodes, {:.1}s left",
         left.as_secs_f64()
     )
 }

@@ -61,8 +61,16 @@ impl Status {
     /// where one holder (one token; for reentrant holds, one owner) has its
     /// key on at least [`quorum`](Self::quorum) nodes.
     pub fn holder(&self) -> Option<&Holding> {
-        self.held()
-            .find(|h| self.held().filter(|o| o.same_holder(h)).count() >= self.quorum)
+        self.held().find(|h| self.held_by(h).count() >= self.quorum)
+    }
+
+    /// The nodes where `holder` holds the lock: its token, or (reentrant
+    /// holds) its owner.
+    pub fn held_by<'a>(&'a self, holder: &'a Holding) -> impl Iterator<Item = &'a NodeState> {
+        self.nodes
+            .iter()
+            .filter_map(|(_, s)| s.as_ref().ok())
+            .filter(|s| s.lock.as_ref().is_some_and(|h| h.same_holder(holder)))
     }
 
     /// Whether a majority of nodes hold no key for the resource: nobody can
@@ -275,6 +283,7 @@ mod tests {
             state(None),
         ]);
         assert_eq!(held.holder(), Some(&Holding::Token("a".into())));
+        assert_eq!(held.held_by(&Holding::Token("a".into())).count(), 3);
         assert!(!held.is_free());
         // Split: two tokens and a free node, none on a majority.
         let split = status(vec![
