@@ -100,12 +100,55 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
+/// The nodes' ports, for [`Servers`]; empty when their figures are not
+/// wanted (nodes given by `REDQUORUM_NODES` may be other machines).
+static NODE_PORTS: std::sync::OnceLock<Vec<u16>> = std::sync::OnceLock::new();
+
+/// What the nodes have done so far, summed over all of them, from their own
+/// `INFO`: CPU time (user + system, of the `redis-server` processes),
+/// commands processed, and reads from client sockets: commands per read is
+/// how well clients' commands arrive batched (pipelined), 1 when every
+/// command arrives alone.
+#[derive(Clone, Copy, Default)]
+struct Servers {
+    cpu: Duration,
+    commands: u64,
+    reads: u64,
+}
+
+impl Servers {
+    fn now() -> Option<Servers> {
+        let ports = NODE_PORTS.get().filter(|p| !p.is_empty())?;
+        let mut sum = Servers::default();
+        for &port in ports {
+            let info = match redquorum::local_cluster::command(port, &["INFO", "everything"]).ok()? {
+                redquorum::local_cluster::Reply::Bulk(Some(b)) => String::from_utf8(b).ok()?,
+                _ => return None,
+            };
+            let field = |name: &str| {
+                info.lines()
+                    .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                    .map(str::trim)
+            };
+            let secs = |name| field(name)?.parse::<f64>().ok();
+            let count = |name| field(name)?.parse::<u64>().ok();
+            sum.cpu += Duration::from_secs_f64(secs("used_cpu_user")? + secs("used_cpu_sys")?);
+            // INFO itself is one command and one read on each node.
+            sum.commands += count("total_commands_processed")?;
+            sum.reads += count("total_reads_processed")?;
+        }
+        Some(sum)
+    }
+}
+
 /// What this process (the client: the nodes are other processes) has spent
-/// so far: CPU time, user and system, of all its threads, and allocations.
+/// so far: CPU time, user and system, of all its threads, and allocations;
+/// and what the nodes have done (see [`Servers`]).
 #[derive(Clone, Copy)]
 struct Usage {
     cpu: Duration,
     allocations: u64,
+    servers: Option<Servers>,
 }
 
 impl Usage {
@@ -119,6 +162,7 @@ impl Usage {
         Usage {
             cpu: time(ru.ru_utime) + time(ru.ru_stime),
             allocations: ALLOCATIONS.load(Ordering::Relaxed),
+            servers: Servers::now(),
         }
     }
 
@@ -127,6 +171,14 @@ impl Usage {
         let now = Usage::now();
         sample.cpu += now.cpu.saturating_sub(self.cpu);
         sample.allocations += now.allocations - self.allocations;
+        match (self.servers, now.servers, sample.servers.as_mut()) {
+            (Some(a), Some(b), Some(s)) => {
+                s.cpu += b.cpu.saturating_sub(a.cpu);
+                s.commands += b.commands.saturating_sub(a.commands);
+                s.reads += b.reads.saturating_sub(a.reads);
+            }
+            _ => sample.servers = None,
+        }
     }
 }
 
@@ -361,7 +413,6 @@ impl Client {
 }
 
 /// What one implementation did in one scenario.
-#[derive(Default)]
 struct Sample {
     latencies: Vec<Duration>,
     ops: u64,
@@ -370,7 +421,24 @@ struct Sample {
     /// The client process's CPU time and allocations while it ran.
     cpu: Duration,
     allocations: u64,
+    /// What the nodes did meanwhile; `None` where that is not measured.
+    servers: Option<Servers>,
     extra: BTreeMap<&'static str, f64>,
+}
+
+impl Default for Sample {
+    fn default() -> Sample {
+        Sample {
+            latencies: Vec::new(),
+            ops: 0,
+            busy: Duration::ZERO,
+            errors: 0,
+            cpu: Duration::ZERO,
+            allocations: 0,
+            servers: Some(Servers::default()),
+            extra: BTreeMap::new(),
+        }
+    }
 }
 
 impl Sample {
@@ -414,6 +482,16 @@ struct Row {
 }
 
 fn row(scenario: &'static str, imp: &'static str, mut s: Sample) -> Row {
+    if let Some(servers) = s.servers.filter(|v| v.commands > 0 && s.ops > 0) {
+        let server_us = servers.cpu.as_secs_f64() * 1e6 / s.ops as f64;
+        s.extra.insert("server_cpu_us_per_op", server_us);
+        s.extra.insert("server_cmds_per_read", servers.commands as f64 / servers.reads.max(1) as f64);
+        // The most operations a second this machine's cores could run at
+        // this client's and the nodes' CPU per operation, where both share
+        // the cores (a local cluster).
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        s.extra.insert("cpu_bound_ops_per_s", cores * 1e6 / (server_us + s.cpu_us_per_op()));
+    }
     Row {
         scenario,
         imp,
@@ -942,6 +1020,9 @@ fn main() {
         .iter()
         .filter_map(|u| u.rsplit(':').next()?.trim_end_matches('/').parse().ok())
         .collect();
+    // The nodes' own figures where they run on this machine.
+    let loopback = urls.iter().all(|u| u.contains("//127.0.0.1:") || u.contains("//localhost:"));
+    let _ = NODE_PORTS.set(if loopback && ports.len() == urls.len() { ports.clone() } else { Vec::new() });
     println!(
         "redquorum benchmark ({} run) on {}; nodes: {}",
         if full { "full" } else { "smoke" },

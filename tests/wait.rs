@@ -174,6 +174,48 @@ async fn expiry_without_release_is_noticed_by_timer_with_subscriptions_killed() 
 }
 
 #[tokio::test]
+async fn a_channel_stays_subscribed_a_while_after_a_wait_and_then_goes() {
+    let c = cluster(5);
+    let holder = redlock(&c);
+    let waiting = waiter(&c, Duration::from_secs(5));
+    let channel = format!("{}:released", key("r"));
+    let subscribed = |c: &LocalCluster| ALL.map(|i| subscribers(c, i, &channel));
+    let lock = holder.lock("r", LONG_TTL).await.unwrap();
+    let task = start_waiting(&waiting).await;
+    hand_over(lock, task).await;
+    // The wait is over, and the channel is still subscribed everywhere.
+    assert_eq!(subscribed(&c), [1; 5], "not kept after the wait");
+    // A second wait soon after: no new subscription, and one attempt while
+    // the lock is held (marked before it, on the lingering channel), not
+    // the first plus one right after subscribing.
+    for i in ALL {
+        run(&c, i, &["CONFIG", "RESETSTAT"]);
+    }
+    let lock = holder.lock("r", LONG_TTL).await.unwrap();
+    let task = start_waiting(&waiting).await;
+    let subscribes: u64 = ALL.iter().map(|&i| command_stat(&c, i, "subscribe", "calls")).sum();
+    // The holder's `SET` and the waiter's one attempt.
+    let attempts = attempts(&c, 0);
+    let gap = hand_over(lock, task).await;
+    assert_eq!(subscribes, 0, "subscribed anew");
+    assert_eq!(attempts, 2, "the waiter tried {} times while held", attempts - 1);
+    assert!(gap < ms(500), "took {gap:?} after the release");
+    // Without waiters it goes after a while (two seconds).
+    let started = Instant::now();
+    while subscribed(&c) != [0; 5] {
+        assert!(
+            started.elapsed() < Duration::from_secs(6),
+            "still subscribed: {:?}",
+            subscribed(&c)
+        );
+        tokio::time::sleep(ms(50)).await;
+    }
+    let gone = started.elapsed();
+    println!("unsubscribed {gone:?} after the wait ended");
+    assert!(gone >= ms(1_000), "unsubscribed after only {gone:?}");
+}
+
+#[tokio::test]
 async fn a_release_after_the_subscriptions_were_killed_still_wakes_the_waiter() {
     let c = cluster(5);
     let holder = redlock(&c);

@@ -10,7 +10,10 @@
 //! Between attempts the loop waits for its turn. With
 //! [`wake_on_release`](crate::Builder::wake_on_release) on (the default), the
 //! first failed attempt subscribes to the resource's release channel
-//! ([`waiters`](super::waiters)) and tries once more at once; later failures
+//! ([`waiters`](super::waiters)) and tries once more at once (a release
+//! made before the subscription would not be heard), unless the channel was
+//! already listening before the first attempt (it lingers a while after a
+//! wait, and other waiters keep it); later failures
 //! sleep until a release is announced or the holder's keys expire, whichever
 //! comes first ([`pause`](crate::proto::quorum::pause)): no polling while the
 //! lock is held, and no retry pause between a release and the next holder.
@@ -67,6 +70,11 @@ pub(crate) async fn acquire(
     let mut counted = 0;
     let mut free = false;
     let mut waiting = Waiting::default();
+    if options.wake_on_release {
+        // Channels still subscribed (by other waiters, or lingering after
+        // the last wait) are listened to from the first attempt on.
+        waiting.channel = engine.waiters.listening(&keys).map(Arc::new);
+    }
     loop {
         attempts += 1;
         if !free {

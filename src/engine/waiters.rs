@@ -45,6 +45,16 @@
 //! One release is announced by every node it reached; the channel counts it
 //! once.
 //!
+//! **Hot channels stay subscribed for a while.** When a channel's last
+//! waiter goes, its subscriptions are kept for [`LINGER`] before they are
+//! dropped: a resource that is waited on again soon (a hand-off, a queue of
+//! jobs) costs no `SUBSCRIBE` and `UNSUBSCRIBE` on every node per wait, and
+//! a call that finds its channels still listening takes its mark before its
+//! first attempt, so it need not try a second time at once after
+//! subscribing. A lingering channel is an ordinary channel without
+//! waiters: it hears and remembers releases like any other. Dropping the
+//! `Redlock` ends the lingering at once.
+//!
 //! A call listens on the channels of all its keys at once (a [`Listener`]):
 //! a waiter for a multi-resource lock is woken by the release of any of
 //! them, and is listening only while it is listening on each.
@@ -53,7 +63,7 @@
 //! [`Request::Release`]: crate::kinds::Kind::release
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -62,12 +72,16 @@ use futures::stream::FuturesUnordered;
 use redis::aio::PubSubSink;
 use tokio::sync::{Notify, oneshot};
 
+use crate::clock::Moment;
 use crate::error::NodeFailure;
 use crate::net::slot::Slot;
 use crate::net::{Limits, Node, classify, is_connection_error};
 
 /// How often an idle subscriber connection is pinged.
 pub(crate) const PING_EVERY: Duration = Duration::from_secs(1);
+
+/// How long a channel stays subscribed after its last waiter went.
+pub(crate) const LINGER: Duration = Duration::from_secs(2);
 
 /// The subscriber connections of one `Redlock`, and the channels waited on.
 pub(crate) struct Waiters {
@@ -82,6 +96,9 @@ struct Inner {
     channels: Mutex<HashMap<Box<str>, Weak<Channel>>>,
     /// How many subscriber connections have been dropped.
     drops: AtomicU64,
+    /// Set when the [`Waiters`] are dropped: lingering channels let go.
+    closed: AtomicBool,
+    closing: Notify,
 }
 
 /// One node's subscriber connection.
@@ -112,6 +129,11 @@ pub(crate) struct Channel {
     /// Per node, the generation of the connection that confirmed the
     /// subscription (0: none).
     confirmed: Vec<AtomicU64>,
+    /// Until when it stays subscribed without waiters, a [`Moment`] in
+    /// nanoseconds; see [`Channel::linger`].
+    linger_until: AtomicU64,
+    /// Whether a task keeps it alive until then.
+    lingering: AtomicBool,
     inner: Arc<Inner>,
 }
 
@@ -164,7 +186,31 @@ impl Waiters {
                 needed: nodes.len() + 1 - quorum,
                 channels: Mutex::default(),
                 drops: AtomicU64::new(0),
+                closed: AtomicBool::new(false),
+                closing: Notify::new(),
             }),
+        }
+    }
+
+    /// The channels of `keys` if every one is already listening (kept
+    /// subscribed by other waiters or lingering), so that a call can take
+    /// its mark before its first attempt; `None` otherwise, and then
+    /// nothing is registered.
+    pub(crate) fn listening(&self, keys: &[Box<str>]) -> Option<Listener> {
+        let channels = {
+            let registry = lock(&self.inner.channels);
+            if registry.is_empty() {
+                return None; // Nobody waits, nothing lingers: the common case.
+            }
+            keys.iter()
+                .map(|key| registry.get(format!("{key}:released").as_str())?.upgrade())
+                .collect::<Option<Vec<_>>>()?
+        };
+        // (A `Listener` made and dropped would extend the lingering.)
+        if channels.iter().all(|c| c.listening()) {
+            Some(Listener { channels })
+        } else {
+            None
         }
     }
 
@@ -181,6 +227,8 @@ impl Waiters {
                     notify: Notify::new(),
                     recent: Mutex::default(),
                     confirmed: self.inner.nodes.iter().map(|_| AtomicU64::new(0)).collect(),
+                    linger_until: AtomicU64::new(0),
+                    lingering: AtomicBool::new(false),
                     inner: self.inner.clone(),
                 });
                 channels.insert(channel.name.clone(), Arc::downgrade(&channel));
@@ -190,9 +238,25 @@ impl Waiters {
     }
 }
 
-/// The channels of one call's keys, listened to together.
+impl Drop for Waiters {
+    fn drop(&mut self) {
+        self.inner.closed.store(true, Ordering::Release);
+        self.inner.closing.notify_waiters();
+    }
+}
+
+/// The channels of one call's keys, listened to together. Dropping it
+/// leaves each channel subscribed for [`LINGER`] more.
 pub(crate) struct Listener {
     channels: Vec<Arc<Channel>>,
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        for channel in &self.channels {
+            channel.linger();
+        }
+    }
 }
 
 /// What had happened on each of a [`Listener`]'s channels at some moment.
@@ -382,6 +446,52 @@ impl Channel {
             }
         };
         let _ = tokio::time::timeout(node.limits.request, work).await;
+    }
+
+    /// Keeps the channel (and so its subscriptions) alive for [`LINGER`]
+    /// from now, by a task that holds it until then; one task per channel,
+    /// moved on by later calls. Where the channel is not subscribed there
+    /// is nothing to keep.
+    fn linger(self: &Arc<Self>) {
+        if self.inner.closed.load(Ordering::Acquire) || self.subscribed_nodes() == 0 {
+            return;
+        }
+        let until = Moment::now().after(LINGER).as_nanos();
+        self.linger_until.fetch_max(until, Ordering::AcqRel);
+        if self.lingering.swap(true, Ordering::AcqRel) {
+            return; // Its task sees the new time.
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            self.lingering.store(false, Ordering::Release);
+            return;
+        };
+        let channel = self.clone();
+        handle.spawn(async move {
+            loop {
+                let until = channel.linger_until.load(Ordering::Acquire);
+                let left = Moment::from_nanos(until).remaining();
+                if !left.is_zero() {
+                    let closing = channel.inner.closing.notified();
+                    let mut closing = std::pin::pin!(closing);
+                    closing.as_mut().enable();
+                    if channel.inner.closed.load(Ordering::Acquire) {
+                        return;
+                    }
+                    tokio::select! {
+                        () = closing => return,
+                        () = tokio::time::sleep(left) => continue,
+                    }
+                }
+                channel.lingering.store(false, Ordering::Release);
+                // A call that moved the time on after the load above and
+                // saw this task still running: keep going for it.
+                if channel.linger_until.load(Ordering::Acquire) <= until
+                    || channel.lingering.swap(true, Ordering::AcqRel)
+                {
+                    return;
+                }
+            }
+        });
     }
 
     /// Wakes the waiters for a release, once per release (every node it
