@@ -34,7 +34,13 @@
 //! `allocs_per_op`); the plain lock's and the floor's also per command
 //! (`cpu_us_per_cmd`). `floor_lean` rows run the floor's two commands
 //! through a minimal client of our own (`support/lean.rs`), to measure what
-//! redis-rs itself costs per command.
+//! redis-rs itself costs per command. Where the nodes run on this machine,
+//! every row also has what the nodes spent per operation, from their own
+//! `INFO`: `server_cpu_us_per_op` (the five `redis-server` processes' CPU)
+//! and `server_reads_per_op` (socket reads: fewer than the commands sent
+//! when a client's commands arrive batched), and `cpu_bound_ops_per_s`, the
+//! most operations a second the machine's cores could run at the client's
+//! and the nodes' CPU per operation together.
 //!
 //! redquorum's other lock kinds run in the `uncontended` pass, interleaved
 //! with the plain lock (rslock has neither kind): `reentrant` (a reentrant
@@ -106,9 +112,9 @@ static NODE_PORTS: std::sync::OnceLock<Vec<u16>> = std::sync::OnceLock::new();
 
 /// What the nodes have done so far, summed over all of them, from their own
 /// `INFO`: CPU time (user + system, of the `redis-server` processes),
-/// commands processed, and reads from client sockets: commands per read is
-/// how well clients' commands arrive batched (pipelined), 1 when every
-/// command arrives alone.
+/// commands processed (a script's own calls included), and reads from
+/// client sockets: a client that batches (pipelines) what its tasks send
+/// costs the nodes fewer reads than it sends commands.
 #[derive(Clone, Copy, Default)]
 struct Servers {
     cpu: Duration,
@@ -121,10 +127,11 @@ impl Servers {
         let ports = NODE_PORTS.get().filter(|p| !p.is_empty())?;
         let mut sum = Servers::default();
         for &port in ports {
-            let info = match redquorum::local_cluster::command(port, &["INFO", "everything"]).ok()? {
-                redquorum::local_cluster::Reply::Bulk(Some(b)) => String::from_utf8(b).ok()?,
-                _ => return None,
-            };
+            let info =
+                match redquorum::local_cluster::command(port, &["INFO", "everything"]).ok()? {
+                    redquorum::local_cluster::Reply::Bulk(Some(b)) => String::from_utf8(b).ok()?,
+                    _ => return None,
+                };
             let field = |name: &str| {
                 info.lines()
                     .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
@@ -485,12 +492,18 @@ fn row(scenario: &'static str, imp: &'static str, mut s: Sample) -> Row {
     if let Some(servers) = s.servers.filter(|v| v.commands > 0 && s.ops > 0) {
         let server_us = servers.cpu.as_secs_f64() * 1e6 / s.ops as f64;
         s.extra.insert("server_cpu_us_per_op", server_us);
-        s.extra.insert("server_cmds_per_read", servers.commands as f64 / servers.reads.max(1) as f64);
+        // Fewer reads than commands sent: commands arrived batched
+        // (pipelined) in one read.
+        s.extra
+            .insert("server_reads_per_op", servers.reads as f64 / s.ops as f64);
         // The most operations a second this machine's cores could run at
         // this client's and the nodes' CPU per operation, where both share
         // the cores (a local cluster).
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-        s.extra.insert("cpu_bound_ops_per_s", cores * 1e6 / (server_us + s.cpu_us_per_op()));
+        s.extra.insert(
+            "cpu_bound_ops_per_s",
+            cores * 1e6 / (server_us + s.cpu_us_per_op()),
+        );
     }
     Row {
         scenario,
@@ -1021,8 +1034,14 @@ fn main() {
         .filter_map(|u| u.rsplit(':').next()?.trim_end_matches('/').parse().ok())
         .collect();
     // The nodes' own figures where they run on this machine.
-    let loopback = urls.iter().all(|u| u.contains("//127.0.0.1:") || u.contains("//localhost:"));
-    let _ = NODE_PORTS.set(if loopback && ports.len() == urls.len() { ports.clone() } else { Vec::new() });
+    let loopback = urls
+        .iter()
+        .all(|u| u.contains("//127.0.0.1:") || u.contains("//localhost:"));
+    let _ = NODE_PORTS.set(if loopback && ports.len() == urls.len() {
+        ports.clone()
+    } else {
+        Vec::new()
+    });
     println!(
         "redquorum benchmark ({} run) on {}; nodes: {}",
         if full { "full" } else { "smoke" },

@@ -193,12 +193,20 @@ async fn a_channel_stays_subscribed_a_while_after_a_wait_and_then_goes() {
     }
     let lock = holder.lock("r", LONG_TTL).await.unwrap();
     let task = start_waiting(&waiting).await;
-    let subscribes: u64 = ALL.iter().map(|&i| command_stat(&c, i, "subscribe", "calls")).sum();
+    let subscribes: u64 = ALL
+        .iter()
+        .map(|&i| command_stat(&c, i, "subscribe", "calls"))
+        .sum();
     // The holder's `SET` and the waiter's one attempt.
     let attempts = attempts(&c, 0);
     let gap = hand_over(lock, task).await;
     assert_eq!(subscribes, 0, "subscribed anew");
-    assert_eq!(attempts, 2, "the waiter tried {} times while held", attempts - 1);
+    assert_eq!(
+        attempts,
+        2,
+        "the waiter tried {} times while held",
+        attempts - 1
+    );
     assert!(gap < ms(500), "took {gap:?} after the release");
     // Without waiters it goes after a while (two seconds).
     let started = Instant::now();
