@@ -197,18 +197,19 @@ async fn a_channel_stays_subscribed_a_while_after_a_wait_and_then_goes() {
         .iter()
         .map(|&i| command_stat(&c, i, "subscribe", "calls"))
         .sum();
-    // The holder's `SET` and the waiter's one attempt.
+    // The holder's `SET` and the waiter's one attempt (none on this node
+    // if it was the last to answer and was not waited for).
     let attempts = attempts(&c, 0);
     let gap = hand_over(lock, task).await;
     assert_eq!(subscribes, 0, "subscribed anew");
-    assert_eq!(
-        attempts,
-        2,
+    assert!(
+        attempts <= 2,
         "the waiter tried {} times while held",
         attempts - 1
     );
     assert!(gap < ms(500), "took {gap:?} after the release");
-    // Without waiters it goes after a while (two seconds).
+    // Without waiters it goes after a while (two seconds), even while the
+    // resource is taken again and again without waiting.
     let started = Instant::now();
     while subscribed(&c) != [0; 5] {
         assert!(
@@ -216,6 +217,13 @@ async fn a_channel_stays_subscribed_a_while_after_a_wait_and_then_goes() {
             "still subscribed: {:?}",
             subscribed(&c)
         );
+        waiting
+            .lock("r", LONG_TTL)
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
         tokio::time::sleep(ms(50)).await;
     }
     let gone = started.elapsed();

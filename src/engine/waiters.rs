@@ -51,7 +51,9 @@
 //! jobs) costs no `SUBSCRIBE` and `UNSUBSCRIBE` on every node per wait, and
 //! a call that finds its channels still listening takes its mark before its
 //! first attempt, so it need not try a second time at once after
-//! subscribing. A lingering channel is an ordinary channel without
+//! subscribing. Only a call that waited (or subscribed) prolongs it: a
+//! resource contended once and then taken freely stops lingering after
+//! [`LINGER`]. A lingering channel is an ordinary channel without
 //! waiters: it hears and remembers releases like any other. Dropping the
 //! `Redlock` ends the lingering at once.
 //!
@@ -197,18 +199,25 @@ impl Waiters {
     /// its mark before its first attempt; `None` otherwise, and then
     /// nothing is registered.
     pub(crate) fn listening(&self, keys: &[Box<str>]) -> Option<Listener> {
-        let channels = {
+        // Upgraded only once the registry is unlocked: an upgraded channel
+        // may be the last reference (its other holders let go meanwhile),
+        // and dropping it takes the registry's lock.
+        let weak = {
             let registry = lock(&self.inner.channels);
             if registry.is_empty() {
                 return None; // Nobody waits, nothing lingers: the common case.
             }
             keys.iter()
-                .map(|key| registry.get(format!("{key}:released").as_str())?.upgrade())
+                .map(|key| registry.get(format!("{key}:released").as_str()).cloned())
                 .collect::<Option<Vec<_>>>()?
         };
+        let channels = weak.iter().map(Weak::upgrade).collect::<Option<Vec<_>>>()?;
         // (A `Listener` made and dropped would extend the lingering.)
         if channels.iter().all(|c| c.listening()) {
-            Some(Listener { channels })
+            Some(Listener {
+                channels,
+                used: AtomicBool::new(false),
+            })
         } else {
             None
         }
@@ -245,16 +254,22 @@ impl Drop for Waiters {
     }
 }
 
-/// The channels of one call's keys, listened to together. Dropping it
-/// leaves each channel subscribed for [`LINGER`] more.
+/// The channels of one call's keys, listened to together. Dropping one
+/// that was used to wait (or to subscribe) leaves each channel subscribed
+/// for [`LINGER`] more; one taken by a call that then never waited
+/// ([`Waiters::listening`], and the first attempt succeeded) does not, so
+/// that a resource contended once does not stay subscribed for good.
 pub(crate) struct Listener {
     channels: Vec<Arc<Channel>>,
+    used: AtomicBool,
 }
 
 impl Drop for Listener {
     fn drop(&mut self) {
-        for channel in &self.channels {
-            channel.linger();
+        if self.used.load(Ordering::Acquire) {
+            for channel in &self.channels {
+                channel.linger();
+            }
         }
     }
 }
@@ -268,6 +283,7 @@ impl Waiters {
     pub(crate) fn listen(&self, keys: &[Box<str>]) -> Listener {
         Listener {
             channels: keys.iter().map(|key| self.channel(key)).collect(),
+            used: AtomicBool::new(false),
         }
     }
 }
@@ -285,6 +301,7 @@ impl Listener {
 
     /// Resolves when any channel would wake (see [`Channel::wake`]).
     pub(crate) async fn wake(&self, marks: &Marks, awaited: Option<&str>) -> Wake {
+        self.used.store(true, Ordering::Release);
         let wakes = self
             .channels
             .iter()
@@ -308,6 +325,7 @@ impl Listener {
 
     /// Subscribes every channel (see [`Channel::ensure`]), all at once.
     pub(crate) async fn ensure(&self) {
+        self.used.store(true, Ordering::Release);
         futures::future::join_all(self.channels.iter().map(|c| c.ensure())).await;
     }
 }
@@ -465,8 +483,12 @@ impl Channel {
             self.lingering.store(false, Ordering::Release);
             return;
         };
-        let channel = self.clone();
+        let mut hold = Lingering {
+            channel: self.clone(),
+            armed: true,
+        };
         handle.spawn(async move {
+            let channel = hold.channel.clone();
             loop {
                 let until = channel.linger_until.load(Ordering::Acquire);
                 let left = Moment::from_nanos(until).remaining();
@@ -482,14 +504,18 @@ impl Channel {
                         () = tokio::time::sleep(left) => continue,
                     }
                 }
-                channel.lingering.store(false, Ordering::Release);
-                // A call that moved the time on after the load above and
-                // saw this task still running: keep going for it.
+                // A swap, not a store: `linger` moves the time on and then
+                // swaps the flag, so either its swap comes first and this
+                // one, reading it, sees the new time below; or this comes
+                // first and `linger` starts a task of its own.
+                hold.arm(false);
+                channel.lingering.swap(false, Ordering::AcqRel);
                 if channel.linger_until.load(Ordering::Acquire) <= until
                     || channel.lingering.swap(true, Ordering::AcqRel)
                 {
                     return;
                 }
+                hold.arm(true);
             }
         });
     }
@@ -512,6 +538,30 @@ impl Channel {
     }
 }
 
+/// A lingering channel's task's hold on it. Should the task be dropped
+/// before it is done (its runtime shut down), the channel may linger again
+/// later by another task.
+struct Lingering {
+    channel: Arc<Channel>,
+    armed: bool,
+}
+
+impl Lingering {
+    /// Whether dropping it is to let the channel linger again: not while
+    /// the task itself hands the flag over.
+    fn arm(&mut self, armed: bool) {
+        self.armed = armed;
+    }
+}
+
+impl Drop for Lingering {
+    fn drop(&mut self) {
+        if self.armed {
+            self.channel.lingering.store(false, Ordering::Release);
+        }
+    }
+}
+
 impl Drop for Channel {
     fn drop(&mut self) {
         {
@@ -522,6 +572,11 @@ impl Drop for Channel {
             {
                 channels.remove(&self.name);
             }
+        }
+        // Once the `Redlock` is dropped its subscriber connections close
+        // anyway: no unsubscribing (which could queue behind a frozen node).
+        if self.inner.closed.load(Ordering::Acquire) {
+            return;
         }
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             let (inner, name) = (self.inner.clone(), self.name.clone());
@@ -646,4 +701,60 @@ async fn connect(
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::Limits;
+
+    fn waiters() -> Waiters {
+        // Nothing here connects: the registry alone is under test.
+        let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
+        let limits = Limits {
+            request: Duration::from_secs(1),
+            connect: Duration::from_secs(1),
+        };
+        Waiters::new(&[Node::new(client, limits, None)])
+    }
+
+    /// `listening` over several keys, one of them not registered, while
+    /// another thread registers and drops the first key's channel: the
+    /// channel must never be dropped (which takes the registry's lock)
+    /// while `listening` holds that lock. It once upgraded the channels
+    /// under the lock, and hung here within a second or so.
+    #[test]
+    fn listening_never_drops_a_channel_under_the_registry_lock() {
+        let waiters = Arc::new(waiters());
+        // Registered for the whole test, so that `listening` upgrades many
+        // channels before it finds the missing last key.
+        let middle: Vec<Box<str>> = (0..200).map(|i| format!("c{i}").into()).collect();
+        let _held = waiters.listen(&middle);
+        let mut keys: Vec<Box<str>> = vec!["a".into()];
+        keys.extend(middle.iter().cloned());
+        keys.push("never".into());
+        let until = std::time::Instant::now() + Duration::from_millis(1_500);
+        let (done, finished) = std::sync::mpsc::channel();
+        for churn in [true, false] {
+            let (waiters, keys, done) = (waiters.clone(), keys.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut rounds = 0u64;
+                while std::time::Instant::now() < until {
+                    if churn {
+                        drop(waiters.listen(&keys[..1]));
+                    } else {
+                        assert!(waiters.listening(&keys).is_none());
+                    }
+                    rounds += 1;
+                }
+                let _ = done.send(rounds);
+            });
+        }
+        for _ in 0..2 {
+            let rounds = finished
+                .recv_timeout(Duration::from_secs(20))
+                .expect("a thread hung: a channel was dropped under the registry lock");
+            assert!(rounds > 0);
+        }
+    }
 }
