@@ -12,7 +12,9 @@
 //!
 //! For profiling, `REDQUORUM_BENCH_ONLY=throughput64,uncontended` runs only
 //! the named scenarios, and `REDQUORUM_BENCH_IMPLS=redquorum` only the named
-//! implementations (the floor always runs where it belongs).
+//! implementations (the floor always runs where it belongs, unless
+//! `REDQUORUM_BENCH_FLOOR=0`: then the process's own counts, as `perf stat`
+//! gives them, are the named implementation's alone).
 //!
 //! Scenarios: `uncontended` (one task, lock + unlock of fresh resources),
 //! `throughput64` (64 tasks, distinct resources), `frozen_node` and
@@ -825,8 +827,11 @@ fn memory_child(args: &[String]) {
         client.cycle("bench:mem:warm").await.unwrap();
         let before = rss_kib("VmRSS:");
         let heap_before = LIVE_BYTES.load(Ordering::Relaxed);
-        let mut redquorum_locks = Vec::with_capacity(n);
-        let mut rslock_locks = Vec::with_capacity(n);
+        // Room for the measured library's locks only: each is charged its
+        // own handles, not the other's.
+        let room = |of: &str| if imp == of { n } else { 0 };
+        let mut redquorum_locks = Vec::with_capacity(room("redquorum"));
+        let mut rslock_locks = Vec::with_capacity(room("rslock"));
         for chunk in (0..n).collect::<Vec<_>>().chunks(64) {
             let futs = chunk.iter().map(|i| {
                 let client = client.clone();
@@ -1073,7 +1078,7 @@ fn main() {
         };
         let (floor, floor_lean) = floor;
         let picked_name = |name: &str| {
-            name.starts_with("floor")
+            (name.starts_with("floor") && std::env::var("REDQUORUM_BENCH_FLOOR").map_or(true, |v| v != "0"))
                 || std::env::var("REDQUORUM_BENCH_IMPLS").map_or(true, |v| v.split(',').any(|i| i == name))
         };
         let picked = |c: &Client| picked_name(c.name());
