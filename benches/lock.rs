@@ -2,7 +2,7 @@
 //! one run, interleaved (A B A B …) so that drift hits all alike.
 //!
 //! ```text
-//! cargo bench --bench lock     # the full run (about a minute of measuring), prints the table
+//! cargo bench --bench lock     # the full run (about a minute of measuring, 2 min in all), prints the table
 //! cargo test  --bench lock     # the smoke run (seconds): same code, tiny counts
 //! ```
 //!
@@ -108,10 +108,6 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-/// The nodes' ports, for [`Servers`]; empty when their figures are not
-/// wanted (nodes given by `REDQUORUM_NODES` may be other machines).
-static NODE_PORTS: std::sync::OnceLock<Vec<u16>> = std::sync::OnceLock::new();
-
 /// What the nodes have done so far, summed over all of them, from their own
 /// `INFO`: CPU time (user + system, of the `redis-server` processes),
 /// commands processed (a script's own calls included), and reads from
@@ -125,15 +121,86 @@ struct Servers {
 }
 
 impl Servers {
-    fn now() -> Option<Servers> {
-        let ports = NODE_PORTS.get().filter(|p| !p.is_empty())?;
+    /// `self - earlier - bias`, each figure at least zero.
+    fn since(self, earlier: Servers, bias: Servers) -> Servers {
+        Servers {
+            cpu: self
+                .cpu
+                .saturating_sub(earlier.cpu)
+                .saturating_sub(bias.cpu),
+            commands: self
+                .commands
+                .saturating_sub(earlier.commands)
+                .saturating_sub(bias.commands),
+            reads: self
+                .reads
+                .saturating_sub(earlier.reads)
+                .saturating_sub(bias.reads),
+        }
+    }
+}
+
+/// Reads the nodes' figures: one connection to each, kept open, so that a
+/// reading costs each node one command and one read (a new connection
+/// would cost it an accept and a close as well); and what one reading
+/// itself costs them, measured at the start and taken off every window.
+struct Probe {
+    nodes: std::sync::Mutex<Vec<std::io::BufReader<std::net::TcpStream>>>,
+    bias: Servers,
+    /// Off while a node is frozen or dead: it would not answer.
+    on: AtomicBool,
+}
+
+static PROBE: std::sync::OnceLock<Probe> = std::sync::OnceLock::new();
+
+impl Probe {
+    /// Connects to the nodes on `ports` (on this machine) and measures the
+    /// cost of a reading; `None` where that fails.
+    fn start(ports: &[u16]) -> Option<Probe> {
+        let nodes = ports
+            .iter()
+            .map(|&port| {
+                let stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+                stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+                Some(std::io::BufReader::new(stream))
+            })
+            .collect::<Option<Vec<_>>>()?;
+        let mut probe = Probe {
+            nodes: std::sync::Mutex::new(nodes),
+            bias: Servers::default(),
+            on: AtomicBool::new(true),
+        };
+        const READINGS: u32 = 10;
+        let first = probe.read()?;
+        let mut last = first;
+        for _ in 0..READINGS {
+            last = probe.read()?;
+        }
+        let all = last.since(first, Servers::default());
+        probe.bias = Servers {
+            cpu: all.cpu / READINGS,
+            commands: all.commands / READINGS as u64,
+            reads: all.reads / READINGS as u64,
+        };
+        Some(probe)
+    }
+
+    /// The nodes' figures now, or `None` when off or a node does not answer.
+    fn read(&self) -> Option<Servers> {
+        use std::io::{BufRead, Read, Write};
+        if !self.on.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut nodes = self.nodes.lock().unwrap();
         let mut sum = Servers::default();
-        for &port in ports {
-            let info =
-                match redquorum::local_cluster::command(port, &["INFO", "everything"]).ok()? {
-                    redquorum::local_cluster::Reply::Bulk(Some(b)) => String::from_utf8(b).ok()?,
-                    _ => return None,
-                };
+        for node in nodes.iter_mut() {
+            node.get_mut().write_all(b"*1\r\n$4\r\nINFO\r\n").ok()?;
+            let mut header = String::new();
+            node.read_line(&mut header).ok()?;
+            let len: usize = header.strip_prefix('$')?.trim().parse().ok()?;
+            let mut body = vec![0; len + 2];
+            node.read_exact(&mut body).ok()?;
+            let info = String::from_utf8(body).ok()?;
             let field = |name: &str| {
                 info.lines()
                     .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
@@ -142,7 +209,6 @@ impl Servers {
             let secs = |name| field(name)?.parse::<f64>().ok();
             let count = |name| field(name)?.parse::<u64>().ok();
             sum.cpu += Duration::from_secs_f64(secs("used_cpu_user")? + secs("used_cpu_sys")?);
-            // INFO itself is one command and one read on each node.
             sum.commands += count("total_commands_processed")?;
             sum.reads += count("total_reads_processed")?;
         }
@@ -150,9 +216,16 @@ impl Servers {
     }
 }
 
+/// The nodes' figures now (see [`Probe`]).
+fn servers_now() -> Option<Servers> {
+    PROBE.get()?.read()
+}
+
 /// What this process (the client: the nodes are other processes) has spent
 /// so far: CPU time, user and system, of all its threads, and allocations;
-/// and what the nodes have done (see [`Servers`]).
+/// and what the nodes have done (see [`Servers`]). A window's readings are
+/// taken so that neither side's is charged for reading the other: the
+/// nodes first at the start, last at the end.
 #[derive(Clone, Copy)]
 struct Usage {
     cpu: Duration,
@@ -160,31 +233,42 @@ struct Usage {
     servers: Option<Servers>,
 }
 
+fn client_usage() -> (Duration, u64) {
+    // SAFETY: getrusage fills the struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let time = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+    };
+    (
+        time(ru.ru_utime) + time(ru.ru_stime),
+        ALLOCATIONS.load(Ordering::Relaxed),
+    )
+}
+
 impl Usage {
     fn now() -> Usage {
-        // SAFETY: getrusage fills the struct it is given.
-        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-        let time = |t: libc::timeval| {
-            Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
-        };
+        let servers = servers_now();
+        let (cpu, allocations) = client_usage();
         Usage {
-            cpu: time(ru.ru_utime) + time(ru.ru_stime),
-            allocations: ALLOCATIONS.load(Ordering::Relaxed),
-            servers: Servers::now(),
+            cpu,
+            allocations,
+            servers,
         }
     }
 
     /// Adds what was spent since `self` to `sample`.
     fn charge(self, sample: &mut Sample) {
-        let now = Usage::now();
-        sample.cpu += now.cpu.saturating_sub(self.cpu);
-        sample.allocations += now.allocations - self.allocations;
-        match (self.servers, now.servers, sample.servers.as_mut()) {
+        let (cpu, allocations) = client_usage();
+        sample.cpu += cpu.saturating_sub(self.cpu);
+        sample.allocations += allocations - self.allocations;
+        let bias = PROBE.get().map_or(Servers::default(), |p| p.bias);
+        match (self.servers, servers_now(), sample.servers.as_mut()) {
             (Some(a), Some(b), Some(s)) => {
-                s.cpu += b.cpu.saturating_sub(a.cpu);
-                s.commands += b.commands.saturating_sub(a.commands);
-                s.reads += b.reads.saturating_sub(a.reads);
+                let d = b.since(a, bias);
+                s.cpu += d.cpu;
+                s.commands += d.commands;
+                s.reads += d.reads;
             }
             _ => sample.servers = None,
         }
@@ -500,12 +584,15 @@ fn row(scenario: &'static str, imp: &'static str, mut s: Sample) -> Row {
             .insert("server_reads_per_op", servers.reads as f64 / s.ops as f64);
         // The most operations a second this machine's cores could run at
         // this client's and the nodes' CPU per operation, where both share
-        // the cores (a local cluster).
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-        s.extra.insert(
-            "cpu_bound_ops_per_s",
-            cores * 1e6 / (server_us + s.cpu_us_per_op()),
-        );
+        // the cores (a local cluster). Not for the hand-off, whose rate is
+        // set by its holds and pauses.
+        if scenario != "handoff" {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+            s.extra.insert(
+                "cpu_bound_ops_per_s",
+                cores * 1e6 / (server_us + s.cpu_us_per_op()),
+            );
+        }
     }
     Row {
         scenario,
@@ -1042,11 +1129,12 @@ fn main() {
     let loopback = urls
         .iter()
         .all(|u| u.contains("//127.0.0.1:") || u.contains("//localhost:"));
-    let _ = NODE_PORTS.set(if loopback && ports.len() == urls.len() {
-        ports.clone()
-    } else {
-        Vec::new()
-    });
+    if loopback
+        && ports.len() == urls.len()
+        && let Some(probe) = Probe::start(&ports)
+    {
+        let _ = PROBE.set(probe);
+    }
     println!(
         "redquorum benchmark ({} run) on {}; nodes: {}",
         if full { "full" } else { "smoke" },
@@ -1078,8 +1166,10 @@ fn main() {
         };
         let (floor, floor_lean) = floor;
         let picked_name = |name: &str| {
-            (name.starts_with("floor") && std::env::var("REDQUORUM_BENCH_FLOOR").map_or(true, |v| v != "0"))
-                || std::env::var("REDQUORUM_BENCH_IMPLS").map_or(true, |v| v.split(',').any(|i| i == name))
+            if name.starts_with("floor") {
+                return std::env::var("REDQUORUM_BENCH_FLOOR").map_or(true, |v| v != "0");
+            }
+            std::env::var("REDQUORUM_BENCH_IMPLS").map_or(true, |v| v.split(',').any(|i| i == name))
         };
         let picked = |c: &Client| picked_name(c.name());
         let wanted = |scenario: &str| {
@@ -1159,6 +1249,10 @@ fn main() {
             // Skipped for profiling.
         } else if let Some(cluster) = local.as_mut() {
             println!("frozen_node …");
+            // The frozen and then dead node would not answer `INFO`.
+            if let Some(probe) = PROBE.get() {
+                probe.on.store(false, Ordering::Relaxed);
+            }
             cluster.freeze(4);
             let s = uncontended(&plain(&locks), scale, "f", scale.peer_budget).await;
             scenario("frozen_node", s, &locks, &mut rows);

@@ -230,8 +230,10 @@ impl Builder {
     /// channel, which the release script publishes to; it tries again as
     /// soon as a release is announced, or when the holder's keys expire,
     /// and makes no requests in between. Where too few subscriptions work,
-    /// it falls back to the retry pause. Releases are announced whatever
-    /// this says, so waiters in other processes are woken either way.
+    /// it falls back to the retry pause. A channel stays subscribed for two
+    /// seconds after its last waiter goes (a resource waited on again soon
+    /// is not subscribed anew). Releases are announced whatever this says,
+    /// so waiters in other processes are woken either way.
     ///
     /// Off: it polls, trying again every
     /// [`retry_delay`](Self::retry_delay) ± [`retry_jitter`](Self::retry_jitter),

@@ -6,7 +6,8 @@
 //! [`Kind::release`](crate::kinds::Kind::release)). A [`Redlock`] keeps one
 //! subscriber connection per node, made when the first of its `lock()` calls
 //! has to wait and shared by all of them, and a registry of the channels
-//! someone waits on, each subscribed while it has waiters.
+//! someone waits on, each subscribed while it has waiters and for
+//! [`LINGER`] after.
 //!
 //! **When is an announcement sure to be heard?** A release that counts
 //! reaches a majority, `Q` of `N` nodes. If the channel is subscribed on at
@@ -53,7 +54,10 @@
 //! first attempt, so it need not try a second time at once after
 //! subscribing. Only a call that waited (or subscribed) prolongs it: a
 //! resource contended once and then taken freely stops lingering after
-//! [`LINGER`]. A lingering channel is an ordinary channel without
+//! [`LINGER`]. The price: while a channel lingers, a call's first attempt
+//! on the resource asks who holds the key (the kind's acquisition script
+//! where a plain lock would send `SET NX PX`), which costs the nodes a
+//! little more, as every attempt of a waiter does. A lingering channel is an ordinary channel without
 //! waiters: it hears and remembers releases like any other. Dropping the
 //! `Redlock` ends the lingering at once.
 //!
@@ -122,7 +126,7 @@ struct Live {
 }
 
 /// The releases of one key, as heard by this process; unsubscribed when its
-/// last waiter goes.
+/// last waiter has gone and [`LINGER`] has passed.
 pub(crate) struct Channel {
     name: Box<str>,
     notify: Notify,
