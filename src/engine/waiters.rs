@@ -57,9 +57,9 @@
 //! [`LINGER`]. The price: while a channel lingers, a call's first attempt
 //! on the resource asks who holds the key (the kind's acquisition script
 //! where a plain lock would send `SET NX PX`), which costs the nodes a
-//! little more, as every attempt of a waiter does. A lingering channel is an ordinary channel without
-//! waiters: it hears and remembers releases like any other. Dropping the
-//! `Redlock` ends the lingering at once.
+//! little more, as every attempt of a waiter does. A lingering channel is
+//! an ordinary channel without waiters: it hears and remembers releases
+//! like any other. Dropping the `Redlock` ends the lingering at once.
 //!
 //! A call listens on the channels of all its keys at once (a [`Listener`]):
 //! a waiter for a multi-resource lock is woken by the release of any of
@@ -69,7 +69,7 @@
 //! [`Request::Release`]: crate::kinds::Kind::release
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -100,6 +100,9 @@ struct Inner {
     /// majority to be heard: `N − quorum + 1`.
     needed: usize,
     channels: Mutex<HashMap<Box<str>, Weak<Channel>>>,
+    /// How many channels `channels` holds, as of its last change: every
+    /// `lock()` looks, and most find none without taking the lock.
+    registered: AtomicUsize,
     /// How many subscriber connections have been dropped.
     drops: AtomicU64,
     /// Set when the [`Waiters`] are dropped: lingering channels let go.
@@ -191,6 +194,7 @@ impl Waiters {
                     .collect(),
                 needed: nodes.len() + 1 - quorum,
                 channels: Mutex::default(),
+                registered: AtomicUsize::new(0),
                 drops: AtomicU64::new(0),
                 closed: AtomicBool::new(false),
                 closing: Notify::new(),
@@ -206,11 +210,14 @@ impl Waiters {
         // Upgraded only once the registry is unlocked: an upgraded channel
         // may be the last reference (its other holders let go meanwhile),
         // and dropping it takes the registry's lock.
+        if self.inner.registered.load(Ordering::Relaxed) == 0 {
+            // Nobody waits, nothing lingers: the common case. (A channel
+            // registered just now and missed here costs only the second
+            // attempt this would have spared.)
+            return None;
+        }
         let weak = {
             let registry = lock(&self.inner.channels);
-            if registry.is_empty() {
-                return None; // Nobody waits, nothing lingers: the common case.
-            }
             keys.iter()
                 .map(|key| registry.get(format!("{key}:released").as_str()).cloned())
                 .collect::<Option<Vec<_>>>()?
@@ -245,6 +252,9 @@ impl Waiters {
                     inner: self.inner.clone(),
                 });
                 channels.insert(channel.name.clone(), Arc::downgrade(&channel));
+                self.inner
+                    .registered
+                    .store(channels.len(), Ordering::Relaxed);
                 channel
             }
         }
@@ -575,6 +585,9 @@ impl Drop for Channel {
                 .is_some_and(|w| w.strong_count() == 0)
             {
                 channels.remove(&self.name);
+                self.inner
+                    .registered
+                    .store(channels.len(), Ordering::Relaxed);
             }
         }
         // Once the `Redlock` is dropped its subscriber connections close
@@ -743,13 +756,16 @@ mod tests {
             let (waiters, keys, done) = (waiters.clone(), keys.clone(), done.clone());
             std::thread::spawn(move || {
                 let mut rounds = 0u64;
-                while std::time::Instant::now() < until {
+                loop {
                     if churn {
                         drop(waiters.listen(&keys[..1]));
                     } else {
                         assert!(waiters.listening(&keys).is_none());
                     }
                     rounds += 1;
+                    if std::time::Instant::now() >= until {
+                        break;
+                    }
                 }
                 let _ = done.send(rounds);
             });
