@@ -2,7 +2,7 @@
 //! one run, interleaved (A B A B …) so that drift hits all alike.
 //!
 //! ```text
-//! cargo bench --bench lock     # the full run (about a minute of measuring, 2 min in all), prints the table
+//! cargo bench --bench lock     # the full run (about a minute), prints the table
 //! cargo test  --bench lock     # the smoke run (seconds): same code, tiny counts
 //! ```
 //!
