@@ -109,14 +109,12 @@ unsafe impl GlobalAlloc for Counting {
 static GLOBAL: Counting = Counting;
 
 /// What the nodes have done so far, summed over all of them, from their own
-/// `INFO`: CPU time (user + system, of the `redis-server` processes),
-/// commands processed (a script's own calls included), and reads from
-/// client sockets: a client that batches (pipelines) what its tasks send
-/// costs the nodes fewer reads than it sends commands.
+/// `INFO`: CPU time (user + system, of the `redis-server` processes) and
+/// reads from client sockets: a client that batches (pipelines) what its
+/// tasks send costs the nodes fewer reads than it sends commands.
 #[derive(Clone, Copy, Default)]
 struct Servers {
     cpu: Duration,
-    commands: u64,
     reads: u64,
 }
 
@@ -128,10 +126,6 @@ impl Servers {
                 .cpu
                 .saturating_sub(earlier.cpu)
                 .saturating_sub(bias.cpu),
-            commands: self
-                .commands
-                .saturating_sub(earlier.commands)
-                .saturating_sub(bias.commands),
             reads: self
                 .reads
                 .saturating_sub(earlier.reads)
@@ -179,7 +173,6 @@ impl Probe {
         let all = last.since(first, Servers::default());
         probe.bias = Servers {
             cpu: all.cpu / READINGS,
-            commands: all.commands / READINGS as u64,
             reads: all.reads / READINGS as u64,
         };
         Some(probe)
@@ -209,7 +202,6 @@ impl Probe {
             let secs = |name| field(name)?.parse::<f64>().ok();
             let count = |name| field(name)?.parse::<u64>().ok();
             sum.cpu += Duration::from_secs_f64(secs("used_cpu_user")? + secs("used_cpu_sys")?);
-            sum.commands += count("total_commands_processed")?;
             sum.reads += count("total_reads_processed")?;
         }
         Some(sum)
@@ -267,7 +259,6 @@ impl Usage {
             (Some(a), Some(b), Some(s)) => {
                 let d = b.since(a, bias);
                 s.cpu += d.cpu;
-                s.commands += d.commands;
                 s.reads += d.reads;
             }
             _ => sample.servers = None,
@@ -575,7 +566,7 @@ struct Row {
 }
 
 fn row(scenario: &'static str, imp: &'static str, mut s: Sample) -> Row {
-    if let Some(servers) = s.servers.filter(|v| v.commands > 0 && s.ops > 0) {
+    if let Some(servers) = s.servers.filter(|_| s.ops > 0) {
         let server_us = servers.cpu.as_secs_f64() * 1e6 / s.ops as f64;
         s.extra.insert("server_cpu_us_per_op", server_us);
         // Fewer reads than commands sent: commands arrived batched

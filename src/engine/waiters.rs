@@ -219,7 +219,7 @@ impl Waiters {
         let weak = {
             let registry = lock(&self.inner.channels);
             keys.iter()
-                .map(|key| registry.get(format!("{key}:released").as_str()).cloned())
+                .map(|key| registry.get(channel_name(key).as_str()).cloned())
                 .collect::<Option<Vec<_>>>()?
         };
         let channels = weak.iter().map(Weak::upgrade).collect::<Option<Vec<_>>>()?;
@@ -237,7 +237,7 @@ impl Waiters {
     /// The channel of `key`, registered (shared with this process's other
     /// waiters on it) but not yet subscribed: see [`Channel::ensure`].
     fn channel(&self, key: &str) -> Arc<Channel> {
-        let name = format!("{key}:released");
+        let name = channel_name(key);
         let mut channels = lock(&self.inner.channels);
         match channels.get(name.as_str()).and_then(Weak::upgrade) {
             Some(channel) => channel,
@@ -714,6 +714,11 @@ async fn connect(
         sink: tokio::sync::Mutex::new(sink),
         _reader: stop,
     }))
+}
+
+/// The release channel of `key`, as the release scripts publish to it.
+fn channel_name(key: &str) -> String {
+    format!("{key}:released")
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
