@@ -43,9 +43,32 @@ struct Shared {
     delay: AtomicU64,
     /// How many connections have been accepted.
     accepted: AtomicUsize,
-    /// The blackhole switches of the connections that may still be open
-    /// (pruned of ended ones as new ones come).
-    open: Mutex<Vec<watch::Sender<bool>>>,
+    /// The switches of the connections that may still be open (pruned of
+    /// ended ones as new ones come), and whether the proxy is cut: under
+    /// the one lock, so that a connection is either accepted before a cut
+    /// or a heal (and switched by it) or after (and starts in its state).
+    open: Mutex<Switches>,
+}
+
+/// What the proxy does with a connection's bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Flow {
+    /// Forwarded both ways.
+    Open,
+    /// Held both ways, in order, to be delivered when the cut heals (what
+    /// TCP's retransmissions do after a partition).
+    Held,
+    /// Swallowed both ways; the sockets stay open (no FIN, no RST).
+    Silent,
+    /// Closed: both sockets of a silenced connection are dropped.
+    Closed,
+}
+
+#[derive(Default)]
+struct Switches {
+    /// How connections accepted now start: `Open`, or as the cut has it.
+    new: Option<Flow>,
+    connections: Vec<watch::Sender<Flow>>,
 }
 
 impl Proxy {
@@ -61,7 +84,7 @@ impl Proxy {
             upstream: SocketAddr::from(([127, 0, 0, 1], upstream_port)),
             delay: AtomicU64::new(0),
             accepted: AtomicUsize::new(0),
-            open: Mutex::new(Vec::new()),
+            open: Mutex::default(),
         });
         let (stop, stopped) = oneshot::channel();
         let thread = {
@@ -117,10 +140,40 @@ impl Proxy {
     /// of its sockets stay open (no FIN, no RST) until the proxy is dropped.
     /// Connections accepted later work normally.
     pub fn blackhole_existing(&self) {
-        let open = self.shared.open.lock().unwrap_or_else(|p| p.into_inner());
-        for switch in open.iter() {
-            switch.send_replace(true);
-        }
+        self.shared
+            .switch(|flow| (flow == Flow::Open).then_some(Flow::Silent));
+    }
+
+    /// A partition without RST, as a dead NAT entry or a failed-over
+    /// virtual IP makes it: every connection open now, and every one
+    /// accepted until [`heal`](Proxy::heal), is held open and silent (bytes
+    /// swallowed both ways); the heal closes them.
+    pub fn cut(&self) {
+        self.shared.switches().new = Some(Flow::Silent);
+        self.blackhole_existing();
+    }
+
+    /// A partition without RST, as a pulled cable makes it: every
+    /// connection open now, and every one accepted until
+    /// [`heal`](Proxy::heal), holds what it is sent, in order; the heal
+    /// delivers it all (as TCP's retransmissions would) and forwarding goes
+    /// on.
+    pub fn hold(&self) {
+        self.shared.switches().new = Some(Flow::Held);
+        self.shared
+            .switch(|flow| (flow == Flow::Open).then_some(Flow::Held));
+    }
+
+    /// Ends a partition: silenced connections are closed (their sockets
+    /// dropped), held ones deliver what they hold, and connections accepted
+    /// from now on pass.
+    pub fn heal(&self) {
+        self.shared.switches().new = None;
+        self.shared.switch(|flow| match flow {
+            Flow::Silent => Some(Flow::Closed),
+            Flow::Held => Some(Flow::Open),
+            Flow::Open | Flow::Closed => None,
+        });
     }
 
     /// How many connections the proxy has accepted so far.
@@ -151,6 +204,23 @@ impl std::fmt::Debug for Proxy {
 }
 
 impl Shared {
+    fn switches(&self) -> std::sync::MutexGuard<'_, Switches> {
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Moves every open connection to the flow `to` gives it, if any.
+    fn switch(&self, to: impl Fn(Flow) -> Option<Flow>) {
+        for switch in &self.switches().connections {
+            switch.send_if_modified(|flow| match to(*flow) {
+                Some(next) => {
+                    *flow = next;
+                    true
+                }
+                None => false,
+            });
+        }
+    }
+
     fn delay(&self) -> Duration {
         Duration::from_nanos(self.delay.load(Ordering::Relaxed))
     }
@@ -166,23 +236,36 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                 continue;
             }
         };
-        let (switch, blackholed) = watch::channel(false);
-        {
+        let flow = {
             // Registered before it forwards a byte, under the lock that
-            // `blackhole_existing` takes: a connection is either open when
-            // that is called (and blackholed) or accepted after it.
-            let mut open = shared.open.lock().unwrap_or_else(|p| p.into_inner());
-            open.retain(|s| !s.is_closed());
-            open.push(switch);
-        }
+            // `blackhole_existing`, `cut` and `heal` take: a connection is
+            // either open when they are called (and switched) or accepted
+            // after them (and starts as they left the proxy).
+            let mut open = shared.switches();
+            let (switch, flow) = watch::channel(open.new.unwrap_or(Flow::Open));
+            open.connections.retain(|s| !s.is_closed());
+            open.connections.push(switch);
+            flow
+        };
         shared.accepted.fetch_add(1, Ordering::SeqCst);
-        tokio::spawn(serve(client, shared.clone(), blackholed));
+        tokio::spawn(serve(client, shared.clone(), flow));
     }
 }
 
-/// Forwards one connection until both directions end, or holds it open and
-/// silent forever once it is blackholed.
-async fn serve(client: TcpStream, shared: Arc<Shared>, mut blackholed: watch::Receiver<bool>) {
+/// Forwards one connection until both directions end (holding what it
+/// gets while held); once it is silenced, holds it open and silent until
+/// it is closed.
+async fn serve(client: TcpStream, shared: Arc<Shared>, mut flow: watch::Receiver<Flow>) {
+    let closed = |mut flow: watch::Receiver<Flow>| async move {
+        let _ = flow.wait_for(|&f| f == Flow::Closed).await;
+    };
+    let silenced = |f: &Flow| matches!(f, Flow::Silent | Flow::Closed);
+    if silenced(&flow.borrow()) {
+        // Accepted during a cut: never forwarded, closed by the heal (or
+        // when the proxy stops).
+        closed(flow).await;
+        return;
+    }
     // A node that is down: the client sees its connection closed.
     let Ok(upstream) = TcpStream::connect(shared.upstream).await else {
         return;
@@ -193,29 +276,35 @@ async fn serve(client: TcpStream, shared: Arc<Shared>, mut blackholed: watch::Re
     // (dropping a write half would send a FIN).
     let (mut client_read, mut client_write) = client.into_split();
     let (mut upstream_read, mut upstream_write) = upstream.into_split();
+    let (up, down) = (flow.clone(), flow.clone());
     let forward = async {
         tokio::join!(
-            pipe(&mut client_read, &mut upstream_write, &shared),
-            pipe(&mut upstream_read, &mut client_write, &shared),
+            pipe(&mut client_read, &mut upstream_write, &shared, up),
+            pipe(&mut upstream_read, &mut client_write, &shared, down),
         )
     };
     tokio::select! {
         _ = forward => {}
         () = async {
-            // (The guard it returns must not live across the pending below.)
-            let _ = blackholed.wait_for(|&on| on).await;
+            // (The guard it returns must not live across the wait below.)
+            let _ = flow.wait_for(silenced).await;
         } => {
             // Nothing more is read or written; the sockets stay open until
-            // the proxy stops.
-            std::future::pending::<()>().await;
+            // the connection is closed or the proxy stops.
+            closed(flow).await;
         }
     }
 }
 
 /// One direction: reads chunks as they come and delivers each at its
-/// receipt plus the delay, in order; passes the end of the stream on as a
-/// half-close.
-async fn pipe(from: &mut OwnedReadHalf, to: &mut OwnedWriteHalf, shared: &Shared) {
+/// receipt plus the delay, in order, and not while the connection is held;
+/// passes the end of the stream on as a half-close.
+async fn pipe(
+    from: &mut OwnedReadHalf,
+    to: &mut OwnedWriteHalf,
+    shared: &Shared,
+    mut flow: watch::Receiver<Flow>,
+) {
     // `None`: the end of the stream.
     let (queue, mut queued) = mpsc::unbounded_channel::<(Instant, Option<Vec<u8>>)>();
     let read = async move {
@@ -233,6 +322,9 @@ async fn pipe(from: &mut OwnedReadHalf, to: &mut OwnedWriteHalf, shared: &Shared
     let write = async move {
         while let Some((due, chunk)) = queued.recv().await {
             tokio::time::sleep_until(due).await;
+            if flow.wait_for(|&f| f != Flow::Held).await.is_err() {
+                return;
+            }
             match chunk {
                 Some(bytes) => {
                     if to.write_all(&bytes).await.is_err() {
