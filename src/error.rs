@@ -459,6 +459,14 @@ pub enum NodeFailure {
     },
 }
 
+impl NodeFailure {
+    /// Whether the node gave no answer: a timeout or a broken connection,
+    /// after which the command may or may not have been applied.
+    pub(crate) fn unanswered(&self) -> bool {
+        matches!(self, NodeFailure::Timeout | NodeFailure::Connection(_))
+    }
+}
+
 impl fmt::Display for NodeFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -337,3 +337,180 @@ async fn an_extension_that_gets_through_after_the_validity_ran_out_is_an_error()
         "{extended:?} on a lost lock"
     );
 }
+
+/// The keys under the default prefix on node `i`.
+fn lock_keys(c: &LocalCluster, i: usize) -> Vec<String> {
+    match run(c, i, &["KEYS", "redquorum:*"]) {
+        Reply::Array(keys) => keys
+            .unwrap_or_default()
+            .into_iter()
+            .map(|k| match k {
+                Reply::Bulk(Some(k)) => String::from_utf8(k).unwrap(),
+                other => panic!("KEYS on node {i}: {other:?}"),
+            })
+            .collect(),
+        other => panic!("KEYS on node {i}: {other:?}"),
+    }
+}
+
+/// Found by a user: locks taken and released while one or two nodes were
+/// cut off without RST (bytes swallowed both ways) left their keys on the
+/// cut nodes once the partition healed, for the keys' whole TTL, shutting
+/// those nodes to every other client. A request of an attempt that has
+/// decided must never reach a node afterwards, and a release must reach a
+/// node after the acquisition it follows, also when both are delivered
+/// late; once every partition has healed and the background cleanup has
+/// had its time, no node holds a key of a released lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_key_of_a_released_lock_survives_a_healed_partition() {
+    const LONG_TTL: Duration = Duration::from_secs(30);
+    let c = cluster(5);
+    let proxies = proxies(&c);
+    let redlock = Redlock::builder().nodes(urls(&proxies)).build().unwrap();
+    let mut taken = 0;
+    let mut failed = 0;
+    for round in 0..12usize {
+        let cut = [round % 5, (round + 1 + round / 5) % 5];
+        // Two rounds in four swallow what is sent (the heal closes those
+        // connections), two hold it (the heal delivers it, late).
+        let hold = round % 4 >= 2;
+        for &i in &cut {
+            if hold {
+                proxies[i].hold();
+            } else {
+                proxies[i].cut();
+            }
+        }
+        // Within the cut: one lock at once, then again after the silent
+        // connections have been given up, then once more.
+        for (k, pause) in [0u64, 1_200, 300].into_iter().enumerate() {
+            tokio::time::sleep(ms(pause)).await;
+            match redlock.lock(&format!("p-{round}-{k}"), LONG_TTL).await {
+                Ok(lock) => {
+                    taken += 1;
+                    lock.release().await.unwrap();
+                }
+                Err(e) => {
+                    failed += 1;
+                    println!("round {round} lock {k} (cut {cut:?}): {e}");
+                }
+            }
+        }
+        for &i in &cut {
+            proxies[i].heal();
+        }
+        // Some rounds lock right after the heal, while connections are made
+        // anew; the others after a pause.
+        if round % 2 == 1 {
+            tokio::time::sleep(ms(200)).await;
+        }
+        match redlock.lock(&format!("p-{round}-healed"), LONG_TTL).await {
+            Ok(lock) => {
+                taken += 1;
+                lock.release().await.unwrap();
+            }
+            Err(e) => {
+                failed += 1;
+                println!("round {round} after the heal: {e}");
+            }
+        }
+    }
+    // Settled: the background cleanup waits for a connection up to the
+    // connect timeout (2 s by default), then for its reply.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let left: Vec<(usize, Vec<String>)> = (0..5).map(|i| (i, lock_keys(&c, i))).collect();
+    let count: usize = left.iter().map(|(_, keys)| keys.len()).sum();
+    println!("taken {taken}, failed {failed}, keys left {count}: {left:?}");
+    assert_eq!(
+        count, 0,
+        "keys of released locks left on the nodes: {left:?}"
+    );
+}
+
+/// A partition whose connections hold what they are sent and deliver it
+/// when it heals, as TCP's retransmissions do: an acquisition written on a
+/// connection that went silent reaches the node after the lock was
+/// released elsewhere. The connection, replaced for its silence, is kept
+/// and the release is written on it too, behind the acquisition, so the
+/// node is left with no key (before: the key, for its whole TTL).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquisition_delivered_after_the_heal_is_followed_by_its_release() {
+    const LONG_TTL: Duration = Duration::from_secs(30);
+    let c = cluster(3);
+    let proxies = proxies(&c);
+    let redlock = Redlock::builder()
+        .nodes(urls(&proxies))
+        .node_timeout(ms(200))
+        .connect_timeout(ms(500))
+        .retry_count(0)
+        .build()
+        .unwrap();
+    // Connected, with the scripts loaded.
+    redlock
+        .try_lock("warm", TTL)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    proxies[2].hold();
+    let first = redlock.try_lock("first", LONG_TTL).await.unwrap();
+    // Silent for over a second: the next timeout replaces the connection
+    // (that of the request to the held node, left to finish after the
+    // decision).
+    tokio::time::sleep(ms(1_300)).await;
+    let second = redlock.try_lock("second", LONG_TTL).await.unwrap();
+    tokio::time::sleep(ms(400)).await;
+    let connections = proxies[2].connections();
+    first.release().await.unwrap();
+    second.release().await.unwrap();
+    // The releases' own attempts at a new connection give up meanwhile:
+    // only what the old connection carries reaches the node.
+    tokio::time::sleep(ms(800)).await;
+    assert!(
+        proxies[2].connections() > connections,
+        "the connection was not replaced"
+    );
+    assert_eq!(
+        lock_keys(&c, 2),
+        Vec::<String>::new(),
+        "nothing delivered yet"
+    );
+    proxies[2].heal();
+    // What was held arrives at once; the retired connection then drains.
+    tokio::time::sleep(ms(1_000)).await;
+    let left: Vec<Vec<String>> = (0..3).map(|i| lock_keys(&c, i)).collect();
+    assert_eq!(
+        left,
+        vec![Vec::<String>::new(); 3],
+        "keys of released locks"
+    );
+}
+
+/// A release swallowed by a partition (the node holds the key from before
+/// the cut) is sent again once the node answers, not left to the TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_a_partition_swallowed_is_sent_again_after_the_heal() {
+    const LONG_TTL: Duration = Duration::from_secs(30);
+    let c = cluster(3);
+    let proxies = proxies(&c);
+    let redlock = Redlock::builder()
+        .nodes(urls(&proxies))
+        .node_timeout(ms(200))
+        .retry_count(0)
+        .build()
+        .unwrap();
+    let lock = redlock.try_lock("r", LONG_TTL).await.unwrap();
+    await_holders(&c, &[0, 1, 2], &key("r"), 3, Duration::from_secs(5)).await;
+    proxies[2].cut();
+    lock.release().await.unwrap();
+    tokio::time::sleep(ms(700)).await;
+    assert_eq!(
+        holders(&c, &[2], &key("r")),
+        1,
+        "the release got through the cut"
+    );
+    proxies[2].heal();
+    await_gone(&c, &[2], &key("r"), Duration::from_secs(5)).await;
+    assert!(redlock.drain(Duration::from_secs(5)).await);
+}

@@ -89,6 +89,7 @@ pub(crate) async fn acquire(
             engine,
             kind,
             id: &id,
+            plan: &plan,
         };
         let span = tracing::debug_span!("redquorum.acquire", resource, attempt = attempts);
         let attempt = engine
@@ -244,11 +245,13 @@ struct CancelGuard<'a> {
     engine: &'a Engine,
     kind: &'a Arc<dyn Kind>,
     id: &'a Arc<LockId>,
+    plan: &'a Plan,
 }
 
 impl Drop for CancelGuard<'_> {
     fn drop(&mut self) {
         tracing::debug!(key = %self.id.key(), "acquire cancelled: rolling back in the background");
-        self.engine.release_in_background(self.kind, self.id);
+        self.engine
+            .release_in_background(self.kind, self.id, self.plan);
     }
 }

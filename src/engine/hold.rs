@@ -262,7 +262,10 @@ impl Hold {
         if self.end() && late {
             self.report_lost(format_args!("validity ran out before the release"));
         }
-        let tally = self.engine.release(&self.kind, &self.id).await;
+        let tally = self
+            .engine
+            .release(&self.kind, &self.id, &self.plan())
+            .await;
         tracing::debug!(
             resource = %self.resource(),
             agreed = tally.agreed(),
@@ -286,7 +289,8 @@ impl Hold {
         if self.end() && late {
             self.report_lost(format_args!("validity ran out before the lock was dropped"));
         }
-        self.engine.release_in_background(&self.kind, &self.id);
+        self.engine
+            .release_in_background(&self.kind, &self.id, &self.plan());
     }
 
     /// The error for votes without a majority.

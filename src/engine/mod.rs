@@ -40,7 +40,7 @@ use crate::metrics;
 use crate::net::guard::Lives;
 use crate::net::{Limits, Node};
 use crate::proto::quorum::{self, Plan, Tally};
-use crate::proto::{Answer, Command, LockId, Prepared};
+use crate::proto::{Answer, Command, Gate, LockId, Prepared};
 use waiters::Waiters;
 
 /// The nodes, the options and the waiters' subscriptions of one `Redlock`.
@@ -60,6 +60,26 @@ struct Background {
     idle: Notify,
 }
 
+impl Background {
+    /// Runs `fut` to its end on the current tokio runtime, counted; not at
+    /// all outside one.
+    fn spawn<F>(self: &Arc<Self>, fut: F)
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        self.running.fetch_add(1, Ordering::AcqRel);
+        let running = Running(self.clone());
+        handle.spawn(async move {
+            let _running = running;
+            fut.await;
+        });
+    }
+}
+
 /// One background task, counted while it lives (also if it is aborted).
 struct Running(Arc<Background>);
 
@@ -67,6 +87,26 @@ impl Drop for Running {
     fn drop(&mut self) {
         if self.0.running.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.0.idle.notify_waiters();
+        }
+    }
+}
+
+/// How a round's command is sent.
+#[derive(Clone, Copy)]
+enum Sending<'a> {
+    /// Through the lock's gate: never once its removal has begun
+    /// (acquisitions, confirmations, extensions).
+    Gated(&'a Arc<Gate>),
+    /// A removal: sent again where it got no answer, until `until`.
+    Removal { until: Moment },
+}
+
+impl Sending<'_> {
+    /// A removal of the keys of `plan`, sent now: they cannot outlive
+    /// their life from now.
+    fn removal(plan: &Plan) -> Sending<'static> {
+        Sending::Removal {
+            until: Moment::now().after(plan.life()),
         }
     }
 }
@@ -114,15 +154,7 @@ impl Engine {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        self.background.running.fetch_add(1, Ordering::AcqRel);
-        let running = Running(self.background.clone());
-        handle.spawn(async move {
-            let _running = running;
-            fut.await;
-        });
+        self.background.spawn(fut);
     }
 
     /// Resolves once nothing runs in the background.
@@ -150,11 +182,15 @@ impl Engine {
 
     /// Sends `command` to every node; each reply is read by `read`. Node
     /// `i` is patient (cleanup nobody waits for: see `net`) if `patient(i)`.
+    /// With a `gate`, nothing is sent once it is shut. A removal (`until`
+    /// given: when its keys will have expired) that gets no answer from a
+    /// node is sent there again in the background until it does.
     fn ask<R>(
         &self,
         command: Command,
         read: R,
         patient: &dyn Fn(usize) -> bool,
+        sent: Sending<'_>,
     ) -> Vec<impl Future<Output = Answer> + Send + 'static + use<R>>
     where
         R: Fn(Value) -> Answer + Clone + Send + Sync + 'static,
@@ -164,12 +200,31 @@ impl Engine {
             .iter()
             .enumerate()
             .map(|(i, node)| {
-                let reply = node.run(&command, patient(i));
+                let gate = match sent {
+                    Sending::Gated(gate) => Some(gate),
+                    Sending::Removal { .. } => None,
+                };
+                let reply = node.run(&command, patient(i), gate);
+                let retry = match sent {
+                    Sending::Removal { until } => {
+                        Some((self.background.clone(), command.clone(), until))
+                    }
+                    Sending::Gated(_) => None,
+                };
                 let (read, node) = (read.clone(), node.clone());
                 async move {
                     let answer = match reply.await {
                         Ok(reply) => read(reply),
-                        Err(failure) => Err(failure).into(),
+                        Err(failure) => {
+                            if let Some((background, command, until)) = retry
+                                && failure.unanswered()
+                            {
+                                let node = node.clone();
+                                background
+                                    .spawn(async move { node.remove_until(command, until).await });
+                            }
+                            Err(failure).into()
+                        }
                     };
                     if answer.unannounced {
                         node.publish_refused();
@@ -185,9 +240,15 @@ impl Engine {
         kind: &Arc<dyn Kind>,
         command: Command,
         patient: &dyn Fn(usize) -> bool,
+        sent: Sending<'_>,
     ) -> Vec<impl Future<Output = Answer> + Send + 'static + use<>> {
         let kind = kind.clone();
-        self.ask(command, move |reply| kind.read_outcome(reply), patient)
+        self.ask(
+            command,
+            move |reply| kind.read_outcome(reply),
+            patient,
+            sent,
+        )
     }
 
     /// One acquisition attempt.
@@ -206,6 +267,7 @@ impl Engine {
             kind.acquire(id, plan, observe),
             move |reply| reader.read_acquire(reply),
             &|_| false,
+            Sending::Gated(&id.gate),
         );
         let (mut tally, stragglers) = quorum::decide(answers).await;
         let took = start.elapsed();
@@ -215,18 +277,20 @@ impl Engine {
                 // A second round, counted in the validity like the first.
                 // The first round's slow nodes wait for its outcome: if it
                 // fails, they are dropped before the rollback, as below.
-                let outcomes = self.outcomes(kind, confirm, &|_| false);
+                let outcomes = self.outcomes(kind, confirm, &|_| false, Sending::Gated(&id.gate));
                 let (second, rest) = quorum::decide(outcomes).await;
                 self.detach(rest.finish());
                 if !self.holds(plan, start, &second, "confirm") {
                     let took = start.elapsed();
                     drop(stragglers);
-                    self.rollback(kind, id, &tally).await;
+                    self.rollback(kind, id, &tally, plan).await;
                     return Attempt::Failed(second, took);
                 }
             }
-            // The slow nodes still get the key: a lock on more than a bare
-            // majority survives the loss of more nodes.
+            // The slow nodes still get the key, and answer in the
+            // background: a lock on more than a bare majority survives the
+            // loss of more nodes. What has not been sent by the time the
+            // lock's release begins never is (see `proto::gate`).
             self.detach(stragglers.finish());
             metrics::acquired(name);
             return Attempt::Held {
@@ -245,7 +309,7 @@ impl Engine {
             // rollback on its connection.
             drop(stragglers);
         }
-        self.rollback(kind, id, &tally).await;
+        self.rollback(kind, id, &tally, plan).await;
         Attempt::Failed(tally, took)
     }
 
@@ -270,12 +334,15 @@ impl Engine {
     /// acquisition (they are fast) and leaves the others — timed out, not
     /// connected, not waited for — to finish in the background, patiently:
     /// a node that was only paused still gets it.
-    async fn rollback(&self, kind: &Arc<dyn Kind>, id: &LockId, tally: &Tally) {
+    async fn rollback(&self, kind: &Arc<dyn Kind>, id: &LockId, tally: &Tally, plan: &Plan) {
+        // Whatever of the attempt has not been sent by now never is; what
+        // has is queued ahead of the rollback.
+        id.gate.shut();
         let release = kind.release(id, tally.might_hold_majority());
         let mut waited = FuturesUnordered::new();
         let silent = |i| !tally.replied(i);
         for (i, answer) in self
-            .outcomes(kind, release, &silent)
+            .outcomes(kind, release, &silent, Sending::removal(plan))
             .into_iter()
             .enumerate()
         {
@@ -297,10 +364,17 @@ impl Engine {
         plan: &Plan,
         start: Moment,
     ) -> Result<Moment, Tally> {
-        let (tally, stragglers) =
-            quorum::decide(self.outcomes(kind, kind.extend(id, plan), &|_| false)).await;
-        // Slow nodes still get the extension, so that they agree with the
-        // majority for as long as they can.
+        let gate = Arc::new(Gate::default());
+        let outcomes = self.outcomes(
+            kind,
+            kind.extend(id, plan),
+            &|_| false,
+            Sending::Gated(&gate),
+        );
+        let (tally, stragglers) = quorum::decide(outcomes).await;
+        gate.shut();
+        // Slow nodes the request already reached still get the extension,
+        // so that they agree with the majority for as long as they can.
         self.detach(stragglers.finish());
         if self.holds(plan, start, &tally, "extend") {
             Ok(plan.deadline(start))
@@ -310,10 +384,18 @@ impl Engine {
     }
 
     /// Releases on every node, announcing it; returns once decided, the
-    /// stragglers finishing in the background.
-    pub(crate) async fn release(&self, kind: &Arc<dyn Kind>, id: &LockId) -> Tally {
-        let (tally, stragglers) =
-            quorum::decide(self.outcomes(kind, kind.release(id, true), &|_| false)).await;
+    /// stragglers finishing in the background (and a node that does not
+    /// answer asked again there, until the keys of `plan` sent now would
+    /// have expired).
+    pub(crate) async fn release(&self, kind: &Arc<dyn Kind>, id: &LockId, plan: &Plan) -> Tally {
+        id.gate.shut();
+        let outcomes = self.outcomes(
+            kind,
+            kind.release(id, true),
+            &|_| false,
+            Sending::removal(plan),
+        );
+        let (tally, stragglers) = quorum::decide(outcomes).await;
         self.detach(stragglers.finish());
         tally
     }
@@ -323,19 +405,26 @@ impl Engine {
     /// one, which count no votes.
     pub(crate) async fn gather(&self, command: Command) -> Vec<Result<Value, NodeFailure>> {
         let command = Prepared::new(command);
-        futures::future::join_all(self.nodes.iter().map(|node| node.run(&command, false))).await
+        futures::future::join_all(
+            self.nodes
+                .iter()
+                .map(|node| node.run(&command, false, None)),
+        )
+        .await
     }
 
     /// Fires a release on every node and forgets about it: for guards
     /// dropped without `release()` and acquisitions cancelled mid-flight.
     /// Does nothing (the keys then expire at their TTL) outside a tokio
     /// runtime.
-    pub(crate) fn release_in_background(&self, kind: &Arc<dyn Kind>, id: &LockId) {
+    pub(crate) fn release_in_background(&self, kind: &Arc<dyn Kind>, id: &LockId, plan: &Plan) {
+        id.gate.shut();
         if tokio::runtime::Handle::try_current().is_err() {
             tracing::debug!(key = %id.key(), "no tokio runtime: lock keys expire at their TTL");
             return;
         }
-        for answer in self.outcomes(kind, kind.release(id, true), &|_| true) {
+        let release = kind.release(id, true);
+        for answer in self.outcomes(kind, release, &|_| true, Sending::removal(plan)) {
             self.detach(answer);
         }
     }

@@ -1,7 +1,7 @@
 //! One Redis node: a runner of bounded commands that knows nothing of locks.
 //!
 //! A [`Node`] runs the [`Command`](crate::proto::Command)s that lock kinds build and hands back the
-//! raw reply, or a [`NodeFailure`] a user can act on. Four rules keep the
+//! raw reply, or a [`NodeFailure`] a user can act on. Six rules keep the
 //! protocol honest:
 //!
 //! * **Every request is bounded** by the per-node timeout, from the call to
@@ -14,33 +14,54 @@
 //!   reconnect, where they could land after a rollback. The one retry we
 //!   make ourselves, on a connection that went stale, happens inside the
 //!   same request, before its vote is counted (see `Inner::run`).
-//! * **A silent connection is replaced.** A timeout alone is not a reason
-//!   to drop a connection (the node may be busy or briefly paused, and a
-//!   rollback on the same connection is ordered after the command it rolls
-//!   back; several requests in flight time out together in one stall). A
-//!   request that times out on a connection that has left a request
-//!   unanswered for [`SILENT_TIMEOUTS`] request timeouts (a second at the
-//!   least, [`SILENCE_FLOOR`]) is: with no RST (a partition, a dead NAT
-//!   entry, a failover behind a virtual IP) the connection could otherwise
-//!   stay unusable until TCP gives up, minutes later. A command
-//!   still stuck in the old connection may then land after commands sent on
-//!   the new one. An acquisition that lands late leaves a key nobody holds,
-//!   on a node that counted as a no, until its TTL; a late release or
-//!   extension compares the token, and an extension never shortens a key
-//!   (see `kinds::mutex`). It delays others; it never makes two holders.
-//!   Cleanup that nobody waits for (the rollback on nodes that had not
-//!   answered, the release of a dropped lock) is *patient*: it waits for a
-//!   connection up to the connect timeout, not the request timeout, so that
-//!   it still reaches a node that was only paused.
+//! * **Nothing of a lock is sent after its removal began.** An
+//!   acquisition, a fenced confirmation or an extension is handed to a
+//!   connection only through the lock's [`Gate`], which its rollback or
+//!   release shuts first: a request still waiting for a connection (one
+//!   being made as a partition heals, say), retrying on a new one, or
+//!   falling back to `EVAL` is dropped unsent, instead of landing after
+//!   the lock's release.
+//! * **A silent connection is replaced, and kept.** A timeout alone is not
+//!   a reason to drop a connection (the node may be busy or briefly paused,
+//!   and a rollback on the same connection is ordered after the command it
+//!   rolls back; several requests in flight time out together in one
+//!   stall). A request that times out on a connection that has left a
+//!   request unanswered for [`SILENT_TIMEOUTS`] request timeouts (a second
+//!   at the least, [`SILENCE_FLOOR`]) replaces it: with no RST (a
+//!   partition, a dead NAT entry, a failover behind a virtual IP) the
+//!   connection could otherwise stay unusable until TCP gives up, minutes
+//!   later. What was written on the old connection may still be delivered
+//!   (TCP retransmits once the partition heals; a frozen node reads its
+//!   buffer when thawed), so it is [`retired`], not closed: every removal
+//!   sent to the node is also written on it, behind what it carries, until
+//!   it has delivered everything or failed. A late acquisition is then
+//!   followed by its release on the same connection.
+//! * **A removal is sent until it is answered.** A release or a rollback
+//!   that gets no answer from a node (a timeout, a broken connection) is
+//!   sent there again in the background, patiently, with pauses from
+//!   [`REMOVAL_PAUSE`] to [`REMOVAL_PAUSE_MAX`], until the node answers or
+//!   the keys it was for have expired (`Node::remove_until`). Cleanup that
+//!   nobody waits for (the rollback on nodes that had not answered, the
+//!   release of a dropped lock) is *patient* from its first try: it waits
+//!   for a connection up to the connect timeout, not the request timeout.
 //! * **Errors are sorted** into [`NodeFailure`]s a user can act on.
 //!
-//! Scripts go by `EVALSHA`; on `NOSCRIPT` (the node restarted, or someone ran
-//! `SCRIPT FLUSH`) the same call is made once more with `EVAL`, which also
-//! puts the script back into the node's cache. The restart guard
-//! ([`guard`]) reads every new connection's `INFO server` before the
-//! connection is used.
+//! What can still leave a key nobody holds until its TTL: an acquisition
+//! on a connection that was closed before the node read it — more than
+//! [`retired::KEPT`] silent connections to one node at once, or the
+//! process exiting — which the kernel still delivers when the path heals
+//! (or a frozen node reads when thawed), with no release behind it. It
+//! delays others; it never makes two holders.
+//!
+//! Scripts go by `EVALSHA`; on `NOSCRIPT` (the node restarted, or someone
+//! ran `SCRIPT FLUSH`) the same call is made once more with `EVAL`, which
+//! also puts the script back into the node's cache. A removal that timed
+//! out before its `NOSCRIPT` came back is sent again like any other
+//! unanswered one. The restart guard ([`guard`]) reads every new
+//! connection's `INFO server` before the connection is used.
 
 pub(crate) mod guard;
+mod retired;
 pub(crate) mod slot;
 
 use std::future::Future;
@@ -56,8 +77,9 @@ use crate::clock::Moment;
 use crate::error::NodeFailure;
 #[cfg(feature = "metrics")]
 use crate::metrics;
-use crate::proto::{Effect, Prepared};
+use crate::proto::{Effect, Gate, Prepared};
 use guard::{Guard, Lives};
+use retired::Retired;
 use slot::{Live, Slot};
 
 /// For how many request timeouts a connection may leave a request
@@ -68,6 +90,18 @@ pub(crate) const SILENT_TIMEOUTS: u32 = 3;
 /// paused for less (a fork, a slow script) keeps its connection and the
 /// order of the commands queued on it.
 pub(crate) const SILENCE_FLOOR: Duration = Duration::from_secs(1);
+
+/// The first pause before a removal that got no answer is sent again.
+pub(crate) const REMOVAL_PAUSE: Duration = Duration::from_millis(100);
+
+/// The longest pause between two tries of a removal.
+pub(crate) const REMOVAL_PAUSE_MAX: Duration = Duration::from_secs(2);
+
+/// How many commands a connection queues for writing before a sender
+/// waits. Large, so that handing a command over never waits: a lock's
+/// [`Gate`] relies on the hand-over being immediate. The queue costs memory
+/// only as it fills.
+pub(crate) const PIPELINE_BUFFER: usize = 1 << 16;
 
 /// How a node is reached and bounded.
 #[derive(Debug, Clone, Copy)]
@@ -96,6 +130,9 @@ struct Inner {
     policy_checked: AtomicBool,
     /// Whether the node has refused a release's announcement (`PUBLISH`).
     publish_refused: AtomicBool,
+    /// Connections replaced for silence that may still deliver what was
+    /// written on them (see [`retired`]).
+    retired: Arc<Retired>,
 }
 
 /// A command connection, since when it has left a request unanswered, and
@@ -144,6 +181,7 @@ impl Node {
                 guard: lives.map(Guard::new),
                 policy_checked: AtomicBool::new(false),
                 publish_refused: AtomicBool::new(false),
+                retired: Arc::default(),
             }),
         }
     }
@@ -166,11 +204,13 @@ impl Node {
     /// Runs `command`, bounded by the request timeout; a `patient` one (for
     /// cleanup nobody waits for) may first wait for a connection up to the
     /// connect timeout. Refused at once, with nothing sent, if it may create
-    /// a key on a node that may have forgotten keys (see [`guard`]).
+    /// a key on a node that may have forgotten keys (see [`guard`]). With a
+    /// `gate`, nothing is sent once the gate is shut ([`NodeFailure::NotWaited`]).
     pub(crate) fn run(
         &self,
         command: &Arc<Prepared>,
         patient: bool,
+        gate: Option<&Arc<Gate>>,
     ) -> impl Future<Output = Result<Value, NodeFailure>> + Send + 'static + use<> {
         let admitted = match &self.inner.guard {
             Some(guard) => guard.admit(command.effect),
@@ -178,15 +218,38 @@ impl Node {
         };
         let inner = self.inner.clone();
         let command = command.clone();
+        let gate = gate.cloned();
         async move {
             admitted?;
             #[cfg(feature = "metrics")]
             let start = Moment::now();
-            let reply = inner.run(&command, patient).await;
+            let reply = inner.run(&command, patient, gate.as_deref()).await;
             #[cfg(feature = "metrics")]
             metrics::request(&inner.name, &reply, start.elapsed());
             reply
         }
+    }
+
+    /// Runs the removal `command` again and again, patiently, until the
+    /// node answers it, or until `until`, when no key it could remove is
+    /// left (the lock's keys have expired by then). For a release or a
+    /// rollback that timed out or lost its connection: nothing else would
+    /// remove the key before its TTL. Pauses double from
+    /// [`REMOVAL_PAUSE`] to [`REMOVAL_PAUSE_MAX`].
+    pub(crate) async fn remove_until(&self, command: Arc<Prepared>, until: Moment) {
+        let mut pause = REMOVAL_PAUSE;
+        while Moment::now().after(pause) < until {
+            tokio::time::sleep(pause).await;
+            match self.inner.run(&command, true, None).await {
+                Err(failure) if failure.unanswered() => {}
+                _ => return,
+            }
+            pause = (pause * 2).min(REMOVAL_PAUSE_MAX);
+        }
+        tracing::debug!(
+            node = %self.inner.name,
+            "a removal got no answer before the keys it was for expired"
+        );
     }
 
     /// Another connection to this node went silent (a subscriber that did
@@ -200,6 +263,7 @@ impl Node {
         };
         let heard = Moment::from_nanos(live.conn.heard_at.load(Ordering::Acquire));
         if heard.elapsed() >= SILENCE_FLOOR && self.inner.slot.forget(live.generation) {
+            self.inner.retire(&live);
             tracing::debug!(
                 node = %self.inner.name,
                 generation = live.generation,
@@ -224,16 +288,22 @@ impl Node {
 impl Inner {
     /// Sends `command` by `deadline`, on a new connection if the live one
     /// turns out to be dead. That one retry is safe for every command a
-    /// kind sends: it is made before the vote is counted and so before any
-    /// rollback; an acquisition that did land on the old connection makes
-    /// the retry answer "held" (a no, rolled back with the rest; one that
-    /// observes the key recognises its own token), and the scripts compare
-    /// the token, so running them twice changes nothing.
+    /// kind sends: it passes the round's gate like the first send, so it is
+    /// made before the vote is decided and so before any rollback; an
+    /// acquisition that did land on the old connection makes the retry
+    /// answer "held" (a no, rolled back with the rest; one that observes
+    /// the key recognises its own token), and the scripts compare the
+    /// token, so running them twice changes nothing. A removal is also
+    /// written on every retired connection (see [`retired`]).
     async fn run(
         self: &Arc<Self>,
         command: &Prepared,
         patient: bool,
+        gate: Option<&Gate>,
     ) -> Result<Value, NodeFailure> {
+        if command.effect == Effect::Remove {
+            self.retired.mirror(command);
+        }
         let start = tokio::time::Instant::now();
         // A patient request may wait for a connection up to the connect
         // timeout, and then has a request timeout for the reply; any other
@@ -256,19 +326,21 @@ impl Inner {
             };
             let conn = &live.conn;
             let sent = conn.sending();
-            match timeout_at(deadline, send(conn.conn.clone(), command)).await {
-                Err(_) => return Err(self.timed_out(live.generation, conn)),
-                Ok(Ok(reply)) => {
+            match timeout_at(deadline, send(conn, command, gate)).await {
+                Err(_) => return Err(self.timed_out(&live)),
+                // The round was decided before this could be sent.
+                Ok(None) => return Err(NodeFailure::NotWaited),
+                Ok(Some(Ok(reply))) => {
                     conn.heard(sent);
                     return Ok(reply);
                 }
                 // A connection made earlier went stale (the node restarted,
                 // say): make a new one and try once more.
-                Ok(Err(e)) if is_connection_error(&e) && !fresh && !retried => {
+                Ok(Some(Err(e))) if is_connection_error(&e) && !fresh && !retried => {
                     self.drop_connection(live.generation, &e);
                     retried = true;
                 }
-                Ok(Err(e)) => return Err(self.failed(live.generation, conn, sent, &e)),
+                Ok(Some(Err(e))) => return Err(self.failed(live.generation, conn, sent, &e)),
             }
         }
     }
@@ -282,19 +354,20 @@ impl Inner {
         }
     }
 
-    /// A request on connection `generation` timed out: the connection is
-    /// dropped if it has left a request unanswered for [`SILENT_TIMEOUTS`]
-    /// request timeouts, and at least [`SILENCE_FLOOR`].
-    fn timed_out(&self, generation: u64, conn: &Conn) -> NodeFailure {
-        let since = conn.waiting_since.load(Ordering::Acquire);
+    /// A request on connection `live` timed out: the connection is retired
+    /// if it has left a request unanswered for [`SILENT_TIMEOUTS`] request
+    /// timeouts, and at least [`SILENCE_FLOOR`].
+    fn timed_out(&self, live: &Live<Conn>) -> NodeFailure {
+        let since = live.conn.waiting_since.load(Ordering::Acquire);
         let limit = (self.limits.request * SILENT_TIMEOUTS).max(SILENCE_FLOOR);
         if since != 0
             && Moment::from_nanos(since).elapsed() >= limit
-            && self.slot.forget(generation)
+            && self.slot.forget(live.generation)
         {
+            self.retire(live);
             tracing::warn!(
                 node = %self.name,
-                generation,
+                generation = live.generation,
                 silent_ms = Moment::from_nanos(since).elapsed().as_millis() as u64,
                 "no answer on this connection for too long: replacing it"
             );
@@ -311,6 +384,15 @@ impl Inner {
             conn.heard(sent);
         }
         classify(e)
+    }
+
+    /// A connection replaced for its silence is kept open, not closed: what
+    /// was written on it may still reach the node (TCP retransmits after a
+    /// partition heals; a frozen node reads its buffer when thawed), so
+    /// removals are written on it too, behind it (see [`retired`]).
+    fn retire(&self, live: &Live<Conn>) {
+        self.retired
+            .retire(&self.name, live.generation, live.conn.conn.clone());
     }
 
     fn drop_connection(&self, generation: u64, e: &RedisError) {
@@ -335,7 +417,8 @@ impl Inner {
         // library's would only add other ones.
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(None)
-            .set_response_timeout(None);
+            .set_response_timeout(None)
+            .set_pipeline_buffer_size(PIPELINE_BUFFER);
         let mut conn = self
             .client
             .get_multiplexed_async_connection_with_config(&config)
@@ -365,14 +448,32 @@ impl Inner {
     }
 }
 
-/// Sends one command and reads its reply.
-async fn send(mut conn: MultiplexedConnection, command: &Prepared) -> Result<Value, RedisError> {
-    match (command.first.query_async(&mut conn).await, &command.script) {
-        (Err(e), Some(script)) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-            script.eval().query_async(&mut conn).await
+/// Sends one command and reads its reply; `None` if `gate` was shut before
+/// the command (or, after `NOSCRIPT`, its `EVAL`) could be handed over.
+async fn send(
+    conn: &Conn,
+    command: &Prepared,
+    gate: Option<&Gate>,
+) -> Option<Result<Value, RedisError>> {
+    let reply = hand_over(gate, query(conn.conn.clone(), &command.first)).await?;
+    match (reply, &command.script) {
+        (Err(e), Some(call)) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            hand_over(gate, query(conn.conn.clone(), &call.eval())).await
         }
-        (reply, _) => reply,
+        (reply, _) => Some(reply),
     }
+}
+
+/// Runs `send` through `gate`, if there is one.
+async fn hand_over<F: Future>(gate: Option<&Gate>, send: F) -> Option<F::Output> {
+    match gate {
+        Some(gate) => gate.pass(send).await,
+        None => Some(send.await),
+    }
+}
+
+async fn query(mut conn: MultiplexedConnection, cmd: &redis::Cmd) -> Result<Value, RedisError> {
+    cmd.query_async(&mut conn).await
 }
 
 /// Warns if the node may evict lock keys under memory pressure: with a
@@ -521,7 +622,7 @@ mod tests {
         let release = Prepared::new(Mutex.release(&id, true));
         let sent = |r: Result<Value, NodeFailure>| matches!(r, Err(NodeFailure::Connection(_)));
 
-        assert!(sent(node.run(&acquire, false).await));
+        assert!(sent(node.run(&acquire, false, None).await));
         let guard = node.inner.guard.as_ref().unwrap();
         guard.connected(
             "n",
@@ -537,15 +638,15 @@ mod tests {
                 uptime: Duration::ZERO,
             }),
         );
-        match node.run(&acquire, false).await {
+        match node.run(&acquire, false, None).await {
             Err(NodeFailure::Restarted { remaining }) => {
                 assert!(remaining > Duration::from_millis(1_400), "{remaining:?}");
                 assert!(remaining <= Duration::from_millis(1_600), "{remaining:?}");
             }
             other => panic!("{other:?}"),
         }
-        assert!(sent(node.run(&extend, false).await));
-        assert!(sent(node.run(&release, true).await));
+        assert!(sent(node.run(&extend, false, None).await));
+        assert!(sent(node.run(&release, true, None).await));
         assert_eq!(release.effect, Effect::Remove);
     }
 }

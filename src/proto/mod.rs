@@ -12,24 +12,28 @@
 //!
 //! [`quorum`] counts the answers.
 
+pub(crate) mod gate;
 pub(crate) mod quorum;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::NodeFailure;
+pub(crate) use gate::Gate;
 
 /// The Redis keys of one lock: one for most kinds, several (sorted, without
 /// duplicates) for a multi-resource lock. Built once per call, shared by
 /// its attempts and by every command about them.
 pub(crate) type Keys = Arc<[Box<str>]>;
 
-/// Which lock: its keys and the attempt's token. One allocation per
-/// attempt, shared by every request about it.
+/// Which lock: its keys and the attempt's token, and the gate its
+/// acquisition and extensions pass until its removal begins. Shared by
+/// every request about it.
 #[derive(Debug)]
 pub(crate) struct LockId {
     pub(crate) keys: Keys,
     token: [u8; 40],
+    pub(crate) gate: Arc<Gate>,
 }
 
 impl LockId {
@@ -42,7 +46,11 @@ impl LockId {
         let mut token = [0u8; 40];
         // Cannot fail: the output is exactly twice the input.
         let _ = hex::encode_to_slice(fresh_bytes(), &mut token);
-        Arc::new(LockId { keys, token })
+        Arc::new(LockId {
+            keys,
+            token,
+            gate: Arc::default(),
+        })
     }
 
     /// The first key (the only one, but for a multi-resource lock): for
