@@ -13,6 +13,9 @@
 //! | `cancel` | yes | yes | yes | |
 //! | `pause` | yes | | | yes: paused holders write after the pause; the plain register loses updates, the fenced one refuses the stale writes |
 //!
+//! `partition` puts a proxy (`tests/common/proxy.rs`) in front of each node
+//! and cuts nodes off without RST, in both ways a network does it.
+//!
 //! A fenced run must show no fence violation (tokens that do not grow in
 //! acquire order) and no lost update on the fenced register, besides the
 //! checks of every run. Where no node restarts (`freeze`, `pause` and the
@@ -34,6 +37,7 @@ use crate::{CLIENT, pick};
 #[path = "../common/mod.rs"]
 mod common;
 
+use common::proxy::Proxy;
 use common::{cluster, compose};
 
 /// One scenario of the suite.
@@ -127,6 +131,11 @@ pub const ALL: &[Scenario] = &[
         name: "freeze",
         about: "SIGSTOP a random node for 150-600 ms (node timeout 50 ms), then SIGCONT",
         run: Run::Kinds(EVERY_KIND, freeze),
+    },
+    Scenario {
+        name: "partition",
+        about: "one or two nodes cut off without RST for 0.3-1.5 s, behind proxies: bytes swallowed (the heal closes those connections) or held (the heal delivers them late, as TCP's retransmissions do); no key of a released lock left once healed",
+        run: Run::Once(partition),
     },
     Scenario {
         name: "majority_down",
@@ -275,6 +284,77 @@ fn freeze(secs: Duration, kind: Kind) {
     println!("   faults: {freezes} nodes frozen for 150-600 ms");
     let f = load.report(&v);
     assert_safe(&v, &f);
+}
+
+fn partition(secs: Duration) {
+    let c = cluster(5);
+    let proxies: Vec<Proxy> = (0..5).map(|i| Proxy::start(c.port(i))).collect();
+    let urls = proxies.iter().map(Proxy::url).collect();
+    let mut load = Load::with_nodes("partition", urls, common::cluster(1), secs);
+    // Keys that outlive the run: one left behind by a late acquisition is
+    // still there to be counted at the end.
+    load.spec.ttl = secs + Duration::from_secs(30);
+    let clients = load.start(|_| load.spec.nodes.clone());
+    let (mut cuts, mut holds) = (0, 0);
+    let mut partitioned = Vec::new();
+    for_the_run(secs, |left| {
+        let pause = rand::random_range(200..800);
+        std::thread::sleep(Duration::from_millis(pause));
+        // Healed before the load ends: a client process that exits while
+        // its node is cut off takes its cleanup with it.
+        let Some(left) = left.checked_sub(pause + 300) else {
+            return;
+        };
+        let nodes = crate::pick(5, rand::random_range(1..=2));
+        let hold = rand::random_bool(0.5);
+        for &i in &nodes {
+            if hold {
+                proxies[i].hold();
+            } else {
+                proxies[i].cut();
+            }
+        }
+        let from = now_ns();
+        // Sometimes past the second after which a silent connection is
+        // replaced.
+        sleep_ms(300, 1_500.min(left));
+        for &i in &nodes {
+            proxies[i].heal();
+        }
+        partitioned.push((from, now_ns()));
+        if hold {
+            holds += 1;
+        } else {
+            cuts += 1;
+        }
+    });
+    let v = clients.finish();
+    let during: usize = partitioned
+        .iter()
+        .map(|&(from, to)| v.acquired_between(from, to))
+        .sum();
+    let cut_for: f64 = partitioned
+        .iter()
+        .map(|&(from, to)| (to - from) as f64 / 1e9)
+        .sum();
+    println!(
+        "   faults: {} partitions of 1-2 nodes ({cuts} swallowing, {holds} holding), {cut_for:.1} s in all",
+        cuts + holds
+    );
+    let (start, end) = v.window;
+    println!(
+        "   acquisitions during the partitions: {during} ({:.0}/s; {:.0}/s over the whole run)",
+        during as f64 / cut_for.max(1e-9),
+        v.acquisitions as f64 / ((end - start) as f64 / 1e9)
+    );
+    let f = load.report(&v);
+    assert_safe(&v, &f);
+    let left = keys_left(&c, &load.spec.prefix);
+    println!(
+        "   keys left on the nodes after the heal: {left} (TTL {} s)",
+        load.spec.ttl.as_secs()
+    );
+    assert_eq!(left, 0, "keys of released locks left on healed nodes");
 }
 
 fn majority_down(secs: Duration) {
