@@ -98,9 +98,12 @@ impl Lock {
     /// Keeps the lock alive in the background: a watchdog task extends it by
     /// its TTL every `ttl × keep_alive_fraction`
     /// ([`Builder::keep_alive_fraction`](crate::Builder::keep_alive_fraction),
-    /// a third by default) until it is released or dropped. Extensions are
-    /// never in flight twice: the watchdog and [`extend`](Self::extend) take
-    /// turns, and the watchdog renews with the TTL of the last of them.
+    /// a third by default) until it is released or dropped, and in any case
+    /// while two node timeouts of validity are left (half the validity,
+    /// where that is less): also when called late, with little left.
+    /// Extensions are never in flight twice: the watchdog and
+    /// [`extend`](Self::extend) take turns, and the watchdog renews with
+    /// the TTL of the last of them.
     ///
     /// The returned [`Held`] says when the lock has been lost: check it, or
     /// `select!` on [`Held::lost`], and stop touching the protected resource
