@@ -216,7 +216,10 @@ impl Builder {
     /// How often the watchdog of [`Lock::keep_alive`](crate::Lock::keep_alive)
     /// and [`Redlock::with_lock`](crate::Redlock::with_lock) extends a lock: every `ttl × fraction`, in
     /// `(0.0, 1.0)`. Default a third, as Redisson's watchdog: two extensions
-    /// can fail before the lock runs out.
+    /// can fail before the lock runs out. Whatever the fraction, an
+    /// extension is sent at the latest while two node timeouts of validity
+    /// are left (half the validity, where that is less), so a fraction near
+    /// 1 still renews in time.
     pub fn keep_alive_fraction(mut self, fraction: f64) -> Self {
         self.options.keep_alive_fraction = fraction;
         self

@@ -8,7 +8,8 @@
 //! dropped, or an extension found that a majority no longer holds it.
 //!
 //! Dropping a lock without releasing it releases it in the background (when
-//! a tokio runtime is running; otherwise its keys expire at their TTL).
+//! a tokio runtime is running; otherwise its keys expire at their TTL), and
+//! so does dropping a release before its votes are counted.
 
 use std::fmt;
 use std::sync::Arc;
@@ -24,6 +25,9 @@ pub struct Lock {
     hold: Arc<Hold>,
     /// The watchdog, once started.
     keeper: Option<tokio::task::JoinHandle<()>>,
+    /// Set once a [`release`](Lock::release) round has been decided: until
+    /// then, a drop (of the lock, or of a release cancelled mid-flight)
+    /// releases in the background.
     released: bool,
 }
 
@@ -98,9 +102,12 @@ impl Lock {
     /// Keeps the lock alive in the background: a watchdog task extends it by
     /// its TTL every `ttl × keep_alive_fraction`
     /// ([`Builder::keep_alive_fraction`](crate::Builder::keep_alive_fraction),
-    /// a third by default) until it is released or dropped. Extensions are
-    /// never in flight twice: the watchdog and [`extend`](Self::extend) take
-    /// turns, and the watchdog renews with the TTL of the last of them.
+    /// a third by default) until it is released or dropped, and in any case
+    /// while two node timeouts of validity are left (half the validity,
+    /// where that is less): also when called late, with little left.
+    /// Extensions are never in flight twice: the watchdog and
+    /// [`extend`](Self::extend) take turns, and the watchdog renews with
+    /// the TTL of the last of them.
     ///
     /// The returned [`Held`] says when the lock has been lost: check it, or
     /// `select!` on [`Held::lost`], and stop touching the protected resource
@@ -144,6 +151,10 @@ impl Lock {
     /// the lock was valid. Keys that could not be reached expire at their
     /// TTL.
     ///
+    /// Cancel-safe: a release dropped before its votes are counted (a
+    /// `timeout` around it, say) is finished in the background, as a
+    /// dropped lock's is.
+    ///
     /// # Errors
     /// * [`Error::ReleasedLate`] if a majority deleted our keys, but the
     ///   validity had run out before the call: the critical section overran
@@ -153,8 +164,10 @@ impl Lock {
     /// * [`Error::NoQuorum`] if too few nodes answered.
     pub async fn release(mut self) -> Result<(), Error> {
         self.stop_keeper();
+        // Only once the round is decided: dropped before, `drop` releases.
+        let released = self.hold.release().await;
         self.released = true;
-        self.hold.release().await
+        released
     }
 
     fn stop_keeper(&mut self) {
@@ -168,7 +181,10 @@ impl Drop for Lock {
     fn drop(&mut self) {
         self.stop_keeper();
         if !self.released {
-            tracing::debug!(resource = %self.resource(), "lock dropped: releasing in the background");
+            tracing::debug!(
+                resource = %self.resource(),
+                "lock (or its release) dropped: releasing in the background"
+            );
             self.hold.release_in_background();
         }
     }

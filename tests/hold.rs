@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
-use redquorum::Redlock;
+use redquorum::{Held, Redlock};
 
 const ALL: [usize; 5] = [0, 1, 2, 3, 4];
 
@@ -184,6 +184,82 @@ async fn a_frozen_majority_fires_the_lost_signal_before_validity_ends() {
         deadline - taken_at
     );
     drop(lock);
+}
+
+/// Waits `span`, and says whether the lock was lost meanwhile.
+async fn lost_within(held: &Held, span: Duration) -> bool {
+    tokio::time::timeout(span, held.lost()).await.is_ok()
+}
+
+/// Found in review: when the next extension was due later than the last
+/// moment one could still finish (validity less a node timeout), the
+/// watchdog slept until that moment and then gave the lock up without
+/// sending anything. Here `keep_alive` is called with about 560 ms of a
+/// 1.5 s lock left (less than a third of the TTL, when the first extension
+/// is due): the lock is kept for three TTLs.
+#[tokio::test]
+async fn keep_alive_called_late_keeps_the_lock() {
+    let c = cluster(5);
+    let redlock = keeper(&c);
+    let ttl = ms(1_500);
+    let mut lock = redlock.lock("r", ttl).await.unwrap();
+    while lock.remaining() > ms(560) {
+        tokio::time::sleep(ms(10)).await;
+    }
+    let held = lock.keep_alive();
+    assert!(
+        !lost_within(&held, ttl * 3).await,
+        "lost on a healthy cluster"
+    );
+    assert!(holders(&c, &ALL, &key("r")) >= 3);
+    lock.release().await.unwrap();
+}
+
+/// The same flaw with the extension due late by design: at
+/// `keep_alive_fraction(0.97)` it is due after the validity (TTL less its
+/// drift allowance) has nearly run out, and must be sent earlier.
+#[tokio::test]
+async fn keep_alive_renews_at_a_fraction_near_one() {
+    let c = cluster(5);
+    let redlock = builder(&c)
+        .node_timeout(ms(150))
+        .retry_count(20)
+        .keep_alive_fraction(0.97)
+        .build()
+        .unwrap();
+    let ttl = ms(1_200);
+    let mut lock = redlock.lock("r", ttl).await.unwrap();
+    let held = lock.keep_alive();
+    assert!(
+        !lost_within(&held, ttl * 3).await,
+        "lost on a healthy cluster"
+    );
+    assert!(holders(&c, &ALL, &key("r")) >= 3);
+    lock.release().await.unwrap();
+}
+
+/// The shortest TTL a 1 s node timeout accepts (as the CLI's default node
+/// timeout with a short `--ttl`): the validity is less than a node timeout
+/// past the first extension's due time, or less than one node timeout at
+/// all. Every TTL that is accepted is renewed on a healthy cluster.
+#[tokio::test]
+async fn the_shortest_ttl_a_node_timeout_accepts_is_renewed() {
+    let c = cluster(5);
+    let redlock = builder(&c)
+        .node_timeout(ms(1_000))
+        .retry_count(20)
+        .build()
+        .unwrap();
+    for ttl in [ms(1_001), ms(1_500)] {
+        let mut lock = redlock.lock("r", ttl).await.unwrap();
+        let held = lock.keep_alive();
+        assert!(
+            !lost_within(&held, ttl * 3).await,
+            "a lock of {ttl:?} was lost on a healthy cluster"
+        );
+        assert!(holders(&c, &ALL, &key("r")) >= 3);
+        lock.release().await.unwrap();
+    }
 }
 
 #[tokio::test]

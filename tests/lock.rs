@@ -612,6 +612,33 @@ async fn every_configuration_mistake_has_its_own_error() {
     ));
 }
 
+/// Found in review: `release` marked the lock released before its round
+/// ran, so a release dropped while its requests waited for a connection
+/// left the keys on every node until their TTL (the lock already said it
+/// was lost), as if nobody had released it. Here the client's connections
+/// are closed and the nodes frozen, so the release waits for connections
+/// that wait for the nodes: dropped then, it is finished in the background.
+#[tokio::test]
+async fn a_cancelled_release_still_removes_the_keys() {
+    let mut c = cluster(5);
+    let redlock = redlock(&c);
+    let lock = redlock.lock("r", Duration::from_secs(30)).await.unwrap();
+    await_holders(&c, &ALL, &key("r"), 5, Duration::from_secs(5)).await;
+    let held = lock.held();
+    for i in ALL {
+        run(&c, i, &["CLIENT", "KILL", "TYPE", "normal"]);
+        c.freeze(i);
+    }
+    let release = tokio::time::timeout(ms(100), lock.release()).await;
+    assert!(release.is_err(), "released with every node frozen");
+    assert!(held.is_lost());
+    for i in ALL {
+        c.thaw(i);
+    }
+    await_gone(&c, &ALL, &key("r"), Duration::from_secs(5)).await;
+    assert!(redlock.drain(Duration::from_secs(5)).await, "not drained");
+}
+
 /// `drain` waits for the background release of a dropped lock, here to a
 /// node frozen until after the drop: once it returns, no node holds the key.
 #[tokio::test]

@@ -25,9 +25,21 @@
 //!
 //! **The watchdog** ([`keep_alive`]) extends the lock by its TTL every
 //! `ttl × keep_alive_fraction` (a third by default, as Redisson's watchdog
-//! does). An extension that fails for a passing reason (timeouts,
-//! connection errors) is tried again soon, for as long as one more attempt
-//! can still finish before the validity ends.
+//! does), and in any case while a round can still finish: an extension is
+//! *sent* at the latest when two node timeouts of validity are left (one
+//! round that times out, and one more), or half the validity, where that
+//! is less. The cap is what renews a TTL that is short against the node
+//! timeout (a 1 s node timeout with a 1.5 s TTL, say): its extensions are
+//! sent with half the validity left, which is plenty for nodes that answer
+//! in a few milliseconds, and not non-stop. Below about two node timeouts
+//! of TTL, a lock does not survive a majority that answers only near its
+//! timeout; from about four, even an extension that timed out can be
+//! followed by another in time. The watchdog gives a lock up only when an
+//! extension it sent failed, or the validity ran out: an extension that
+//! fails for a passing reason (timeouts, connection errors) is tried again
+//! soon, for as long as another one can still be sent with a node timeout
+//! and a quarter of validity left; past that, the lock is given up while
+//! still valid, so that its holder hears it before the validity ends.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -318,30 +330,53 @@ impl Hold {
     }
 }
 
+/// How much validity is left, at the latest, when the watchdog sends an
+/// extension: two node timeouts, or half the validity of `plan` where that
+/// is less (see the module doc).
+fn lead(plan: &Plan, node_timeout: Duration) -> Duration {
+    (node_timeout * 2).min(plan.best_validity() / 2)
+}
+
+/// The least validity with which a failed extension is tried again: one
+/// node timeout for the round, and a quarter more for a late timer.
+fn last_try(node_timeout: Duration) -> Duration {
+    node_timeout + node_timeout / 4
+}
+
 /// The watchdog: extends the lock until it is lost or has ended (the task
 /// is also aborted by a release or drop).
 pub(crate) async fn keep_alive(hold: Arc<Hold>) {
     let options = &hold.engine.options;
+    let node_timeout = options.node_timeout;
     let every = |plan: Plan| plan.ttl.mul_f64(options.keep_alive_fraction);
     let mut next = Moment::now().after(every(hold.plan()));
+    // The last failure since the last extension that got through.
+    let mut failed: Option<Report> = None;
     loop {
-        // Sleep until the next extension is due, but wake while one more
-        // attempt can still finish before the validity ends.
-        let latest_start = hold.remaining().saturating_sub(options.node_timeout);
-        tokio::time::sleep(next.remaining().min(latest_start)).await;
+        // Sleep until the next extension is due, but send it while there is
+        // still time for it (and, after a failure, for another).
+        let left = hold.remaining();
+        let latest = match &failed {
+            None => left.saturating_sub(lead(&hold.plan(), node_timeout)),
+            Some(report) => match left.checked_sub(last_try(node_timeout)) {
+                Some(room) if !room.is_zero() => room,
+                _ => {
+                    return hold.lose(format_args!(
+                        "an extension failed ({report}), and too little validity is left \
+                         for another to finish"
+                    ));
+                }
+            },
+        };
+        tokio::time::sleep(next.remaining().min(latest)).await;
         if hold.ended() {
             return;
-        }
-        if hold.remaining() <= options.node_timeout {
-            return hold.lose(format_args!(
-                "validity ran out before an extension succeeded"
-            ));
         }
         let started = Moment::now();
         match hold.extend_once(None).await {
             None => {
                 return hold.lose(format_args!(
-                    "validity ran out before an extension succeeded"
+                    "validity ran out before an extension was sent"
                 ));
             }
             Some((_, Ok(()))) if hold.is_lost() => {
@@ -349,7 +384,10 @@ pub(crate) async fn keep_alive(hold: Arc<Hold>) {
                     "validity ran out before an extension succeeded"
                 ));
             }
-            Some((plan, Ok(()))) => next = started.after(every(plan)),
+            Some((plan, Ok(()))) => {
+                failed = None;
+                next = started.after(every(plan));
+            }
             Some((_, Err(tally))) if !tally.recoverable() => {
                 let report = hold.engine.report(&tally);
                 return hold.lose(format_args!("a majority no longer holds it ({report})"));
@@ -357,7 +395,8 @@ pub(crate) async fn keep_alive(hold: Arc<Hold>) {
             Some((plan, Err(tally))) => {
                 let report = hold.engine.report(&tally);
                 tracing::debug!(key = %hold.id.key(), %report, "extension failed; trying again");
-                next = Moment::now().after((every(plan) / 4).max(options.node_timeout));
+                failed = Some(report);
+                next = Moment::now().after((every(plan) / 4).max(node_timeout));
             }
         }
     }
