@@ -209,6 +209,17 @@ pub enum ConfigError {
     ZeroNodeTimeout,
     /// The connect timeout is zero.
     ZeroConnectTimeout,
+    /// A per-node or connect timeout longer than a day: a node that takes
+    /// that long to answer is as good as down, and a deadline that far off
+    /// is no bound.
+    TimeoutTooLong {
+        /// The builder option: `node_timeout` or `connect_timeout`.
+        option: &'static str,
+        /// The timeout given.
+        timeout: Duration,
+        /// The longest accepted.
+        max: Duration,
+    },
     /// The keep-alive fraction is not in `(0.0, 1.0)`.
     InvalidKeepAliveFraction(f64),
     /// A TTL of zero (or below one millisecond, which Redis cannot express).
@@ -305,6 +316,15 @@ impl fmt::Display for ConfigError {
             ConfigError::ZeroConnectTimeout => {
                 write!(f, "the connect timeout must be greater than zero")
             }
+            ConfigError::TimeoutTooLong {
+                option,
+                timeout,
+                max,
+            } => write!(
+                f,
+                "{option} {timeout:?} is longer than the most accepted, {max:?}: a node that takes \
+                 longer than that to answer is as good as down; give milliseconds to seconds"
+            ),
             ConfigError::ZeroTtl => write!(f, "the TTL must be at least 1 ms"),
             ConfigError::TtlTooLarge { ttl, max } => {
                 write!(f, "TTL {ttl:?} is larger than Redis accepts ({max:?})")
