@@ -470,6 +470,15 @@ pub enum NodeFailure {
         /// How long it still gets no vote.
         remaining: Duration,
     },
+    /// The resource's fencing counter (`<key>:fence`) on this node holds
+    /// something redquorum never writes there: not a whole number from 0
+    /// below 2^53 (`nan`, `inf`, `-5` or `1.5`, which Lua would otherwise
+    /// take for numbers; text; a key of another type). The fenced scripts
+    /// refuse it before writing anything: no token can be drawn from it.
+    BadFenceCounter {
+        /// The counter's key.
+        key: String,
+    },
     /// Any other error answer from Redis.
     Server {
         /// The error code (`ERR`, `NOSCRIPT`, `BUSY`, …).
@@ -521,6 +530,15 @@ impl fmt::Display for NodeFailure {
                  nodes run with appendfsync always keep their keys and can do without this \
                  (Builder::restart_guard)",
                 remaining.as_millis()
+            ),
+            NodeFailure::BadFenceCounter { key } => write!(
+                f,
+                "the fencing counter {key:?} holds no whole number from 0 below 2^53 (NaN, an \
+                 infinity, a negative or fractional number, or no number), so no token can be \
+                 drawn and nothing was written: redquorum writes only such numbers there, so \
+                 someone else wrote it; on this node, set it to the largest counter the other \
+                 nodes hold for the resource, or delete it where tokens follow the clock \
+                 (Builder::fence_time_floor, the default)"
             ),
             NodeFailure::Server { message, .. } => write!(f, "Redis error: {message}"),
         }

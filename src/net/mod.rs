@@ -467,6 +467,12 @@ pub(crate) fn classify(e: &RedisError) -> NodeFailure {
         "NOPERM",
         "READONLY",
     ];
+    if e.code() == Some("BADFENCE") {
+        // The fenced scripts' refusal of a counter: `BADFENCE <counter key>`.
+        return NodeFailure::BadFenceCounter {
+            key: e.detail().unwrap_or_default().to_owned(),
+        };
+    }
     let message = e.to_string();
     let known = |code: Option<&str>| match code {
         Some("WRONGTYPE") => Some(NodeFailure::WrongType(message.clone())),
