@@ -405,7 +405,7 @@ impl Builder {
         #[cfg(feature = "tls")]
         {
             install_crypto_provider();
-            if self.tls.root.is_some() || self.tls.client.is_some() {
+            let client = if self.tls.root.is_some() || self.tls.client.is_some() {
                 let certificates = redis::TlsCertificates {
                     client_tls: self.tls.client.clone().map(|(client_cert, client_key)| {
                         redis::ClientTlsConfig {
@@ -415,9 +415,20 @@ impl Builder {
                     }),
                     root_cert: self.tls.root.clone(),
                 };
-                return redis::Client::build_with_tls(url, certificates).map_err(invalid);
+                redis::Client::build_with_tls(url, certificates).map_err(invalid)?
+            } else {
+                redis::Client::open(url).map_err(invalid)?
+            };
+            // Told from what redis-rs parsed, not the URL's text: `#insecure`
+            // is its one way to skip the checks, after the path or not.
+            // This build of it could not make such a connection anyway
+            // (every request would fail), and should not.
+            if let redis::ConnectionAddr::TcpTls { insecure: true, .. } =
+                client.get_connection_info().addr()
+            {
+                return Err(ConfigError::InsecureTls { url: redact(url) });
             }
-            redis::Client::open(url).map_err(invalid)
+            Ok(client)
         }
         #[cfg(not(feature = "tls"))]
         Err(ConfigError::TlsNotEnabled { url: redact(url) })
@@ -682,6 +693,23 @@ mod tests {
             redact("redis+unix:///s.sock?db=1&pass=x&password=y"),
             "redis+unix:///s.sock?db=1&pass=***&password=***"
         );
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn tls_urls_that_skip_certificate_checks_are_refused() {
+        for url in [
+            "rediss://:s3cret@127.0.0.1:6380/#insecure",
+            "rediss://user:s3cret@127.0.0.1:6380#insecure",
+            "valkeys://127.0.0.1:6380/0#insecure",
+        ] {
+            let e = config_err(Builder::default().node(url));
+            assert!(matches!(e, ConfigError::InsecureTls { .. }), "{e:?}");
+            let shown = e.to_string();
+            assert!(shown.contains("tls_root_certificate"), "{shown}");
+            assert!(!shown.contains("s3cret"), "{shown}");
+            assert!(!format!("{e:?}").contains("s3cret"), "{e:?}");
+        }
     }
 
     #[test]

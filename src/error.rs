@@ -267,6 +267,15 @@ pub enum ConfigError {
         /// The URL as given (password removed).
         url: String,
     },
+    /// A node URL asks to skip the checks of the node's TLS certificate
+    /// (redis-rs's `rediss://host/#insecure`): anyone between this client
+    /// and the node could then stand in for it and grant locks. Trust the
+    /// node's CA instead
+    /// ([`Builder::tls_root_certificate`](crate::Builder::tls_root_certificate)).
+    InsecureTls {
+        /// The URL as given (password removed).
+        url: String,
+    },
     /// A certificate or key given for TLS cannot be used: no certificate in
     /// its PEM, a PEM that does not parse, or no private key. Never quotes a
     /// key.
@@ -357,6 +366,14 @@ impl fmt::Display for ConfigError {
                 f,
                 "node URL {url:?} uses TLS, which needs redquorum's `tls` feature: \
                  `cargo add redquorum --features tls`"
+            ),
+            ConfigError::InsecureTls { url } => write!(
+                f,
+                "node URL {url:?} asks to skip the checks of the node's TLS certificate \
+                 (#insecure), which redquorum does not do: anyone on the way could stand in \
+                 for the node and grant locks. Drop #insecure; if the node's certificate is \
+                 signed by a private CA (or is self-signed), trust that CA with \
+                 Builder::tls_root_certificate(std::fs::read(\"ca.pem\")?)"
             ),
             ConfigError::InvalidCertificate { option, reason } => write!(
                 f,
@@ -479,6 +496,10 @@ pub enum NodeFailure {
         /// The counter's key.
         key: String,
     },
+    /// The Redis client refused to send the request: a mistake in its
+    /// configuration for this node (redis-rs's `InvalidClientConfig` and
+    /// client-side errors), not an answer from the node. Nothing was sent.
+    Client(String),
     /// Any other error answer from Redis.
     Server {
         /// The error code (`ERR`, `NOSCRIPT`, `BUSY`, …).
@@ -539,6 +560,11 @@ impl fmt::Display for NodeFailure {
                  someone else wrote it; on this node, set it to the largest counter the other \
                  nodes hold for the resource, or delete it where tokens follow the clock \
                  (Builder::fence_time_floor, the default)"
+            ),
+            NodeFailure::Client(e) => write!(
+                f,
+                "the Redis client refused to send the request ({e}): its configuration for this \
+                 node is wrong (the node's URL, or the builder's options); the node was not asked"
             ),
             NodeFailure::Server { message, .. } => write!(f, "Redis error: {message}"),
         }
