@@ -10,8 +10,8 @@
 //! |---|---|---|
 //! | [`key_prefix`](Builder::key_prefix) | `"redquorum:"` | prepended to every resource name to form the Redis key |
 //! | [`drift_factor`](Builder::drift_factor) | `0.01` | clock drift allowance: `ttl × factor + 2 ms` is taken off the validity |
-//! | [`node_timeout`](Builder::node_timeout) | 50 ms | bound on each request to one node |
-//! | [`connect_timeout`](Builder::connect_timeout) | 2 s | bound on making a connection to one node, in the background |
+//! | [`node_timeout`](Builder::node_timeout) | 50 ms | bound on each request to one node (at most a day) |
+//! | [`connect_timeout`](Builder::connect_timeout) | 2 s | bound on making a connection to one node, in the background (at most a day) |
 //! | [`retry_count`](Builder::retry_count) | 10 | retries after the first attempt in [`lock`](crate::Redlock::lock) |
 //! | [`retry_delay`](Builder::retry_delay) | 200 ms | mean pause between attempts |
 //! | [`retry_jitter`](Builder::retry_jitter) | 100 ms | the pause is drawn uniformly from `delay ± jitter` |
@@ -83,6 +83,15 @@ pub(crate) struct Options {
 /// The default of [`Builder::wait_timeout`].
 pub(crate) const DEFAULT_WAIT: Duration = Duration::from_secs(10);
 
+/// The longest [`node_timeout`](Builder::node_timeout) and
+/// [`connect_timeout`](Builder::connect_timeout): a day. Longer ones bound
+/// nothing (a node that slow is down), and a request's deadline is `now +
+/// timeout` on tokio's clock, which panics past the range of an `Instant`;
+/// so they are refused rather than saturated. The other durations are
+/// taken whole: deadlines on our own clock saturate (`Moment::after`), and
+/// so do tokio's sleeps and timeouts.
+pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
 impl Default for Options {
     fn default() -> Self {
         Options {
@@ -144,7 +153,8 @@ impl Builder {
     /// when a majority has already answered. Connecting is bounded
     /// separately ([`connect_timeout`](Self::connect_timeout)). A request
     /// that times out on a connection that has left a request unanswered for
-    /// three node timeouts (a second at least) replaces it. Default 50 ms.
+    /// three node timeouts (a second at least) replaces it. Default 50 ms;
+    /// at most a day ([`ConfigError::TimeoutTooLong`]).
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.options.node_timeout = timeout;
         self
@@ -155,7 +165,8 @@ impl Builder {
     /// background, shared by the requests that need it; a request waits for
     /// it no longer than its own [`node_timeout`](Self::node_timeout) and
     /// votes `Timeout` meanwhile, so a node several round trips away joins
-    /// after a few attempts instead of never. Default 2 s.
+    /// after a few attempts instead of never. Default 2 s; at most a day
+    /// ([`ConfigError::TimeoutTooLong`]).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.options.connect_timeout = timeout;
         self
@@ -175,7 +186,10 @@ impl Builder {
         self
     }
 
-    /// The mean pause between attempts. Default 200 ms.
+    /// The mean pause between attempts. Default 200 ms. Any duration is
+    /// taken: a pause that would end after the wait deadline ends the call
+    /// at once ([`GaveUp::Deadline`](crate::GaveUp::Deadline)), unless it
+    /// waits for an announced release.
     pub fn retry_delay(mut self, delay: Duration) -> Self {
         self.options.retry_delay = delay;
         self
@@ -183,7 +197,8 @@ impl Builder {
 
     /// The random spread of the pause: it is drawn uniformly from
     /// `delay − jitter ..= delay + jitter`, so that contending clients fall
-    /// out of step. Default 100 ms.
+    /// out of step. Default 100 ms. Any duration is taken, as for
+    /// [`retry_delay`](Self::retry_delay).
     pub fn retry_jitter(mut self, jitter: Duration) -> Self {
         self.options.retry_jitter = jitter;
         self
@@ -393,7 +408,7 @@ impl Builder {
         #[cfg(feature = "tls")]
         {
             install_crypto_provider();
-            if self.tls.root.is_some() || self.tls.client.is_some() {
+            let client = if self.tls.root.is_some() || self.tls.client.is_some() {
                 let certificates = redis::TlsCertificates {
                     client_tls: self.tls.client.clone().map(|(client_cert, client_key)| {
                         redis::ClientTlsConfig {
@@ -403,9 +418,20 @@ impl Builder {
                     }),
                     root_cert: self.tls.root.clone(),
                 };
-                return redis::Client::build_with_tls(url, certificates).map_err(invalid);
+                redis::Client::build_with_tls(url, certificates).map_err(invalid)?
+            } else {
+                redis::Client::open(url).map_err(invalid)?
+            };
+            // Told from what redis-rs parsed, not the URL's text: `#insecure`
+            // is its one way to skip the checks, after the path or not.
+            // This build of it could not make such a connection anyway
+            // (every request would fail), and should not.
+            if let redis::ConnectionAddr::TcpTls { insecure: true, .. } =
+                client.get_connection_info().addr()
+            {
+                return Err(ConfigError::InsecureTls { url: redact(url) });
             }
-            redis::Client::open(url).map_err(invalid)
+            Ok(client)
         }
         #[cfg(not(feature = "tls"))]
         Err(ConfigError::TlsNotEnabled { url: redact(url) })
@@ -429,6 +455,18 @@ impl Builder {
         }
         if o.connect_timeout.is_zero() {
             return Err(ConfigError::ZeroConnectTimeout);
+        }
+        for (option, timeout) in [
+            ("node_timeout", o.node_timeout),
+            ("connect_timeout", o.connect_timeout),
+        ] {
+            if timeout > MAX_TIMEOUT {
+                return Err(ConfigError::TimeoutTooLong {
+                    option,
+                    timeout,
+                    max: MAX_TIMEOUT,
+                });
+            }
         }
         #[cfg(feature = "tls")]
         self.check_certificates()?;
@@ -616,6 +654,31 @@ mod tests {
             config_err(one().connect_timeout(Duration::ZERO)),
             ConfigError::ZeroConnectTimeout
         );
+        let beyond = MAX_TIMEOUT + Duration::from_nanos(1);
+        for long in [beyond, Duration::MAX] {
+            assert_eq!(
+                config_err(one().node_timeout(long)),
+                ConfigError::TimeoutTooLong {
+                    option: "node_timeout",
+                    timeout: long,
+                    max: MAX_TIMEOUT
+                }
+            );
+            let e = config_err(one().connect_timeout(long));
+            assert!(
+                matches!(
+                    e,
+                    ConfigError::TimeoutTooLong {
+                        option: "connect_timeout",
+                        ..
+                    }
+                ),
+                "{e:?}"
+            );
+            assert!(e.to_string().contains("86400s"), "{e}");
+        }
+        let longest = one().node_timeout(MAX_TIMEOUT).connect_timeout(MAX_TIMEOUT);
+        assert!(longest.validate().is_ok());
         assert!(one().drift_factor(0.0).validate().is_ok());
     }
 
@@ -633,6 +696,23 @@ mod tests {
             redact("redis+unix:///s.sock?db=1&pass=x&password=y"),
             "redis+unix:///s.sock?db=1&pass=***&password=***"
         );
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn tls_urls_that_skip_certificate_checks_are_refused() {
+        for url in [
+            "rediss://:s3cret@127.0.0.1:6380/#insecure",
+            "rediss://user:s3cret@127.0.0.1:6380#insecure",
+            "valkeys://127.0.0.1:6380/0#insecure",
+        ] {
+            let e = config_err(Builder::default().node(url));
+            assert!(matches!(e, ConfigError::InsecureTls { .. }), "{e:?}");
+            let shown = e.to_string();
+            assert!(shown.contains("tls_root_certificate"), "{shown}");
+            assert!(!shown.contains("s3cret"), "{shown}");
+            assert!(!format!("{e:?}").contains("s3cret"), "{e:?}");
+        }
     }
 
     #[test]

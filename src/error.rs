@@ -209,6 +209,17 @@ pub enum ConfigError {
     ZeroNodeTimeout,
     /// The connect timeout is zero.
     ZeroConnectTimeout,
+    /// A per-node or connect timeout longer than a day: a node that takes
+    /// that long to answer is as good as down, and a deadline that far off
+    /// is no bound.
+    TimeoutTooLong {
+        /// The builder option: `node_timeout` or `connect_timeout`.
+        option: &'static str,
+        /// The timeout given.
+        timeout: Duration,
+        /// The longest accepted.
+        max: Duration,
+    },
     /// The keep-alive fraction is not in `(0.0, 1.0)`.
     InvalidKeepAliveFraction(f64),
     /// A TTL of zero (or below one millisecond, which Redis cannot express).
@@ -253,6 +264,15 @@ pub enum ConfigError {
     /// A node URL asks for TLS (`rediss://`), and the crate was built
     /// without its `tls` feature.
     TlsNotEnabled {
+        /// The URL as given (password removed).
+        url: String,
+    },
+    /// A node URL asks to skip the checks of the node's TLS certificate
+    /// (redis-rs's `rediss://host/#insecure`): anyone between this client
+    /// and the node could then stand in for it and grant locks. Trust the
+    /// node's CA instead
+    /// ([`Builder::tls_root_certificate`](crate::Builder::tls_root_certificate)).
+    InsecureTls {
         /// The URL as given (password removed).
         url: String,
     },
@@ -305,6 +325,15 @@ impl fmt::Display for ConfigError {
             ConfigError::ZeroConnectTimeout => {
                 write!(f, "the connect timeout must be greater than zero")
             }
+            ConfigError::TimeoutTooLong {
+                option,
+                timeout,
+                max,
+            } => write!(
+                f,
+                "{option} {timeout:?} is longer than the most accepted, {max:?}: a node that takes \
+                 longer than that to answer is as good as down; give milliseconds to seconds"
+            ),
             ConfigError::ZeroTtl => write!(f, "the TTL must be at least 1 ms"),
             ConfigError::TtlTooLarge { ttl, max } => {
                 write!(f, "TTL {ttl:?} is larger than Redis accepts ({max:?})")
@@ -337,6 +366,14 @@ impl fmt::Display for ConfigError {
                 f,
                 "node URL {url:?} uses TLS, which needs redquorum's `tls` feature: \
                  `cargo add redquorum --features tls`"
+            ),
+            ConfigError::InsecureTls { url } => write!(
+                f,
+                "node URL {url:?} asks to skip the checks of the node's TLS certificate \
+                 (#insecure), which redquorum does not do: anyone on the way could stand in \
+                 for the node and grant locks. Drop #insecure; if the node's certificate is \
+                 signed by a private CA (or is self-signed), trust that CA with \
+                 Builder::tls_root_certificate(std::fs::read(\"ca.pem\")?)"
             ),
             ConfigError::InvalidCertificate { option, reason } => write!(
                 f,
@@ -450,6 +487,19 @@ pub enum NodeFailure {
         /// How long it still gets no vote.
         remaining: Duration,
     },
+    /// The resource's fencing counter (`<key>:fence`) on this node holds
+    /// something redquorum never writes there: not a whole number from 0
+    /// below 2^53 (`nan`, `inf`, `-5` or `1.5`, which Lua would otherwise
+    /// take for numbers; text; a key of another type). The fenced scripts
+    /// refuse it before writing anything: no token can be drawn from it.
+    BadFenceCounter {
+        /// The counter's key.
+        key: String,
+    },
+    /// The Redis client refused to send the request: a mistake in its
+    /// configuration for this node (redis-rs's `InvalidClientConfig` and
+    /// client-side errors), not an answer from the node. Nothing was sent.
+    Client(String),
     /// Any other error answer from Redis.
     Server {
         /// The error code (`ERR`, `NOSCRIPT`, `BUSY`, …).
@@ -509,6 +559,20 @@ impl fmt::Display for NodeFailure {
                  nodes run with appendfsync always keep their keys and can do without this \
                  (Builder::restart_guard)",
                 remaining.as_millis()
+            ),
+            NodeFailure::BadFenceCounter { key } => write!(
+                f,
+                "the fencing counter {key:?} holds no whole number from 0 below 2^53 (NaN, an \
+                 infinity, a negative or fractional number, or no number), so no token can be \
+                 drawn and nothing was written: redquorum writes only such numbers there, so \
+                 someone else wrote it; on this node, set it to the largest counter the other \
+                 nodes hold for the resource, or delete it where tokens follow the clock \
+                 (Builder::fence_time_floor, the default)"
+            ),
+            NodeFailure::Client(e) => write!(
+                f,
+                "the Redis client refused to send the request ({e}): its configuration for this \
+                 node is wrong (the node's URL, or the builder's options); the node was not asked"
             ),
             NodeFailure::Server { message, .. } => write!(f, "Redis error: {message}"),
         }

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::*;
 use redquorum::local_cluster::{LocalCluster, Reply};
-use redquorum::{ConfigError, Error, Lock, Redlock};
+use redquorum::{ConfigError, Error, Lock, NodeFailure, Redlock};
 
 const ALL: [usize; 5] = [0, 1, 2, 3, 4];
 
@@ -337,4 +337,44 @@ async fn one_node_losing_its_counters_with_and_without_the_floor() {
         b_count <= t_count,
         "without it the tokens do not grow here ({t_count} then {b_count}): the documented limit"
     );
+}
+
+/// A counter that is not a whole number from 0 below 2^53 (set by hand or
+/// by another program: Lua reads `nan`, `inf`, `-5` and `1.5` as numbers)
+/// on a majority: the lock is refused, each of those nodes says which key
+/// holds the bad counter, and the counters are left as they were for an
+/// operator to put right. Once they are, fenced locks work again.
+#[tokio::test]
+async fn a_counter_that_is_not_a_whole_number_refuses_the_lock() {
+    let c = cluster(5);
+    let redlock = redlock(&c);
+    let counter = format!("{}:fence", key("r"));
+    for bad in ["nan", "inf", "-5", "1.5"] {
+        for i in [0, 1, 2] {
+            run(&c, i, &["SET", &counter, bad]);
+        }
+        let err = fenced(&redlock, "r", secs(5)).await.unwrap_err();
+        let Error::NotAcquired { report, .. } = &err else {
+            panic!("{bad}: {err}")
+        };
+        let named = report
+            .failures()
+            .iter()
+            .filter(|(_, f)| matches!(f, NodeFailure::BadFenceCounter { key } if *key == counter))
+            .count();
+        assert_eq!(named, 3, "{bad}: {err}");
+        assert!(err.to_string().contains(&format!("{counter:?}")), "{err}");
+        assert!(err.to_string().contains("delete it"), "{err}");
+        assert!(redlock.drain(secs(5)).await);
+        assert_eq!(holders(&c, &ALL, &key("r")), 0, "{bad}");
+        for i in [0, 1, 2] {
+            assert_eq!(get(&c, i, &counter).as_deref(), Some(bad), "{bad}");
+        }
+        for i in [0, 1, 2] {
+            run(&c, i, &["DEL", &counter]);
+        }
+    }
+    let lock = fenced(&redlock, "r", secs(5)).await.unwrap();
+    assert!(lock.fence().unwrap() > now_us() - 60_000_000);
+    lock.release().await.unwrap();
 }

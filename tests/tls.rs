@@ -465,6 +465,38 @@ fn unusable_certificates_and_keys_fail_at_build_without_showing_the_key() {
         .unwrap();
 }
 
+/// `#insecure`, redis-rs's way to skip the checks of a node's certificate,
+/// is refused at build, with or without certificates given, saying how to
+/// trust a private CA instead and without the URL's password. It used to
+/// build, and then every request failed on every node as a "Redis error"
+/// (this build of redis-rs cannot skip the checks).
+#[test]
+fn a_url_that_skips_certificate_checks_is_refused_at_build() {
+    let pki = Pki::new();
+    for url in [
+        "rediss://:s3cret@127.0.0.1:6380/#insecure",
+        "rediss://locker:s3cret@127.0.0.1:6380#insecure",
+    ] {
+        for builder in [
+            Redlock::builder().node(url),
+            Redlock::builder()
+                .node(url)
+                .tls_root_certificate(pki.read("ca.crt")),
+        ] {
+            let e = match builder.build() {
+                Err(Error::Config(e @ ConfigError::InsecureTls { .. })) => e,
+                Err(e) => panic!("{url}: {e}"),
+                Ok(_) => panic!("{url}: built"),
+            };
+            let shown = e.to_string();
+            assert!(shown.contains("tls_root_certificate"), "{shown}");
+            assert!(shown.contains("127.0.0.1:6380"), "{shown}");
+            assert!(!shown.contains("s3cret"), "{shown}");
+            assert!(!format!("{e:?}").contains("s3cret"), "{e:?}");
+        }
+    }
+}
+
 #[test]
 fn the_tls_scheme_is_recognised_in_any_case() {
     for url in ["rediss://127.0.0.1:6380", "REDISS://127.0.0.1:6380"] {

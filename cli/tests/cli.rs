@@ -301,6 +301,40 @@ fn every_exit_status() {
     );
 }
 
+/// Durations too long for what they bound: a usage error that says the
+/// bound, never a panic (the status command exited 101 on a node timeout
+/// of 300000000000 years). Nothing listens on port 1: each is refused
+/// before any request. A wait that long is no error: it waits for ever.
+#[test]
+fn huge_durations_are_usage_errors_not_panics() {
+    const TOKEN: &str = "0123456789abcdef0123456789abcdef01234567";
+    const HUGE: &str = "300000000000y";
+    for args in [
+        &["status", "--node-timeout", HUGE, "r"][..],
+        &["release", "--node-timeout", HUGE, "--token", TOKEN, "r"],
+        &["run", "--node-timeout", HUGE, "r", "--", "true"],
+        &["run", "--ttl", HUGE, "r", "--", "true"],
+    ] {
+        let out = Command::new(BIN)
+            .args(args)
+            .env("REDQUORUM_NODES", "redis://127.0.0.1:1")
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .output()
+            .expect("redquorum runs");
+        assert_eq!(code(&out), 2, "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("invalid configuration"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    let c = cluster();
+    let out = output(run_sh(&c, &["--wait", HUGE], "r", "echo ran"));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "ran\n");
+}
+
 /// A majority frozen while the command runs: renewals fail, and once no
 /// more than --kill-after of the lock is left the command's whole process
 /// group gets SIGTERM (a child it started in the background too), then

@@ -568,6 +568,12 @@ pub(crate) fn classify(e: &RedisError) -> NodeFailure {
         "NOPERM",
         "READONLY",
     ];
+    if e.code() == Some("BADFENCE") {
+        // The fenced scripts' refusal of a counter: `BADFENCE <counter key>`.
+        return NodeFailure::BadFenceCounter {
+            key: e.detail().unwrap_or_default().to_owned(),
+        };
+    }
     let message = e.to_string();
     let known = |code: Option<&str>| match code {
         Some("WRONGTYPE") => Some(NodeFailure::WrongType(message.clone())),
@@ -584,6 +590,14 @@ pub(crate) fn classify(e: &RedisError) -> NodeFailure {
     }
     if is_tls_failure(e) {
         return NodeFailure::Tls(message);
+    }
+    // Raised by redis-rs before anything is sent (a URL it cannot use,
+    // say): never the node's answer.
+    if matches!(
+        e.kind(),
+        ErrorKind::InvalidClientConfig | ErrorKind::Client | ErrorKind::UnexpectedReturnType
+    ) {
+        return NodeFailure::Client(message);
     }
     if is_connection_error(e) {
         return NodeFailure::Connection(message);
@@ -605,6 +619,21 @@ mod tests {
     use crate::kinds::{Kind, mutex::Mutex};
     use crate::proto::quorum::Plan;
     use crate::proto::{Effect, LockId};
+
+    #[test]
+    fn client_side_errors_are_not_the_nodes_answer() {
+        for e in [
+            RedisError::from((
+                ErrorKind::InvalidClientConfig,
+                "Cannot create insecure client without tls-rustls-insecure feature",
+            )),
+            RedisError::from((ErrorKind::Client, "a client-side error")),
+        ] {
+            let failure = classify(&e);
+            assert!(matches!(failure, NodeFailure::Client(_)), "{failure:?}");
+            assert!(failure.to_string().contains("not asked"), "{failure}");
+        }
+    }
 
     #[tokio::test]
     async fn a_quarantined_node_refuses_acquisitions_at_once_and_lets_the_rest_through() {

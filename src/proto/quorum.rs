@@ -383,8 +383,11 @@ pub(crate) fn retry_delay(delay: Duration, jitter: Duration) -> Duration {
     uniform(delay.saturating_sub(jitter), delay.saturating_add(jitter))
 }
 
+/// Uniform in `low..=high`, in microseconds; a bound beyond `u64::MAX` µs
+/// (584 542 years) is taken as that, not cut to its low 64 bits.
 fn uniform(low: Duration, high: Duration) -> Duration {
-    let (low, high) = (low.as_micros() as u64, high.as_micros() as u64);
+    let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+    let (low, high) = (micros(low), micros(high));
     Duration::from_micros(rand::random_range(low..=high.max(low)))
 }
 
@@ -457,7 +460,10 @@ pub(crate) fn pause(
                 .saturating_mul(HOLDER_SLEEP_CAP)
                 .max(HOLDER_SLEEP_FLOOR)
                 .max(poll);
-            ((*ttl + uniform(Duration::ZERO, jitter)).min(cap), true)
+            (
+                ttl.saturating_add(uniform(Duration::ZERO, jitter)).min(cap),
+                true,
+            )
         }
         Seen::Contended => {
             let bound = attempt.saturating_mul(2u32.saturating_pow(streak));
@@ -563,6 +569,12 @@ mod tests {
         assert!(draws.iter().any(|d| *d != draws[0]), "no randomness");
         assert_eq!(retry_delay(ms(10), ms(50)).max(ms(60)), ms(60));
         assert_eq!(retry_delay(ms(7), Duration::ZERO), ms(7));
+        // Delays too long for 64 bits of microseconds are as long as they
+        // go, never their low bits (2^60 s was 0 µs).
+        let huge = Duration::from_secs(1 << 60);
+        let most = Duration::from_micros(u64::MAX);
+        assert_eq!(retry_delay(huge, Duration::ZERO), most);
+        assert_eq!(retry_delay(Duration::MAX, Duration::ZERO), most);
     }
 
     #[tokio::test(start_paused = true)]

@@ -6,13 +6,25 @@
 -- {n}: the key is ours, and the counter was raised to n = max(counter + 1,
 -- floor) in the same step (also when run twice: then the counter as it is);
 -- 0: another owner's key (a string or a reentrant hash), nothing changed;
--- {holder, pttl}: the same, with the holder's token (false if unknown).
+-- {holder, pttl}: the same, with the holder's token (false if unknown);
+-- error BADFENCE: the counter is not one (see below), nothing changed.
 local v = redis.pcall('GET', KEYS[1])
 if type(v) == 'table' and redis.call('TYPE', KEYS[1]).ok ~= 'hash' then
   return v
 end
+-- The counter, checked before anything is written: a whole number from 0
+-- below 2^53, where Lua's doubles (exact up to there) stop counting. Lua
+-- 5.1's tonumber also reads 'nan', 'inf', '-5' and '1.5'; a NaN fails
+-- every comparison and survives math.max, so it is told by n ~= n. Nothing
+-- but a string holding such a number is a counter (a key of another type
+-- reads as an error table, which tonumber makes nil).
+local c = redis.pcall('GET', KEYS[2])
+c = tonumber(c or '0')
+if not c or c ~= c or c < 0 or c >= 9007199254740992 or math.floor(c) ~= c then
+  return redis.error_reply('BADFENCE ' .. KEYS[2])
+end
 if v == ARGV[1] then
-  return {tonumber(redis.call('GET', KEYS[2]) or '0')}
+  return {c}
 end
 if v then
   if ARGV[3] ~= '1' then
@@ -24,14 +36,11 @@ if v then
   end
   return {holder, redis.call('PTTL', KEYS[1])}
 end
--- The next token, checked before anything is written: Lua's numbers are
--- doubles, exact for whole numbers below 2^53 (%.0f writes them without an
--- exponent); beyond, a counter would stop growing.
-local c = redis.pcall('GET', KEYS[2])
-c = tonumber(c or '0')
-local n = c and math.max(c + 1, tonumber(ARGV[4]))
-if not n or n >= 9007199254740992 then
-  return redis.error_reply('ERR the fencing counter ' .. KEYS[2] .. ' is not a number below 2^53')
+-- The next token (%.0f writes it without an exponent). Beyond 2^53 a
+-- counter would stop growing: refused, before anything is written.
+local n = math.max(c + 1, tonumber(ARGV[4]))
+if n >= 9007199254740992 then
+  return redis.error_reply('ERR the fencing counter ' .. KEYS[2] .. ' cannot grow past 2^53')
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('SET', KEYS[2], string.format('%.0f', n))

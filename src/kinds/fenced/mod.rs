@@ -85,9 +85,16 @@
 //! acquisitions).
 //!
 //! Counters are exact below 2^53 (Lua's numbers are doubles; a floor in
-//! microseconds gets there in the year 2255). A counter that cannot grow —
-//! at that limit, or not a number — makes the script fail before it writes
-//! anything, so no key is taken behind an error.
+//! microseconds gets there in the year 2255). A counter that cannot grow
+//! past that limit makes the script fail before it writes anything, so no
+//! key is taken behind an error; and so does one that is not a whole number
+//! from 0 below 2^53, which only someone else can have written. Lua 5.1's
+//! `tonumber` reads `nan`, `inf`, `-5` and `1.5` as numbers, and a NaN
+//! fails every comparison and survives `math.max`: unchecked, `nan` took
+//! the key and drew a token of `i64::MIN`, and the second round agreed.
+//! Both scripts refuse such a counter with `BADFENCE <counter key>`, which
+//! the node reports as
+//! [`NodeFailure::BadFenceCounter`](crate::NodeFailure::BadFenceCounter).
 //!
 //! **Counters accumulate**: one key per fenced resource per node
 //! (`<key>:fence`, a short string), kept without a TTL: about 91 bytes of
