@@ -364,6 +364,76 @@ fn a_failing_lock_stops_the_command_and_what_it_started() {
     }
 }
 
+/// A failing lock, and a command whose shell exits on SIGTERM (at once, or
+/// after a second of cleanup) but whose background child ignores it: the
+/// child gets SIGKILL by the time the lock's validity ends, not a fresh
+/// --kill-after after the shell's exit. The majority is frozen just after
+/// the command starts, so the validity ends within the TTL of the freeze
+/// (the acquisition, and any renewal that got through, began before it);
+/// the child stamps the time every 10 ms while it runs.
+#[test]
+fn what_a_failing_lock_leaves_running_dies_by_its_deadline() {
+    const TTL_MS: u128 = 3000;
+    let mut c = cluster();
+    let dir = TempDir::new("leftover");
+    for (shell, cleanup) in [("exits at once", ""), ("cleans up for 1s", "sleep 1; ")] {
+        let stamps = dir.path().join(shell.replace(' ', "-"));
+        let script = format!(
+            "(trap '' TERM; while :; do date +%s%N >> {f}; sleep 0.01; done) & \
+             trap '{cleanup}exit 143' TERM; echo ready; wait",
+            f = stamps.display()
+        );
+        let options = [
+            "--node-timeout",
+            "100ms",
+            "--ttl",
+            "3s",
+            "--kill-after",
+            "1400ms",
+        ];
+        let mut run = run_sh(&c, &options, "r", &script)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        assert_eq!(first_line(&mut run), "ready");
+        let frozen = unix_nanos();
+        for i in [0, 1, 2] {
+            c.freeze(i);
+        }
+        let out = run.wait_with_output().unwrap();
+        for i in [0, 1, 2] {
+            c.thaw(i);
+        }
+        assert_eq!(code(&out), 76, "{shell}: {}", stderr(&out));
+        let last: u128 = std::fs::read_to_string(&stamps)
+            .unwrap()
+            .lines()
+            .filter_map(|line| line.parse().ok())
+            .max()
+            .expect("the child ran");
+        // The margin is for a late timer on a loaded machine; a grace
+        // counted from the shell's exit overruns by most of a second.
+        let past_ms = (last as i128 - (frozen + TTL_MS * 1_000_000) as i128) / 1_000_000;
+        assert!(
+            past_ms < 500,
+            "{shell}: the leftover child ran {past_ms} ms past the lock's validity"
+        );
+        eprintln!("{shell}: the leftover child's last stamp {past_ms} ms from the deadline");
+        wait_for("the lost lock's keys gone", Duration::from_secs(5), || {
+            holders(&c, &key("r")) == 0
+        });
+    }
+}
+
+/// The wall clock, as `date +%s%N` prints it.
+fn unix_nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
 /// A command that leaves a process running in its group: it is stopped
 /// before the lock is released, and the command's status stands.
 #[test]
