@@ -23,10 +23,15 @@ pub struct Cli {
 
 const AFTER_HELP: &str = "\
 NODES:
-  Every command but `cluster` talks to the nodes given by --nodes, else by the
-  REDQUORUM_NODES environment variable: comma-separated URLs,
-  redis://[user:password@]host:port[/db] or rediss:// for TLS. Use three or
-  five independent nodes (not replicas of one another).
+  Every command but `cluster` talks to the nodes given by --nodes (once per
+  URL, or once with a comma-separated list), else by the REDQUORUM_NODES
+  environment variable (a comma-separated list): URLs
+  redis://[user:password@]host:port[/db], rediss:// for TLS, or
+  redis+unix:///path/to.sock. A list is split only at a comma followed by a
+  URL's scheme (redis://, rediss://, unix://, ...): a comma in a password is
+  kept in it, and every URL of a list needs its scheme. No password is ever
+  printed, in any message. Use three or five independent nodes (not replicas
+  of one another).
 
 EXAMPLES:
   # Once a night, on whichever machine gets there first; the others skip it.
@@ -69,11 +74,13 @@ pub enum Command {
 /// Where the nodes are.
 #[derive(Debug, Args)]
 pub struct Nodes {
-    /// The nodes: comma-separated redis:// or rediss:// URLs.
+    /// The nodes: redis:// or rediss:// URLs, comma-separated, or --nodes
+    /// once per URL. A list is split only at a comma followed by a URL's
+    /// scheme, so a comma in a password is kept.
     #[arg(
         long,
+        value_name = "URLS",
         env = "REDQUORUM_NODES",
-        value_delimiter = ',',
         hide_env_values = true
     )]
     pub nodes: Vec<String>,

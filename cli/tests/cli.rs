@@ -539,6 +539,154 @@ fn signals_reach_the_command_and_the_lock_is_released_after_it() {
     holder.wait().unwrap();
 }
 
+/// Passwords with a comma in them, in URLs that are fine, that point
+/// nowhere, or that are bad, given by `--nodes` or by `REDQUORUM_NODES`:
+/// no part of a password is ever printed (a list split at every comma used
+/// to print `node URL "redis://:hunter2" is invalid`).
+#[test]
+fn no_password_is_ever_printed() {
+    let secrets = ["hunter2", "secret", "s3cr3t", "xyzzy"];
+    let lists = [
+        "redis://:hunter2,secret@127.0.0.1:1",
+        "redis://admin:s3cr3t,@127.0.0.1:1",
+        "redis://:hunter2,secret@127.0.0.1:1,redis://admin:s3cr3t,@127.0.0.1:2",
+        "redis://:hunter2,secret@127.0.0.1:notaport",
+        "redis://admin:s3cr3t,@127.0.0.1:x/0",
+        "unix:///tmp/redquorum-none.sock?pass=s3cr3t,xyzzy&db=x",
+        // Lists already cut at a comma, or cut in a bad place: still no
+        // password shown.
+        "redis://:hunter2",
+        "redis://admin:s3cr3t",
+        "secret@127.0.0.1:1",
+        "redis://:hunter2,secret@127.0.0.1:1/0,h:2",
+    ];
+    for list in lists {
+        for (how, args) in [
+            ("--nodes", vec!["--nodes", list]),
+            ("REDQUORUM_NODES", vec![]),
+        ] {
+            for command in [
+                &["status", "--node-timeout", "200ms", "r"][..],
+                &[
+                    "run",
+                    "--node-timeout",
+                    "200ms",
+                    "--no-wait",
+                    "r",
+                    "--",
+                    "true",
+                ],
+            ] {
+                let mut redquorum = Command::new(BIN);
+                redquorum
+                    .args(&command[..1])
+                    .args(&args)
+                    .args(&command[1..])
+                    .env_remove("RUST_LOG")
+                    .stdin(Stdio::null());
+                match how {
+                    "--nodes" => redquorum.env_remove("REDQUORUM_NODES"),
+                    _ => redquorum.env("REDQUORUM_NODES", list),
+                };
+                let out = output(redquorum);
+                let shown = format!("{}{}", stdout(&out), stderr(&out));
+                assert_ne!(code(&out), 0, "{list} by {how}: {shown}");
+                for secret in secrets {
+                    assert!(
+                        !shown.contains(secret),
+                        "{list} by {how}, {:?}: {secret:?} shown in: {shown}",
+                        command[0]
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// A comma in a password works against nodes that have that password (the
+/// default user's, and an ACL user's ending in a comma), in a list by
+/// `REDQUORUM_NODES` or `--nodes`, and with `--nodes` given once per URL.
+#[test]
+fn a_comma_in_a_password_works_and_nodes_may_be_given_one_by_one() {
+    let c = LocalCluster::start(3)
+        .unwrap_or_else(|e| panic!("cannot start a local Redis cluster: {e}"));
+    for i in 0..3 {
+        let port = c.port(i);
+        for setting in [
+            &[
+                "ACL", "SETUSER", "admin", "on", ">s3cr3t,", "~*", "&*", "+@all",
+            ][..],
+            &["CONFIG", "SET", "requirepass", "hunter2,secret"],
+        ] {
+            assert_eq!(
+                command(port, setting).unwrap(),
+                Reply::Status("OK".to_owned()),
+                "{setting:?}"
+            );
+        }
+    }
+    let default_user: Vec<String> = (0..3)
+        .map(|i| format!("redis://:hunter2,secret@127.0.0.1:{}", c.port(i)))
+        .collect();
+    let admin: Vec<String> = (0..3)
+        .map(|i| format!("redis://admin:s3cr3t,@127.0.0.1:{}", c.port(i)))
+        .collect();
+    for urls in [&default_user, &admin] {
+        let list = urls.join(",");
+        let by_env = vec![];
+        let by_list = vec!["--nodes".to_owned(), list.clone()];
+        let one_by_one: Vec<String> = urls
+            .iter()
+            .flat_map(|u| ["--nodes".to_owned(), u.clone()])
+            .collect();
+        let mixed = vec![
+            "--nodes".to_owned(),
+            urls[0].clone(),
+            "--nodes".to_owned(),
+            urls[1..].join(","),
+        ];
+        for (how, nodes) in [
+            ("REDQUORUM_NODES", by_env),
+            ("a --nodes list", by_list),
+            ("--nodes once per URL", one_by_one),
+            ("--nodes, then a list", mixed),
+        ] {
+            let mut run = Command::new(BIN);
+            run.arg("run")
+                .args(&nodes)
+                .args(["--no-wait", "r", "--", "sh", "-c", "echo ran"])
+                .env_remove("RUST_LOG")
+                .stdin(Stdio::null());
+            match how {
+                "REDQUORUM_NODES" => run.env("REDQUORUM_NODES", &list),
+                _ => run.env_remove("REDQUORUM_NODES"),
+            };
+            let out = output(run);
+            assert_eq!(code(&out), 0, "{} by {how}: {}", urls[0], stderr(&out));
+            assert_eq!(stdout(&out).trim(), "ran", "{} by {how}", urls[0]);
+            let out = output({
+                let mut status = Command::new(BIN);
+                status
+                    .arg("status")
+                    .args(&nodes)
+                    .arg("r")
+                    .env_remove("RUST_LOG");
+                match how {
+                    "REDQUORUM_NODES" => status.env("REDQUORUM_NODES", &list),
+                    _ => status.env_remove("REDQUORUM_NODES"),
+                };
+                status
+            });
+            assert_eq!(code(&out), 0, "{how}: {}", stderr(&out));
+            assert!(
+                stdout(&out).starts_with("r: free (no lock on a majority of 3 nodes)"),
+                "{how}: {}",
+                stdout(&out)
+            );
+        }
+    }
+}
+
 fn status_json(c: &LocalCluster, resource: &str) -> (i32, Value) {
     let out = output(redquorum(
         c,
