@@ -530,13 +530,13 @@ impl std::fmt::Debug for Builder {
 
 /// A URL with its password replaced, for error messages, logs and `Debug`:
 /// the password of `user:password@`, and the value of a `pass=` or
-/// `password=` query parameter (unix-socket URLs carry it there).
+/// `password=` query parameter (unix-socket URLs carry it there). A URL
+/// that does not parse may carry its password elsewhere (see
+/// [`secret_span`]): that is replaced too.
 pub(crate) fn redact(url: &str) -> String {
-    let mut out = match (url.find("://"), url.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => {
-            format!("{}***{}", &url[..scheme_end + 3], &url[at..])
-        }
-        _ => url.to_owned(),
+    let mut out = match secret_span(url) {
+        Some(span) => format!("{}***{}", &url[..span.start], &url[span.end..]),
+        None => url.to_owned(),
     };
     if let Some(q) = out.find('?') {
         let query: Vec<String> = out[q + 1..]
@@ -551,15 +551,44 @@ pub(crate) fn redact(url: &str) -> String {
     out
 }
 
+/// Where, outside the query, a URL may carry a password: the user
+/// information before the last `@` (all of it, user too), after the
+/// scheme's `://` or, in a fragment without one, from the start; with no
+/// `@`, a port that is not a number (all that follows the host's `:`): a
+/// password whose `@host` went missing (`redis://:hunter2` is what is left
+/// of `redis://:hunter2,x@host` cut at its comma), which a real port never
+/// is.
+fn secret_span(url: &str) -> Option<std::ops::Range<usize>> {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    if let Some(at) = url.rfind('@').filter(|&at| at >= start) {
+        return Some(start..at);
+    }
+    let end = url[start..]
+        .find(['/', '?', '#'])
+        .map_or(url.len(), |i| start + i);
+    let authority = &url[start..end];
+    // An IPv6 address's colons are not the port's.
+    let host = match authority.strip_prefix('[') {
+        Some(rest) => rest.find(']').map_or(authority.len(), |i| i + 2),
+        None => 0,
+    };
+    let port = start + host + authority[host..].find(':')? + 1;
+    let number = url[port..end].bytes().all(|b| b.is_ascii_digit());
+    (!number).then_some(port..end)
+}
+
 /// `text` with every password of `url` taken out: a parser's message may
 /// quote the URL, or parts of it.
 fn redact_all(text: &str, url: &str) -> String {
     let mut secrets = Vec::new();
-    if let (Some(scheme_end), Some(at)) = (url.find("://"), url.rfind('@'))
-        && at > scheme_end
-    {
-        let userinfo = &url[scheme_end + 3..at];
-        secrets.push(userinfo.split_once(':').map_or(userinfo, |(_, p)| p));
+    if let Some(span) = secret_span(url) {
+        let found = &url[span.clone()];
+        secrets.push(if url[span.end..].starts_with('@') {
+            // `user:password@`: the user is no secret.
+            found.split_once(':').map_or(found, |(_, p)| p)
+        } else {
+            found
+        });
     }
     if let Some((_, query)) = url.split_once('?') {
         for pair in query.split('&') {
@@ -696,6 +725,39 @@ mod tests {
             redact("redis+unix:///s.sock?db=1&pass=x&password=y"),
             "redis+unix:///s.sock?db=1&pass=***&password=***"
         );
+        // A URL with a comma in its password is one URL, and so redacted.
+        assert_eq!(redact("redis://:hunter2,secret@h:1"), "redis://***@h:1");
+        assert_eq!(redact("redis://admin:s3cr3t,@h:1"), "redis://***@h:1");
+        // What is left of one cut at that comma: no '@', a password where
+        // the port would be, or a user information without its scheme.
+        assert_eq!(redact("redis://:hunter2"), "redis://:***");
+        assert_eq!(redact("redis://admin:s3cr3t"), "redis://admin:***");
+        assert_eq!(redact("redis://admin:s3:cr3t/0"), "redis://admin:***/0");
+        assert_eq!(redact("secret@h:1"), "***@h:1");
+        // Ports, IPv6 addresses and paths are not secrets.
+        for url in [
+            "redis://h:6379/0",
+            "redis://[fe80::1]:6379",
+            "redis://[fe80::1]",
+            "redis://[fe80::1",
+            "redis+unix:///tmp/a:b.sock",
+            "redis://h",
+        ] {
+            assert_eq!(redact(url), url);
+        }
+        for url in [
+            "redis://:hunter2",
+            "redis://admin:s3cr3t",
+            "redis://admin:s3:cr3t",
+            "redis://:hunter2,secret@h:x",
+            "secret@h:x",
+        ] {
+            let e = config_err(Builder::default().node(url));
+            for secret in ["hunter2", "s3cr3t", "cr3t", "secret"] {
+                assert!(!e.to_string().contains(secret), "{e}");
+                assert!(!format!("{e:?}").contains(secret), "{e:?}");
+            }
+        }
     }
 
     #[cfg(feature = "tls")]

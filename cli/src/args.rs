@@ -23,10 +23,15 @@ pub struct Cli {
 
 const AFTER_HELP: &str = "\
 NODES:
-  Every command but `cluster` talks to the nodes given by --nodes, else by the
-  REDQUORUM_NODES environment variable: comma-separated URLs,
-  redis://[user:password@]host:port[/db] or rediss:// for TLS. Use three or
-  five independent nodes (not replicas of one another).
+  Every command but `cluster` talks to the nodes given by --nodes (once per
+  URL, or once with a comma-separated list), else by the REDQUORUM_NODES
+  environment variable (a comma-separated list): URLs
+  redis://[user:password@]host:port[/db], rediss:// for TLS, or
+  redis+unix:///path/to.sock. A list is split only at a comma followed by a
+  URL's scheme (redis://, rediss://, unix://, ...): a comma in a password is
+  kept in it, and every URL of a list needs its scheme. No password is ever
+  printed, in any message. Use three or five independent nodes (not replicas
+  of one another).
 
 EXAMPLES:
   # Once a night, on whichever machine gets there first; the others skip it.
@@ -69,11 +74,13 @@ pub enum Command {
 /// Where the nodes are.
 #[derive(Debug, Args)]
 pub struct Nodes {
-    /// The nodes: comma-separated redis:// or rediss:// URLs.
+    /// The nodes: redis:// or rediss:// URLs, comma-separated, or --nodes
+    /// once per URL. A list is split only at a comma followed by a URL's
+    /// scheme, so a comma in a password is kept.
     #[arg(
         long,
+        value_name = "URLS",
         env = "REDQUORUM_NODES",
-        value_delimiter = ',',
         hide_env_values = true
     )]
     pub nodes: Vec<String>,
@@ -107,10 +114,13 @@ The command runs in a process group of its own (given the terminal, if
 redquorum has it). If renewing the lock keeps failing until no more than
 --kill-after of it is left (a majority of nodes unreachable), or the lock is
 lost outright (its keys deleted, or this process paused past its TTL), the
-whole group is sent SIGTERM, then SIGKILL after --kill-after, and redquorum
-exits with 76. SIGINT, SIGTERM and SIGHUP sent to redquorum are passed on to
-the group. When the command exits, whatever it left running in its group is
-stopped the same way before the lock is released. If redquorum itself is
+whole group is stopped and redquorum exits with 76: SIGTERM, then SIGKILL
+when the lock's validity ends (--kill-after later at most), or SIGKILL at
+once for a lock lost outright. SIGINT, SIGTERM and SIGHUP sent to redquorum
+are passed on to the group. When the command exits, whatever it left running
+in its group is stopped before the lock is released: SIGTERM, then SIGKILL
+after --kill-after, or sooner, when the lock's validity ends (what outlives a
+command stopped for a failing lock gets no fresh grace). If redquorum itself is
 killed, the kernel kills the command's own process with it (Linux), though
 not what that started: nothing would keep the lock alive.
 
@@ -160,9 +170,11 @@ pub struct Run {
     pub reentrant_owner: Option<String>,
     /// How long the command has to exit after SIGTERM before it gets
     /// SIGKILL, when the lock is failing: SIGTERM goes out once renewals
-    /// have failed until no more than this is left of the lock, so that the
-    /// command is gone before the lock is [default: a third of --ttl, at
-    /// most 10s; at most half of --ttl].
+    /// have failed until no more than this is left of the lock, and SIGKILL
+    /// when the lock ends, so that the command's whole group is gone before
+    /// the lock is. Also the grace of what the command leaves running when
+    /// it exits [default: a third of --ttl, at most 10s; at most half of
+    /// --ttl].
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     pub kill_after: Option<Duration>,
     /// The exit status when the lock could not be acquired.

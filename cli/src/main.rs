@@ -14,7 +14,7 @@ mod run;
 use std::process::ExitCode;
 
 use clap::Parser;
-use redquorum::{Error, Redlock};
+use redquorum::{ConfigError, Error, Redlock};
 
 use args::{Cli, Command, Nodes};
 
@@ -68,14 +68,10 @@ pub fn fail(code: u8, message: impl std::fmt::Display) -> u8 {
 }
 
 /// The lock manager over the nodes given, or the exit status of a usage
-/// error (its message printed).
+/// error (its message printed). No URL is printed here: the library's
+/// errors show them with their passwords taken out.
 pub fn connect(nodes: &Nodes) -> Result<Redlock, u8> {
-    let urls: Vec<&str> = nodes
-        .nodes
-        .iter()
-        .map(|u| u.trim())
-        .filter(|u| !u.is_empty())
-        .collect();
+    let urls: Vec<&str> = nodes.nodes.iter().flat_map(|v| node_urls(v)).collect();
     if urls.is_empty() {
         return Err(fail(
             exit::USAGE,
@@ -83,10 +79,69 @@ pub fn connect(nodes: &Nodes) -> Result<Redlock, u8> {
         ));
     }
     Redlock::builder()
-        .nodes(urls)
+        .nodes(&urls)
         .node_timeout(nodes.node_timeout)
         .build()
-        .map_err(|e| usage_or_failure(&e))
+        .map_err(|e| {
+            let code = usage_or_failure(&e);
+            // A comma where the host is: a list of URLs some of which lack
+            // their scheme, taken for one URL.
+            let in_host = |u: &&str| {
+                let rest = u.split_once("://").map_or(*u, |(_, rest)| rest);
+                let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+                let host = authority
+                    .rsplit_once('@')
+                    .map_or(authority, |(_, host)| host);
+                host.contains(',')
+            };
+            if matches!(e, Error::Config(ConfigError::InvalidUrl { .. }))
+                && urls.iter().any(in_host)
+            {
+                eprintln!(
+                    "redquorum: a list of nodes is split only at a comma followed by a URL's \
+                     scheme: give every URL its redis:// (or rediss://, unix://), or pass \
+                     --nodes once per URL"
+                );
+            }
+            code
+        })
+}
+
+/// The node URLs in one value of `--nodes` (or `REDQUORUM_NODES`): a list
+/// split at each comma that is followed by the next URL's scheme
+/// (`redis://`, `rediss://`, `redis+unix://`, `unix://`, …) or ends the
+/// list, and only there. A password may hold a comma
+/// (`redis://:a,b@host:6379` is one URL): split at every comma, a list
+/// would cut it in two and the message about the bad first half would show
+/// half the password. None of a password's commas is followed by a scheme,
+/// as a URL's password cannot hold `//` (a `/` in it is written `%2F`).
+fn node_urls(value: &str) -> Vec<&str> {
+    let mut urls = Vec::new();
+    let mut start = 0;
+    for (comma, _) in value.match_indices(',') {
+        if next_url(&value[comma + 1..]) {
+            urls.push(&value[start..comma]);
+            start = comma + 1;
+        }
+    }
+    urls.push(&value[start..]);
+    urls.into_iter()
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .collect()
+}
+
+/// Whether `rest`, what follows a comma, starts the next URL: a scheme
+/// (a letter, then letters, digits, `+`, `-` or `.`) and `://`; or nothing
+/// but blanks and more commas.
+fn next_url(rest: &str) -> bool {
+    let rest = rest.trim_start_matches(|c: char| c == ',' || c.is_whitespace());
+    let Some((scheme, _)) = rest.split_once("://") else {
+        return rest.is_empty();
+    };
+    let mut chars = scheme.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
 }
 
 /// Prints `e`; a configuration mistake is a usage error.

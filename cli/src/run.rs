@@ -5,9 +5,13 @@
 //! waiting for the lock they end the wait (what was taken is rolled back)
 //! and redquorum exits as if killed by them (128 + N); while the command
 //! runs they are passed on to it, and the lock is released once it exits.
-//! A lost lock stops the command: SIGTERM, then SIGKILL after
-//! `--kill-after`. And if redquorum itself is killed, so is the command
-//! (on Linux): nothing would keep its lock alive.
+//! A failing lock stops the command's whole group: SIGTERM once no more
+//! than `--kill-after` of it is left, then SIGKILL when it ends; a lock
+//! lost outright gets SIGKILL at once. SIGKILL is never due later than the
+//! lock's validity, whatever the command does meanwhile: what its shell
+//! leaves running after exiting on SIGTERM keeps the deadline the shell
+//! had, and is not given a fresh grace. And if redquorum itself is killed,
+//! so is the command (on Linux): nothing would keep its lock alive.
 
 use std::future::IntoFuture;
 use std::io::IsTerminal;
@@ -186,41 +190,51 @@ async fn supervise(mut lock: Lock, args: &Run, signals: &mut Signals) -> u8 {
     let kill_after = args
         .kill_after
         .unwrap_or_else(|| default_kill_after(args.ttl));
-    let mut stopping = false;
+    // Once the lock is failing: when the group's SIGKILL is due (never
+    // later than the lock's validity), and whether it has gone out.
     let mut kill_at: Option<tokio::time::Instant> = None;
-    let stop = |why: &str| {
-        eprintln!(
-            "redquorum: the lock on {:?} {why}: stopping the command (SIGTERM, SIGKILL in {})",
-            args.resource,
-            humantime::format_duration(kill_after)
-        );
-        signal_group(group, libc::SIGTERM);
-        signal_group(group, libc::SIGCONT);
-        tokio::time::Instant::now().checked_add(kill_after)
-    };
+    let mut killed = false;
     let status = loop {
         tokio::select! {
+            biased;
             status = child.wait() => break status,
-            () = held.lost(), if !stopping => {
-                stopping = true;
-                kill_at = stop("was lost");
+            // Lost outright (its validity over, its keys gone, or renewals
+            // given up on): nothing protects the command any more.
+            () = held.lost(), if !killed => {
+                if kill_at.is_none() {
+                    eprintln!(
+                        "redquorum: the lock on {:?} was lost: killing the command (SIGKILL)",
+                        args.resource
+                    );
+                }
+                signal_group(group, libc::SIGKILL);
+                kill_at = Some(tokio::time::Instant::now());
+                killed = true;
             }
             // Renewals have been failing: stop the command while the lock
             // still holds, so that it is gone when the lock ends.
-            () = running_low(&held, kill_after), if !stopping => {
-                stopping = true;
-                kill_at = stop("has less than --kill-after left (renewals are failing)");
+            () = running_low(&held, kill_after), if kill_at.is_none() => {
+                let left = held.remaining().min(kill_after);
+                eprintln!(
+                    "redquorum: the lock on {:?} has less than --kill-after left (renewals are \
+                     failing): stopping the command (SIGTERM, SIGKILL in {})",
+                    args.resource,
+                    humantime::format_duration(Duration::from_millis(left.as_millis() as u64))
+                );
+                signal_group(group, libc::SIGTERM);
+                signal_group(group, libc::SIGCONT);
+                kill_at = Some(after(left));
             }
-            () = sleep_until(kill_at) => {
+            () = sleep_until(kill_at), if !killed => {
                 signal_group(group, libc::SIGKILL);
-                kill_at = None;
+                killed = true;
             }
             signal = signals.recv() => signal_group(group, signal),
         }
     };
     // What the command left running in its group ends before the lock
-    // does: the lock covers all of it.
-    if end_group(group, kill_after).await {
+    // does: the lock covers all of it. A SIGKILL due already stays due.
+    if end_group(group, &held, kill_at.unwrap_or_else(|| after(kill_after))).await {
         eprintln!(
             "redquorum: the command left processes running; they were stopped before the release"
         );
@@ -231,7 +245,7 @@ async fn supervise(mut lock: Lock, args: &Run, signals: &mut Signals) -> u8 {
     }
     // A lock that ran out while the command was finishing counts as lost:
     // the command may have run its last part unprotected.
-    let lost = stopping || lock.is_lost();
+    let lost = kill_at.is_some() || lock.is_lost();
     release(lock).await;
     match status {
         Err(e) => fail(exit::FAILURE, format!("lost track of the command: {e}")),
@@ -330,9 +344,10 @@ fn signal_group(group: libc::pid_t, signal: libc::c_int) {
 }
 
 /// Once the command has exited: stops what is left of its group (SIGTERM,
-/// SIGKILL after `grace`), reaping the orphans that came to us. Says
-/// whether anything was left.
-async fn end_group(group: libc::pid_t, grace: Duration) -> bool {
+/// then SIGKILL at `kill_at`, or as soon as the lock is lost if that comes
+/// first), reaping the orphans that came to us. Says whether anything was
+/// left.
+async fn end_group(group: libc::pid_t, held: &Held, kill_at: tokio::time::Instant) -> bool {
     let alive = || {
         reap_orphans();
         // SAFETY: signal 0 only asks whether the group has members.
@@ -343,19 +358,25 @@ async fn end_group(group: libc::pid_t, grace: Duration) -> bool {
     }
     signal_group(group, libc::SIGTERM);
     signal_group(group, libc::SIGCONT);
-    let start = tokio::time::Instant::now();
-    let mut killed = false;
+    let mut killed: Option<tokio::time::Instant> = None;
     while alive() {
-        if !killed && start.elapsed() >= grace {
-            signal_group(group, libc::SIGKILL);
-            killed = true;
+        let now = tokio::time::Instant::now();
+        match killed {
+            None if now >= kill_at || held.is_lost() => {
+                signal_group(group, libc::SIGKILL);
+                killed = Some(now);
+            }
+            // A member that is not ours to reap (it was reparented
+            // elsewhere) may linger as a zombie: do not wait for it for
+            // ever.
+            Some(at) if now.duration_since(at) >= Duration::from_secs(5) => break,
+            _ => {}
         }
-        // A member that is not ours to reap (it was reparented elsewhere)
-        // may linger as a zombie: do not wait for it for ever.
-        if start.elapsed() >= grace + Duration::from_secs(5) {
-            break;
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(20)) => {}
+            () = tokio::time::sleep_until(kill_at), if killed.is_none() => {}
+            () = held.lost(), if killed.is_none() => {}
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     true
 }
@@ -393,6 +414,11 @@ async fn release(lock: Lock) {
     {
         tracing::warn!(%resource, error = %e, "release failed: the lock expires at its TTL");
     }
+}
+
+/// `d` from now (a century at most: no machine runs that long).
+fn after(d: Duration) -> tokio::time::Instant {
+    tokio::time::Instant::now() + d.min(FOREVER)
 }
 
 async fn sleep_until(at: Option<tokio::time::Instant>) {

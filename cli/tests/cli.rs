@@ -398,6 +398,76 @@ fn a_failing_lock_stops_the_command_and_what_it_started() {
     }
 }
 
+/// A failing lock, and a command whose shell exits on SIGTERM (at once, or
+/// after a second of cleanup) but whose background child ignores it: the
+/// child gets SIGKILL by the time the lock's validity ends, not a fresh
+/// --kill-after after the shell's exit. The majority is frozen just after
+/// the command starts, so the validity ends within the TTL of the freeze
+/// (the acquisition, and any renewal that got through, began before it);
+/// the child stamps the time every 10 ms while it runs.
+#[test]
+fn what_a_failing_lock_leaves_running_dies_by_its_deadline() {
+    const TTL_MS: u128 = 3000;
+    let mut c = cluster();
+    let dir = TempDir::new("leftover");
+    for (shell, cleanup) in [("exits at once", ""), ("cleans up for 1s", "sleep 1; ")] {
+        let stamps = dir.path().join(shell.replace(' ', "-"));
+        let script = format!(
+            "(trap '' TERM; while :; do date +%s%N >> {f}; sleep 0.01; done) & \
+             trap '{cleanup}exit 143' TERM; echo ready; wait",
+            f = stamps.display()
+        );
+        let options = [
+            "--node-timeout",
+            "100ms",
+            "--ttl",
+            "3s",
+            "--kill-after",
+            "1400ms",
+        ];
+        let mut run = run_sh(&c, &options, "r", &script)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        assert_eq!(first_line(&mut run), "ready");
+        let frozen = unix_nanos();
+        for i in [0, 1, 2] {
+            c.freeze(i);
+        }
+        let out = run.wait_with_output().unwrap();
+        for i in [0, 1, 2] {
+            c.thaw(i);
+        }
+        assert_eq!(code(&out), 76, "{shell}: {}", stderr(&out));
+        let last: u128 = std::fs::read_to_string(&stamps)
+            .unwrap()
+            .lines()
+            .filter_map(|line| line.parse().ok())
+            .max()
+            .expect("the child ran");
+        // The margin is for a late timer on a loaded machine; a grace
+        // counted from the shell's exit overruns by most of a second.
+        let past_ms = (last as i128 - (frozen + TTL_MS * 1_000_000) as i128) / 1_000_000;
+        assert!(
+            past_ms < 500,
+            "{shell}: the leftover child ran {past_ms} ms past the lock's validity"
+        );
+        eprintln!("{shell}: the leftover child's last stamp {past_ms} ms from the deadline");
+        wait_for("the lost lock's keys gone", Duration::from_secs(5), || {
+            holders(&c, &key("r")) == 0
+        });
+    }
+}
+
+/// The wall clock, as `date +%s%N` prints it.
+fn unix_nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
 /// A command that leaves a process running in its group: it is stopped
 /// before the lock is released, and the command's status stands.
 #[test]
@@ -501,6 +571,154 @@ fn signals_reach_the_command_and_the_lock_is_released_after_it() {
     assert!(stdout(&out).is_empty());
     signal(holder.id(), libc::SIGTERM);
     holder.wait().unwrap();
+}
+
+/// Passwords with a comma in them, in URLs that are fine, that point
+/// nowhere, or that are bad, given by `--nodes` or by `REDQUORUM_NODES`:
+/// no part of a password is ever printed (a list split at every comma used
+/// to print `node URL "redis://:hunter2" is invalid`).
+#[test]
+fn no_password_is_ever_printed() {
+    let secrets = ["hunter2", "secret", "s3cr3t", "xyzzy"];
+    let lists = [
+        "redis://:hunter2,secret@127.0.0.1:1",
+        "redis://admin:s3cr3t,@127.0.0.1:1",
+        "redis://:hunter2,secret@127.0.0.1:1,redis://admin:s3cr3t,@127.0.0.1:2",
+        "redis://:hunter2,secret@127.0.0.1:notaport",
+        "redis://admin:s3cr3t,@127.0.0.1:x/0",
+        "unix:///tmp/redquorum-none.sock?pass=s3cr3t,xyzzy&db=x",
+        // Lists already cut at a comma, or cut in a bad place: still no
+        // password shown.
+        "redis://:hunter2",
+        "redis://admin:s3cr3t",
+        "secret@127.0.0.1:1",
+        "redis://:hunter2,secret@127.0.0.1:1/0,h:2",
+    ];
+    for list in lists {
+        for (how, args) in [
+            ("--nodes", vec!["--nodes", list]),
+            ("REDQUORUM_NODES", vec![]),
+        ] {
+            for command in [
+                &["status", "--node-timeout", "200ms", "r"][..],
+                &[
+                    "run",
+                    "--node-timeout",
+                    "200ms",
+                    "--no-wait",
+                    "r",
+                    "--",
+                    "true",
+                ],
+            ] {
+                let mut redquorum = Command::new(BIN);
+                redquorum
+                    .args(&command[..1])
+                    .args(&args)
+                    .args(&command[1..])
+                    .env_remove("RUST_LOG")
+                    .stdin(Stdio::null());
+                match how {
+                    "--nodes" => redquorum.env_remove("REDQUORUM_NODES"),
+                    _ => redquorum.env("REDQUORUM_NODES", list),
+                };
+                let out = output(redquorum);
+                let shown = format!("{}{}", stdout(&out), stderr(&out));
+                assert_ne!(code(&out), 0, "{list} by {how}: {shown}");
+                for secret in secrets {
+                    assert!(
+                        !shown.contains(secret),
+                        "{list} by {how}, {:?}: {secret:?} shown in: {shown}",
+                        command[0]
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// A comma in a password works against nodes that have that password (the
+/// default user's, and an ACL user's ending in a comma), in a list by
+/// `REDQUORUM_NODES` or `--nodes`, and with `--nodes` given once per URL.
+#[test]
+fn a_comma_in_a_password_works_and_nodes_may_be_given_one_by_one() {
+    let c = LocalCluster::start(3)
+        .unwrap_or_else(|e| panic!("cannot start a local Redis cluster: {e}"));
+    for i in 0..3 {
+        let port = c.port(i);
+        for setting in [
+            &[
+                "ACL", "SETUSER", "admin", "on", ">s3cr3t,", "~*", "&*", "+@all",
+            ][..],
+            &["CONFIG", "SET", "requirepass", "hunter2,secret"],
+        ] {
+            assert_eq!(
+                command(port, setting).unwrap(),
+                Reply::Status("OK".to_owned()),
+                "{setting:?}"
+            );
+        }
+    }
+    let default_user: Vec<String> = (0..3)
+        .map(|i| format!("redis://:hunter2,secret@127.0.0.1:{}", c.port(i)))
+        .collect();
+    let admin: Vec<String> = (0..3)
+        .map(|i| format!("redis://admin:s3cr3t,@127.0.0.1:{}", c.port(i)))
+        .collect();
+    for urls in [&default_user, &admin] {
+        let list = urls.join(",");
+        let by_env = vec![];
+        let by_list = vec!["--nodes".to_owned(), list.clone()];
+        let one_by_one: Vec<String> = urls
+            .iter()
+            .flat_map(|u| ["--nodes".to_owned(), u.clone()])
+            .collect();
+        let mixed = vec![
+            "--nodes".to_owned(),
+            urls[0].clone(),
+            "--nodes".to_owned(),
+            urls[1..].join(","),
+        ];
+        for (how, nodes) in [
+            ("REDQUORUM_NODES", by_env),
+            ("a --nodes list", by_list),
+            ("--nodes once per URL", one_by_one),
+            ("--nodes, then a list", mixed),
+        ] {
+            let mut run = Command::new(BIN);
+            run.arg("run")
+                .args(&nodes)
+                .args(["--no-wait", "r", "--", "sh", "-c", "echo ran"])
+                .env_remove("RUST_LOG")
+                .stdin(Stdio::null());
+            match how {
+                "REDQUORUM_NODES" => run.env("REDQUORUM_NODES", &list),
+                _ => run.env_remove("REDQUORUM_NODES"),
+            };
+            let out = output(run);
+            assert_eq!(code(&out), 0, "{} by {how}: {}", urls[0], stderr(&out));
+            assert_eq!(stdout(&out).trim(), "ran", "{} by {how}", urls[0]);
+            let out = output({
+                let mut status = Command::new(BIN);
+                status
+                    .arg("status")
+                    .args(&nodes)
+                    .arg("r")
+                    .env_remove("RUST_LOG");
+                match how {
+                    "REDQUORUM_NODES" => status.env("REDQUORUM_NODES", &list),
+                    _ => status.env_remove("REDQUORUM_NODES"),
+                };
+                status
+            });
+            assert_eq!(code(&out), 0, "{how}: {}", stderr(&out));
+            assert!(
+                stdout(&out).starts_with("r: free (no lock on a majority of 3 nodes)"),
+                "{how}: {}",
+                stdout(&out)
+            );
+        }
+    }
 }
 
 fn status_json(c: &LocalCluster, resource: &str) -> (i32, Value) {
