@@ -258,9 +258,10 @@ impl Redlock {
 
     /// Waits, at most `limit`, until the work this `Redlock` left to run in
     /// the background has finished: releases of locks dropped without
-    /// [`Lock::release`], rollbacks of cancelled or failed acquisitions, and
-    /// requests to the nodes beyond a decided majority. Returns whether it
-    /// all finished.
+    /// [`Lock::release`], rollbacks of cancelled or failed acquisitions,
+    /// requests to the nodes beyond a decided majority, and releases and
+    /// rollbacks sent again to nodes that did not answer them. Returns
+    /// whether it all finished.
     ///
     /// Call it before the process exits, so that dropped locks are released
     /// now instead of expiring at their TTL:
@@ -275,7 +276,11 @@ impl Redlock {
     /// ```
     ///
     /// A request to an unreachable node is given up after the connect
-    /// timeout plus the node timeout, so a `limit` of that much is enough.
+    /// timeout plus the node timeout; a release or rollback it did not
+    /// answer is then sent again (100 ms to 2 s apart) until the node
+    /// answers or the lock's keys would have expired, so with a node that
+    /// stays unreachable `drain` returns `false` at `limit` and those keys
+    /// expire at their TTL.
     pub async fn drain(&self, limit: Duration) -> bool {
         tokio::time::timeout(limit, self.engine.drained())
             .await
