@@ -12,6 +12,7 @@
 //! | [`drift_factor`](Builder::drift_factor) | `0.01` | clock drift allowance: `ttl × factor + 2 ms` is taken off the validity |
 //! | [`node_timeout`](Builder::node_timeout) | 50 ms | bound on each request to one node (at most a day) |
 //! | [`connect_timeout`](Builder::connect_timeout) | 2 s | bound on making a connection to one node, in the background (at most a day) |
+//! | [`max_in_flight`](Builder::max_in_flight) | 256 | requests on the wire to one node at once; more wait their turn, outside the node timeout |
 //! | [`retry_count`](Builder::retry_count) | 10 | retries after the first attempt in [`lock`](crate::Redlock::lock) |
 //! | [`retry_delay`](Builder::retry_delay) | 200 ms | mean pause between attempts |
 //! | [`retry_jitter`](Builder::retry_jitter) | 100 ms | the pause is drawn uniformly from `delay ± jitter` |
@@ -68,6 +69,7 @@ pub(crate) struct Options {
     pub(crate) drift_factor: f64,
     pub(crate) node_timeout: Duration,
     pub(crate) connect_timeout: Duration,
+    pub(crate) max_in_flight: usize,
     pub(crate) retry_count: u32,
     pub(crate) retry_delay: Duration,
     pub(crate) retry_jitter: Duration,
@@ -99,6 +101,7 @@ impl Default for Options {
             drift_factor: 0.01,
             node_timeout: Duration::from_millis(50),
             connect_timeout: Duration::from_secs(2),
+            max_in_flight: 256,
             retry_count: 10,
             retry_delay: Duration::from_millis(200),
             retry_jitter: Duration::from_millis(100),
@@ -169,6 +172,21 @@ impl Builder {
     /// ([`ConfigError::TimeoutTooLong`]).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.options.connect_timeout = timeout;
+        self
+    }
+
+    /// How many requests may be on the wire to one node at once, waiting
+    /// for their replies. More wait their turn in this process, and the
+    /// [`node_timeout`](Self::node_timeout) of each starts when it goes on
+    /// the wire: the node timeout measures the node, not the queue behind
+    /// this process's own requests, so that a burst of thousands of locks
+    /// or releases proceeds at the nodes' pace instead of timing out in its
+    /// own queue. A lock's validity still counts from before its first
+    /// request was queued, so time spent waiting shortens it, never the
+    /// other way round. Default 256; at least 1
+    /// ([`ConfigError::ZeroInFlight`]).
+    pub fn max_in_flight(mut self, requests: usize) -> Self {
+        self.options.max_in_flight = requests;
         self
     }
 
@@ -456,6 +474,9 @@ impl Builder {
         if o.connect_timeout.is_zero() {
             return Err(ConfigError::ZeroConnectTimeout);
         }
+        if o.max_in_flight == 0 {
+            return Err(ConfigError::ZeroInFlight);
+        }
         for (option, timeout) in [
             ("node_timeout", o.node_timeout),
             ("connect_timeout", o.connect_timeout),
@@ -682,6 +703,10 @@ mod tests {
         assert_eq!(
             config_err(one().connect_timeout(Duration::ZERO)),
             ConfigError::ZeroConnectTimeout
+        );
+        assert_eq!(
+            config_err(one().max_in_flight(0)),
+            ConfigError::ZeroInFlight
         );
         let beyond = MAX_TIMEOUT + Duration::from_nanos(1);
         for long in [beyond, Duration::MAX] {

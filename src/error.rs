@@ -59,7 +59,8 @@ pub enum Error {
     },
     /// Too few nodes confirmed the operation and none was seen held by
     /// another owner: most likely nodes are down or slow. After a failed
-    /// release, the keys that could not be deleted expire at their TTL.
+    /// release, the nodes that did not answer are sent it again in the
+    /// background until they answer or the keys have expired.
     NoQuorum {
         /// The resource of the lock.
         resource: String,
@@ -209,6 +210,9 @@ pub enum ConfigError {
     ZeroNodeTimeout,
     /// The connect timeout is zero.
     ZeroConnectTimeout,
+    /// [`max_in_flight`](crate::Builder::max_in_flight) is zero: no request
+    /// could ever be sent.
+    ZeroInFlight,
     /// A per-node or connect timeout longer than a day: a node that takes
     /// that long to answer is as good as down, and a deadline that far off
     /// is no bound.
@@ -325,6 +329,11 @@ impl fmt::Display for ConfigError {
             ConfigError::ZeroConnectTimeout => {
                 write!(f, "the connect timeout must be greater than zero")
             }
+            ConfigError::ZeroInFlight => write!(
+                f,
+                "max_in_flight must be at least 1 (requests on the wire to one node at once; \
+                 default 256)"
+            ),
             ConfigError::TimeoutTooLong {
                 option,
                 timeout,

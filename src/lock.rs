@@ -148,8 +148,10 @@ impl Lock {
     /// Every [`Held`] view says the lock is lost from the start of the call.
     ///
     /// Returns `Ok` if a majority still held our token and deleted it while
-    /// the lock was valid. Keys that could not be reached expire at their
-    /// TTL.
+    /// the lock was valid. A node that did not answer (a timeout, a broken
+    /// connection) is sent the release again in the background until it
+    /// answers or the keys have expired ([`Redlock::drain`](crate::Redlock::drain)
+    /// waits for that).
     ///
     /// Cancel-safe: a release dropped before its votes are counted (a
     /// `timeout` around it, say) is finished in the background, as a

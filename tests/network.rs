@@ -415,11 +415,22 @@ async fn no_key_of_a_released_lock_survives_a_healed_partition() {
             }
         }
     }
-    // Settled: the background cleanup waits for a connection up to the
-    // connect timeout (2 s by default), then for its reply.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let left: Vec<(usize, Vec<String>)> = (0..5).map(|i| (i, lock_keys(&c, i))).collect();
-    let count: usize = left.iter().map(|(_, keys)| keys.len()).sum();
+    // Settled: what is left to run in the background (removals sent again
+    // until answered), then what healed connections still deliver. A key
+    // left behind would stay for its 30 s.
+    assert!(
+        redlock.drain(Duration::from_secs(10)).await,
+        "removals still running"
+    );
+    let settled = Instant::now();
+    let (left, count) = loop {
+        let left: Vec<(usize, Vec<String>)> = (0..5).map(|i| (i, lock_keys(&c, i))).collect();
+        let count: usize = left.iter().map(|(_, keys)| keys.len()).sum();
+        if count == 0 || settled.elapsed() > Duration::from_secs(5) {
+            break (left, count);
+        }
+        tokio::time::sleep(ms(50)).await;
+    };
     println!("taken {taken}, failed {failed}, keys left {count}: {left:?}");
     assert_eq!(
         count, 0,
@@ -430,12 +441,14 @@ async fn no_key_of_a_released_lock_survives_a_healed_partition() {
 /// A partition whose connections hold what they are sent and deliver it
 /// when it heals, as TCP's retransmissions do: an acquisition written on a
 /// connection that went silent reaches the node after the lock was
-/// released elsewhere. The connection, replaced for its silence, is kept
-/// and the release is written on it too, behind the acquisition, so the
-/// node is left with no key (before: the key, for its whole TTL).
+/// released elsewhere, and after the release's own retries gave up (its
+/// keys would have expired by then, on our clock; the late `SET` starts a
+/// new TTL). The connection, replaced for its silence, is kept, and the
+/// release is written on it too, behind the acquisition: the node deletes
+/// the key as soon as it sets it (before: the key, for its whole TTL).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquisition_delivered_after_the_heal_is_followed_by_its_release() {
-    const LONG_TTL: Duration = Duration::from_secs(30);
+    const SHORT_TTL: Duration = Duration::from_secs(2);
     let c = cluster(3);
     let proxies = proxies(&c);
     let redlock = Redlock::builder()
@@ -454,19 +467,19 @@ async fn an_acquisition_delivered_after_the_heal_is_followed_by_its_release() {
         .await
         .unwrap();
     proxies[2].hold();
-    let first = redlock.try_lock("first", LONG_TTL).await.unwrap();
+    let first = redlock.try_lock("first", SHORT_TTL).await.unwrap();
     // Silent for over a second: the next timeout replaces the connection
     // (that of the request to the held node, left to finish after the
     // decision).
-    tokio::time::sleep(ms(1_300)).await;
-    let second = redlock.try_lock("second", LONG_TTL).await.unwrap();
-    tokio::time::sleep(ms(400)).await;
+    tokio::time::sleep(ms(1_200)).await;
+    let second = redlock.try_lock("second", SHORT_TTL).await.unwrap();
+    tokio::time::sleep(ms(300)).await;
     let connections = proxies[2].connections();
     first.release().await.unwrap();
     second.release().await.unwrap();
-    // The releases' own attempts at a new connection give up meanwhile:
-    // only what the old connection carries reaches the node.
-    tokio::time::sleep(ms(800)).await;
+    // Past the keys' life: the releases are no longer sent again, and the
+    // new connections they waited for were given up.
+    tokio::time::sleep(SHORT_TTL + ms(500)).await;
     assert!(
         proxies[2].connections() > connections,
         "the connection was not replaced"
@@ -476,15 +489,28 @@ async fn an_acquisition_delivered_after_the_heal_is_followed_by_its_release() {
         Vec::<String>::new(),
         "nothing delivered yet"
     );
+    let sets = command_stat(&c, 2, "set", "calls");
     proxies[2].heal();
-    // What was held arrives at once; the retired connection then drains.
-    tokio::time::sleep(ms(1_000)).await;
-    let left: Vec<Vec<String>> = (0..3).map(|i| lock_keys(&c, i)).collect();
-    assert_eq!(
-        left,
-        vec![Vec::<String>::new(); 3],
-        "keys of released locks"
-    );
+    let healed = Instant::now();
+    while command_stat(&c, 2, "set", "calls") < sets + 2 {
+        assert!(
+            healed.elapsed() < Duration::from_secs(3),
+            "the held acquisitions never came"
+        );
+        tokio::time::sleep(ms(5)).await;
+    }
+    let delivered = Instant::now();
+    loop {
+        let keys = lock_keys(&c, 2);
+        if keys.is_empty() {
+            break;
+        }
+        assert!(
+            delivered.elapsed() < ms(500),
+            "keys of released locks set late and left: {keys:?}"
+        );
+        tokio::time::sleep(ms(5)).await;
+    }
 }
 
 /// A release swallowed by a partition (the node holds the key from before

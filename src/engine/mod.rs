@@ -95,13 +95,28 @@ impl Drop for Running {
 #[derive(Clone, Copy)]
 enum Sending<'a> {
     /// Through the lock's gate: never once its removal has begun
-    /// (acquisitions, confirmations, extensions).
-    Gated(&'a Arc<Gate>),
-    /// A removal: sent again where it got no answer, until `until`.
+    /// (acquisitions, confirmations, extensions); waiting its turn behind
+    /// this process's other requests to a node (see
+    /// [`Builder::max_in_flight`](crate::Builder::max_in_flight)) no longer
+    /// than `queue`, after which no validity would be left.
+    Gated {
+        gate: &'a Arc<Gate>,
+        queue: Duration,
+    },
+    /// A removal: waits its turn until `until`, and is sent again where it
+    /// got no answer, until `until`.
     Removal { until: Moment },
 }
 
 impl Sending<'_> {
+    /// An acquisition's or an extension's round of the lock `id` for `plan`.
+    fn gated<'a>(id: &'a LockId, plan: &Plan) -> Sending<'a> {
+        Sending::Gated {
+            gate: &id.gate,
+            queue: plan.best_validity(),
+        }
+    }
+
     /// A removal of the keys of `plan`, sent now: they cannot outlive
     /// their life from now.
     fn removal(plan: &Plan) -> Sending<'static> {
@@ -129,6 +144,7 @@ impl Engine {
         let limits = Limits {
             request: options.node_timeout,
             connect: options.connect_timeout,
+            in_flight: options.max_in_flight,
         };
         // The restart guard's record of how long keys live, shared by the
         // nodes: other clients are taken to use TTLs like ours.
@@ -200,16 +216,16 @@ impl Engine {
             .iter()
             .enumerate()
             .map(|(i, node)| {
-                let gate = match sent {
-                    Sending::Gated(gate) => Some(gate),
-                    Sending::Removal { .. } => None,
+                let (gate, queue) = match sent {
+                    Sending::Gated { gate, queue } => (Some(gate), queue),
+                    Sending::Removal { until } => (None, until.remaining()),
                 };
-                let reply = node.run(&command, patient(i), gate);
+                let reply = node.run(&command, patient(i), gate, queue);
                 let retry = match sent {
                     Sending::Removal { until } => {
                         Some((self.background.clone(), command.clone(), until))
                     }
-                    Sending::Gated(_) => None,
+                    Sending::Gated { .. } => None,
                 };
                 let (read, node) = (read.clone(), node.clone());
                 async move {
@@ -218,10 +234,9 @@ impl Engine {
                         Err(failure) => {
                             if let Some((background, command, until)) = retry
                                 && failure.unanswered()
+                                && let Some(send) = node.remove_later(command, until)
                             {
-                                let node = node.clone();
-                                background
-                                    .spawn(async move { node.remove_until(command, until).await });
+                                background.spawn(send);
                             }
                             Err(failure).into()
                         }
@@ -267,7 +282,7 @@ impl Engine {
             kind.acquire(id, plan, observe),
             move |reply| reader.read_acquire(reply),
             &|_| false,
-            Sending::Gated(&id.gate),
+            Sending::gated(id, plan),
         );
         let (mut tally, stragglers) = quorum::decide(answers).await;
         let took = start.elapsed();
@@ -277,7 +292,7 @@ impl Engine {
                 // A second round, counted in the validity like the first.
                 // The first round's slow nodes wait for its outcome: if it
                 // fails, they are dropped before the rollback, as below.
-                let outcomes = self.outcomes(kind, confirm, &|_| false, Sending::Gated(&id.gate));
+                let outcomes = self.outcomes(kind, confirm, &|_| false, Sending::gated(id, plan));
                 let (second, rest) = quorum::decide(outcomes).await;
                 self.detach(rest.finish());
                 if !self.holds(plan, start, &second, "confirm") {
@@ -364,17 +379,16 @@ impl Engine {
         plan: &Plan,
         start: Moment,
     ) -> Result<Moment, Tally> {
-        let gate = Arc::new(Gate::default());
         let outcomes = self.outcomes(
             kind,
             kind.extend(id, plan),
             &|_| false,
-            Sending::Gated(&gate),
+            Sending::gated(id, plan),
         );
         let (tally, stragglers) = quorum::decide(outcomes).await;
-        gate.shut();
-        // Slow nodes the request already reached still get the extension,
-        // so that they agree with the majority for as long as they can.
+        // Slow nodes still get the extension, so that they agree with the
+        // majority for as long as they can; nothing of it is sent once the
+        // lock's release has begun.
         self.detach(stragglers.finish());
         if self.holds(plan, start, &tally, "extend") {
             Ok(plan.deadline(start))
@@ -408,7 +422,7 @@ impl Engine {
         futures::future::join_all(
             self.nodes
                 .iter()
-                .map(|node| node.run(&command, false, None)),
+                .map(|node| node.run(&command, false, None, node.limits().connect)),
         )
         .await
     }

@@ -736,6 +736,7 @@ mod tests {
         let limits = Limits {
             request: Duration::from_secs(1),
             connect: Duration::from_secs(1),
+            in_flight: 8,
         };
         Waiters::new(&[Node::new(client, limits, None)])
     }

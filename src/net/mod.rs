@@ -40,18 +40,31 @@
 //!   that gets no answer from a node (a timeout, a broken connection) is
 //!   sent there again in the background, patiently, with pauses from
 //!   [`REMOVAL_PAUSE`] to [`REMOVAL_PAUSE_MAX`], until the node answers or
-//!   the keys it was for have expired (`Node::remove_until`). Cleanup that
+//!   the keys it was for have expired ([`removals`]: one queue and one
+//!   task per node). Cleanup that
 //!   nobody waits for (the rollback on nodes that had not answered, the
 //!   release of a dropped lock) is *patient* from its first try: it waits
 //!   for a connection up to the connect timeout, not the request timeout.
 //! * **Errors are sorted** into [`NodeFailure`]s a user can act on.
 //!
-//! What can still leave a key nobody holds until its TTL: an acquisition
-//! on a connection that was closed before the node read it — more than
-//! [`retired::KEPT`] silent connections to one node at once, or the
-//! process exiting — which the kernel still delivers when the path heals
-//! (or a frozen node reads when thawed), with no release behind it. It
-//! delays others; it never makes two holders.
+//! What can still leave a key nobody holds until its TTL (it delays
+//! others; it never makes two holders):
+//!
+//! * an acquisition on a connection closed before the node read it (more
+//!   than [`retired::KEPT`] silent connections to one node at once, or the
+//!   process exiting), which the kernel still delivers when the path heals
+//!   (or a frozen node reads when thawed), with no release behind it;
+//! * a release that timed out while still queued in the client (a socket
+//!   backed up by a partition that stopped acknowledging): redis-rs does
+//!   not write a request nobody waits for. It is sent again until the keys
+//!   would have expired, and written on the connection once that is
+//!   retired (a second or two of silence), so only a TTL shorter than that
+//!   leaves a gap;
+//! * a key that lives longer than the removal is sent for: the removal is
+//!   retried until the lock's TTL (the last one it was given) and the drift
+//!   allowance from its first sending have passed. A reentrant hold's
+//!   field lives as long as its owner's other holds keep the hash alive,
+//!   and a failed longer extension may have reached some nodes.
 //!
 //! Scripts go by `EVALSHA`; on `NOSCRIPT` (the node restarted, or someone
 //! ran `SCRIPT FLUSH`) the same call is made once more with `EVAL`, which
@@ -61,6 +74,7 @@
 //! connection's `INFO server` before the connection is used.
 
 pub(crate) mod guard;
+mod removals;
 mod retired;
 pub(crate) mod slot;
 
@@ -79,6 +93,7 @@ use crate::error::NodeFailure;
 use crate::metrics;
 use crate::proto::{Effect, Gate, Prepared};
 use guard::{Guard, Lives};
+use removals::Removals;
 use retired::Retired;
 use slot::{Live, Slot};
 
@@ -90,6 +105,10 @@ pub(crate) const SILENT_TIMEOUTS: u32 = 3;
 /// paused for less (a fork, a slow script) keeps its connection and the
 /// order of the commands queued on it.
 pub(crate) const SILENCE_FLOOR: Duration = Duration::from_secs(1);
+
+/// The longest a request waits its turn on the wire (a bound for tokio's
+/// clock; the callers' own bounds are shorter).
+const MAX_QUEUE: Duration = Duration::from_secs(24 * 3600);
 
 /// The first pause before a removal that got no answer is sent again.
 pub(crate) const REMOVAL_PAUSE: Duration = Duration::from_millis(100);
@@ -110,6 +129,8 @@ pub(crate) struct Limits {
     pub(crate) request: Duration,
     /// Bound on making a connection (TCP, handshake, `INFO`).
     pub(crate) connect: Duration,
+    /// How many requests may be on the wire at once.
+    pub(crate) in_flight: usize,
 }
 
 /// A handle on one node; clones share the connection.
@@ -133,6 +154,10 @@ struct Inner {
     /// Connections replaced for silence that may still deliver what was
     /// written on them (see [`retired`]).
     retired: Arc<Retired>,
+    /// Removals not answered yet (see [`removals`]).
+    removals: Removals,
+    /// A permit per request on the wire ([`Limits::in_flight`]).
+    in_flight: tokio::sync::Semaphore,
 }
 
 /// A command connection, since when it has left a request unanswered, and
@@ -156,6 +181,14 @@ impl Conn {
                     .compare_exchange(0, sent, Ordering::AcqRel, Ordering::Relaxed);
         }
         sent
+    }
+
+    /// A request that started the silence clock at `sent` was not sent
+    /// after all: the clock is stopped again.
+    fn unsent(&self, sent: u64) {
+        let _ = self
+            .waiting_since
+            .compare_exchange(sent, 0, Ordering::AcqRel, Ordering::Relaxed);
     }
 
     /// A request sent at `sent` was answered: nothing is outstanding as far
@@ -182,6 +215,8 @@ impl Node {
                 policy_checked: AtomicBool::new(false),
                 publish_refused: AtomicBool::new(false),
                 retired: Arc::default(),
+                removals: Removals::default(),
+                in_flight: tokio::sync::Semaphore::new(limits.in_flight),
             }),
         }
     }
@@ -206,11 +241,15 @@ impl Node {
     /// connect timeout. Refused at once, with nothing sent, if it may create
     /// a key on a node that may have forgotten keys (see [`guard`]). With a
     /// `gate`, nothing is sent once the gate is shut ([`NodeFailure::NotWaited`]).
+    /// Waits its turn behind this process's other requests to the node (at
+    /// most [`Limits::in_flight`] on the wire) no longer than `queue`; that
+    /// wait is not counted in its timeout.
     pub(crate) fn run(
         &self,
         command: &Arc<Prepared>,
         patient: bool,
         gate: Option<&Arc<Gate>>,
+        queue: Duration,
     ) -> impl Future<Output = Result<Value, NodeFailure>> + Send + 'static + use<> {
         let admitted = match &self.inner.guard {
             Some(guard) => guard.admit(command.effect),
@@ -221,35 +260,30 @@ impl Node {
         let gate = gate.cloned();
         async move {
             admitted?;
+            if command.effect == Effect::Remove {
+                inner.retired.mirror(&command, &mut Vec::new());
+            }
             #[cfg(feature = "metrics")]
             let start = Moment::now();
-            let reply = inner.run(&command, patient, gate.as_deref()).await;
+            let reply = inner.run(&command, patient, gate.as_deref(), queue).await;
             #[cfg(feature = "metrics")]
             metrics::request(&inner.name, &reply, start.elapsed());
             reply
         }
     }
 
-    /// Runs the removal `command` again and again, patiently, until the
-    /// node answers it, or until `until`, when no key it could remove is
-    /// left (the lock's keys have expired by then). For a release or a
-    /// rollback that timed out or lost its connection: nothing else would
-    /// remove the key before its TTL. Pauses double from
-    /// [`REMOVAL_PAUSE`] to [`REMOVAL_PAUSE_MAX`].
-    pub(crate) async fn remove_until(&self, command: Arc<Prepared>, until: Moment) {
-        let mut pause = REMOVAL_PAUSE;
-        while Moment::now().after(pause) < until {
-            tokio::time::sleep(pause).await;
-            match self.inner.run(&command, true, None).await {
-                Err(failure) if failure.unanswered() => {}
-                _ => return,
-            }
-            pause = (pause * 2).min(REMOVAL_PAUSE_MAX);
-        }
-        tracing::debug!(
-            node = %self.inner.name,
-            "a removal got no answer before the keys it was for expired"
-        );
+    /// Queues the removal `command`, which the node did not answer, to be
+    /// sent again until it is answered or until `until`, when the keys it
+    /// was for have expired (see [`removals`]). Returns the task that sends
+    /// the node's queue, for the caller to run in the background, unless
+    /// one runs already.
+    pub(crate) fn remove_later(
+        &self,
+        command: Arc<Prepared>,
+        until: Moment,
+    ) -> Option<impl Future<Output = ()> + Send + 'static + use<>> {
+        let start = self.inner.removals.queue(command, until);
+        start.then(|| self.inner.clone().send_removals())
     }
 
     /// Another connection to this node went silent (a subscriber that did
@@ -262,8 +296,7 @@ impl Node {
             return;
         };
         let heard = Moment::from_nanos(live.conn.heard_at.load(Ordering::Acquire));
-        if heard.elapsed() >= SILENCE_FLOOR && self.inner.slot.forget(live.generation) {
-            self.inner.retire(&live);
+        if heard.elapsed() >= SILENCE_FLOOR && self.inner.retire(&live) {
             tracing::debug!(
                 node = %self.inner.name,
                 generation = live.generation,
@@ -293,17 +326,14 @@ impl Inner {
     /// acquisition that did land on the old connection makes the retry
     /// answer "held" (a no, rolled back with the rest; one that observes
     /// the key recognises its own token), and the scripts compare the
-    /// token, so running them twice changes nothing. A removal is also
-    /// written on every retired connection (see [`retired`]).
+    /// token, so running them twice changes nothing.
     async fn run(
         self: &Arc<Self>,
         command: &Prepared,
         patient: bool,
         gate: Option<&Gate>,
+        queue: Duration,
     ) -> Result<Value, NodeFailure> {
-        if command.effect == Effect::Remove {
-            self.retired.mirror(command);
-        }
         let start = tokio::time::Instant::now();
         // A patient request may wait for a connection up to the connect
         // timeout, and then has a request timeout for the reply; any other
@@ -314,22 +344,38 @@ impl Inner {
             start + self.limits.request
         };
         let mut retried = false;
+        let mut permit = None;
         loop {
             let (live, fresh) = timeout_at(connected_by, self.connection())
                 .await
                 .map_err(|_| NodeFailure::Timeout)??;
+            // Its turn on the wire: the time spent waiting behind this
+            // process's own requests is not the node's, and is not counted.
+            let mut queued = Duration::ZERO;
+            if permit.is_none() {
+                let waiting = tokio::time::Instant::now();
+                let until = waiting.checked_add(queue).unwrap_or(waiting + MAX_QUEUE);
+                permit = match timeout_at(until, self.in_flight.acquire()).await {
+                    Ok(Ok(permit)) => Some(permit),
+                    Ok(Err(_)) | Err(_) => return Err(NodeFailure::Timeout),
+                };
+                queued = waiting.elapsed();
+            }
             self.admit_again(command.effect)?;
             let deadline = if patient {
                 tokio::time::Instant::now() + self.limits.request
             } else {
-                connected_by
+                connected_by + queued
             };
             let conn = &live.conn;
             let sent = conn.sending();
             match timeout_at(deadline, send(conn, command, gate)).await {
                 Err(_) => return Err(self.timed_out(&live)),
-                // The round was decided before this could be sent.
-                Ok(None) => return Err(NodeFailure::NotWaited),
+                // The lock's removal began before this could be sent.
+                Ok(None) => {
+                    conn.unsent(sent);
+                    return Err(NodeFailure::NotWaited);
+                }
                 Ok(Some(Ok(reply))) => {
                     conn.heard(sent);
                     return Ok(reply);
@@ -360,11 +406,7 @@ impl Inner {
     fn timed_out(&self, live: &Live<Conn>) -> NodeFailure {
         let since = live.conn.waiting_since.load(Ordering::Acquire);
         let limit = (self.limits.request * SILENT_TIMEOUTS).max(SILENCE_FLOOR);
-        if since != 0
-            && Moment::from_nanos(since).elapsed() >= limit
-            && self.slot.forget(live.generation)
-        {
-            self.retire(live);
+        if since != 0 && Moment::from_nanos(since).elapsed() >= limit && self.retire(live) {
             tracing::warn!(
                 node = %self.name,
                 generation = live.generation,
@@ -386,13 +428,56 @@ impl Inner {
         classify(e)
     }
 
-    /// A connection replaced for its silence is kept open, not closed: what
-    /// was written on it may still reach the node (TCP retransmits after a
-    /// partition heals; a frozen node reads its buffer when thawed), so
-    /// removals are written on it too, behind it (see [`retired`]).
-    fn retire(&self, live: &Live<Conn>) {
+    /// Replaces `live` for its silence: says whether it was still the live
+    /// connection. It is kept open, not closed: what was written on it may
+    /// still reach the node (TCP retransmits after a partition heals; a
+    /// frozen node reads its buffer when thawed), so removals are written
+    /// on it too, behind it (see [`retired`]). Retired before it leaves the
+    /// slot, so that a removal sent meanwhile finds it in one or the other.
+    fn retire(&self, live: &Live<Conn>) -> bool {
         self.retired
             .retire(&self.name, live.generation, live.conn.conn.clone());
+        self.slot.forget(live.generation)
+    }
+
+    /// Sends the node's queued removals, round after round, until none is
+    /// left unanswered and unexpired (see [`removals`]).
+    async fn send_removals(self: Arc<Self>) {
+        let mut pause = REMOVAL_PAUSE;
+        loop {
+            tokio::time::sleep(pause).await;
+            let Some(mut round) = self.removals.take() else {
+                return;
+            };
+            for queued in &mut round {
+                self.retired.mirror(&queued.command, &mut queued.mirrored);
+            }
+            let replies = futures::future::join_all(
+                round
+                    .iter()
+                    .map(|queued| self.run(&queued.command, true, None, queued.until.remaining())),
+            )
+            .await;
+            let sent = round.len();
+            let unanswered: Vec<_> = round
+                .into_iter()
+                .zip(replies)
+                .filter(|(_, reply)| reply.as_ref().is_err_and(NodeFailure::unanswered))
+                .map(|(queued, _)| queued)
+                .collect();
+            pause = if unanswered.len() < sent {
+                REMOVAL_PAUSE
+            } else {
+                (pause * 2).min(REMOVAL_PAUSE_MAX)
+            };
+            tracing::debug!(
+                node = %self.name,
+                sent,
+                unanswered = unanswered.len(),
+                "removals sent again"
+            );
+            self.removals.put_back(unanswered);
+        }
     }
 
     fn drop_connection(&self, generation: u64, e: &RedisError) {
@@ -642,6 +727,7 @@ mod tests {
         let limits = Limits {
             request: Duration::from_secs(5),
             connect: Duration::from_secs(5),
+            in_flight: 8,
         };
         let node = Node::new(client, limits, Some(Arc::default()));
         let id = LockId::new(crate::proto::keys(&["k"]));
@@ -651,7 +737,7 @@ mod tests {
         let release = Prepared::new(Mutex.release(&id, true));
         let sent = |r: Result<Value, NodeFailure>| matches!(r, Err(NodeFailure::Connection(_)));
 
-        assert!(sent(node.run(&acquire, false, None).await));
+        assert!(sent(node.run(&acquire, false, None, limits.connect).await));
         let guard = node.inner.guard.as_ref().unwrap();
         guard.connected(
             "n",
@@ -667,15 +753,15 @@ mod tests {
                 uptime: Duration::ZERO,
             }),
         );
-        match node.run(&acquire, false, None).await {
+        match node.run(&acquire, false, None, limits.connect).await {
             Err(NodeFailure::Restarted { remaining }) => {
                 assert!(remaining > Duration::from_millis(1_400), "{remaining:?}");
                 assert!(remaining <= Duration::from_millis(1_600), "{remaining:?}");
             }
             other => panic!("{other:?}"),
         }
-        assert!(sent(node.run(&extend, false, None).await));
-        assert!(sent(node.run(&release, true, None).await));
+        assert!(sent(node.run(&extend, false, None, limits.connect).await));
+        assert!(sent(node.run(&release, true, None, limits.connect).await));
         assert_eq!(release.effect, Effect::Remove);
     }
 }

@@ -20,10 +20,11 @@
 //! the connection failed (TCP gave up: nothing more is delivered).
 //!
 //! Mirrored removals are sent without waiting for their replies (redis-rs
-//! still reads and discards them), so a long partition costs no task per
-//! release. At most [`KEPT`] connections are kept per node; the oldest goes
-//! first, with a warning, should a node's connections be replaced more
-//! often than they drain.
+//! still reads and discards them, and writes them even though nobody waits),
+//! each at most once per retired connection. At most [`KEPT`] connections
+//! are mirrored to per node; past that the oldest is no longer written on
+//! (with a warning; it stays open until its drain ends), should a node's
+//! connections be replaced more often than they drain.
 
 use std::future::poll_fn;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -71,8 +72,8 @@ impl Retired {
                 tracing::warn!(
                     node = name,
                     generation = oldest.generation,
-                    "too many silent connections to this node: closing the oldest, whose \
-                     late deliveries are no longer followed by releases"
+                    "too many silent connections to this node: no longer writing releases \
+                     on the oldest, whose late deliveries may then leave keys until their TTL"
                 );
             }
             list.push(Entry {
@@ -85,11 +86,11 @@ impl Retired {
         runtime.spawn(drain(self.clone(), name.to_owned(), generation, conn));
     }
 
-    /// Writes `command` (a removal) on every retired connection, without
-    /// waiting for the replies.
-    pub(crate) fn mirror(&self, command: &Prepared) {
+    /// Writes `command` (a removal) on every retired connection not in
+    /// `done`, without waiting for the replies, and adds those to `done`.
+    pub(crate) fn mirror(&self, command: &Prepared, done: &mut Vec<u64>) {
         let mut list = self.lock();
-        if list.is_empty() {
+        if list.iter().all(|e| done.contains(&e.generation)) {
             return;
         }
         // By EVAL, not EVALSHA: nobody reads the reply to fall back on.
@@ -99,6 +100,10 @@ impl Retired {
         };
         cmd.set_no_response(true);
         for entry in list.iter_mut() {
+            if done.contains(&entry.generation) {
+                continue;
+            }
+            done.push(entry.generation);
             entry.mirrored += 1;
             let mut conn = entry.conn.clone();
             // Without a reply to wait for, a send is done once its command
