@@ -23,7 +23,13 @@
 //! separate processes would have, 2 ms hold, 2 ms elsewhere, waiting with
 //! each library's own blocking lock: redquorum woken by releases, redquorum
 //! polling, rslock; it also reports the share of time the lock was held and
-//! the gap from a release to the next acquire), `floor` / `floor64` (the same redis
+//! the gap from a release to the next acquire), `handoff_many` (the same
+//! with 256 waiters: the herd), `burst` (10 000 `lock()` calls at once on
+//! distinct resources, then every release at once, each library with its
+//! defaults: `acquired`, the `keys_left` on the nodes afterwards, and the
+//! seconds each phase took), `keep_alive_many` (100 000 locks of 30 s held
+//! with `keep_alive` for 60 s on a healthy cluster: how many were `lost`,
+//! and the client's and nodes' CPU per renewal), `floor` / `floor64` (the same redis
 //! client doing the bare minimum, `SET NX PX` then the release script, on one
 //! node) and `ceiling` (redis-benchmark driving all five nodes at once,
 //! pipelined: no lock can beat N nodes × 2 commands). Then memory: the RSS
@@ -57,6 +63,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::future::IntoFuture;
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -280,6 +287,15 @@ struct Scale {
     held_locks: usize,
     /// Requests per node for redis-benchmark.
     ceiling_requests: usize,
+    /// `lock()` calls at once in the burst.
+    burst: usize,
+    /// Waiters on one resource in `handoff_many`.
+    many_waiters: usize,
+    /// Locks held with `keep_alive` in `keep_alive_many`, their TTL, and
+    /// for how long.
+    kept: usize,
+    kept_ttl: Duration,
+    kept_for: Duration,
 }
 
 const FULL: Scale = Scale {
@@ -289,6 +305,11 @@ const FULL: Scale = Scale {
     peer_budget: Duration::from_secs(12),
     held_locks: 100_000,
     ceiling_requests: 400_000,
+    burst: 10_000,
+    many_waiters: 256,
+    kept: 100_000,
+    kept_ttl: Duration::from_secs(30),
+    kept_for: Duration::from_secs(60),
 };
 
 const SMOKE: Scale = Scale {
@@ -298,6 +319,11 @@ const SMOKE: Scale = Scale {
     peer_budget: Duration::from_secs(2),
     held_locks: 500,
     ceiling_requests: 2_000,
+    burst: 200,
+    many_waiters: 16,
+    kept: 300,
+    kept_ttl: Duration::from_millis(1_500),
+    kept_for: Duration::from_secs(2),
 };
 
 /// What one uncontended iteration does, on resources no one holds.
@@ -577,7 +603,7 @@ fn row(scenario: &'static str, imp: &'static str, mut s: Sample) -> Row {
         // this client's and the nodes' CPU per operation, where both share
         // the cores (a local cluster). Not for the hand-off, whose rate is
         // set by its holds and pauses.
-        if scenario != "handoff" {
+        if !scenario.starts_with("handoff") && !matches!(scenario, "burst" | "keep_alive_many") {
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
             s.extra.insert(
                 "cpu_bound_ops_per_s",
@@ -725,12 +751,12 @@ impl Waiting {
     }
 }
 
-/// 8 waiters want one resource: hold 2 ms, release, 2 ms elsewhere, again.
-/// Besides the wait from asking to holding (the p50/p99), it measures the
-/// share of the time the lock was held (from acquired to released) and the
-/// gap from a holder starting its release to the next holder's acquire.
-async fn handoff(kinds: &[Waiting], urls: &[String], scale: Scale) -> Vec<Sample> {
-    const TASKS: usize = 8;
+/// `waiters` want one resource: hold 2 ms, release, 2 ms elsewhere,
+/// again. Besides the wait from asking to holding (the p50/p99), it
+/// measures the share of the time the lock was held (from acquired to
+/// released) and the gap from a holder starting its release to the next
+/// holder's acquire.
+async fn handoff(kinds: &[Waiting], urls: &[String], scale: Scale, waiters: usize) -> Vec<Sample> {
     const HOLD: Duration = Duration::from_millis(2);
     const ELSEWHERE: Duration = Duration::from_millis(2);
     let mut samples: Vec<Sample> = kinds.iter().map(|_| Sample::default()).collect();
@@ -739,8 +765,9 @@ async fn handoff(kinds: &[Waiting], urls: &[String], scale: Scale) -> Vec<Sample
     let round = Duration::from_secs_f64(scale.timed_secs / rounds as f64);
     for r in 0..rounds {
         for (k, (kind, sample)) in kinds.iter().zip(&mut samples).enumerate() {
-            let resource: Arc<str> = format!("bench:handoff:{}:{k}:{r}", kind.imp()).into();
-            let clients: Vec<Client> = (0..TASKS).map(|_| kind.client(urls)).collect();
+            let resource: Arc<str> =
+                format!("bench:handoff:{waiters}:{}:{k}:{r}", kind.imp()).into();
+            let clients: Vec<Client> = (0..waiters).map(|_| kind.client(urls)).collect();
             // Connect (and for the waking kind, subscribe) before timing.
             for c in &clients {
                 c.hold(&resource, Duration::ZERO).await.unwrap();
@@ -803,6 +830,160 @@ async fn handoff(kinds: &[Waiting], urls: &[String], scale: Scale) -> Vec<Sample
         s.extra.insert("gap_p99_us", gaps.percentile_us(0.99));
     }
     samples
+}
+
+/// A lock taken in the burst, to be released.
+enum Taken {
+    Redquorum(redquorum::Lock),
+    Rslock(rslock::LockManager, rslock::Lock),
+}
+
+/// `scale.burst` `lock()` calls at once on distinct resources (a scheduler
+/// starting its jobs, a batch taking a lock per item), then the release
+/// of every lock taken, at once; each library with its default options.
+/// Counts what was acquired, and the keys left on the nodes afterwards
+/// (redquorum's once its background work is done, within 30 s). The
+/// p50/p99 are of the time from the burst's start to each acquisition.
+async fn burst(clients: &[Client], ports: &[u16], scale: Scale) -> Vec<Sample> {
+    let mut samples = Vec::new();
+    for client in clients {
+        let mut s = Sample::default();
+        let prefix = format!("bench:burst:{}:", client.name());
+        let names: Vec<String> = (0..scale.burst).map(|i| format!("{prefix}{i}")).collect();
+        let usage = Usage::now();
+        let started = Instant::now();
+        let taken = futures::future::join_all(names.iter().map(|name| async move {
+            let taken = match client {
+                Client::Redquorum(r) => r.lock(name, TTL).await.map(Taken::Redquorum).ok(),
+                Client::Rslock(m) => m
+                    .lock(name.as_str(), TTL)
+                    .await
+                    .ok()
+                    .map(|lock| Taken::Rslock(m.clone(), lock)),
+                Client::Floor(..) | Client::Lean(..) => None,
+            };
+            (taken, started.elapsed())
+        }))
+        .await;
+        let locked = started.elapsed();
+        let mut held = Vec::new();
+        for (taken, at) in taken {
+            match taken {
+                Some(t) => {
+                    s.latencies.push(at);
+                    held.push(t);
+                }
+                None => s.errors += 1,
+            }
+        }
+        let acquired = held.len();
+        let released = Instant::now();
+        let refused = futures::future::join_all(held.into_iter().map(|t| async move {
+            match t {
+                Taken::Redquorum(lock) => lock.release().await.is_err(),
+                Taken::Rslock(m, lock) => {
+                    m.unlock(&lock).await;
+                    false
+                }
+            }
+        }))
+        .await;
+        let releasing = released.elapsed();
+        s.errors += refused.into_iter().filter(|&r| r).count() as u64;
+        s.busy = started.elapsed();
+        s.ops = scale.burst as u64;
+        usage.charge(&mut s);
+        if let Client::Redquorum(r) = client {
+            r.drain(Duration::from_secs(30)).await;
+        }
+        let pattern = format!("*{prefix}*");
+        let left: i64 = ports
+            .iter()
+            .map(|&port| {
+                let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+                let mut conn = client.get_connection().unwrap();
+                redis::cmd("EVAL")
+                    .arg("return #redis.call('KEYS', ARGV[1])")
+                    .arg(0)
+                    .arg(&pattern)
+                    .query::<i64>(&mut conn)
+                    .unwrap()
+            })
+            .sum();
+        s.extra.insert("acquired", acquired as f64);
+        s.extra.insert("keys_left", left as f64);
+        s.extra.insert("lock_s", locked.as_secs_f64());
+        s.extra.insert("release_s", releasing.as_secs_f64());
+        samples.push(s);
+    }
+    samples
+}
+
+/// The `EVALSHA` calls the nodes have served, summed.
+fn script_calls(ports: &[u16]) -> u64 {
+    ports
+        .iter()
+        .map(|&port| {
+            let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+            let mut conn = client.get_connection().unwrap();
+            let stats: String = redis::cmd("INFO")
+                .arg("commandstats")
+                .query(&mut conn)
+                .unwrap();
+            stats
+                .lines()
+                .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+                .and_then(|rest| rest.split(',').next()?.parse().ok())
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+/// `scale.kept` locks (TTL `scale.kept_ttl`, 30 s in the full run) held
+/// with `keep_alive()` for `scale.kept_for`, on redquorum's defaults
+/// (rslock has no watchdog): how
+/// many were lost on a healthy cluster, and the client's and the nodes'
+/// CPU per renewal (an extension on one node, counted as the nodes' script
+/// calls while held).
+async fn keep_alive_many(urls: &[String], ports: &[u16], scale: Scale) -> Sample {
+    let redlock = Redlock::new(urls).unwrap();
+    let mut locks = Vec::with_capacity(scale.kept);
+    let names: Vec<String> = (0..scale.kept).map(|i| format!("bench:kept:{i}")).collect();
+    for chunk in names.chunks(5_000) {
+        let taken = futures::future::join_all(
+            chunk
+                .iter()
+                .map(|name| redlock.lock(name, scale.kept_ttl).into_future()),
+        )
+        .await;
+        locks.extend(taken.into_iter().map(|r| r.expect("a lock to keep alive")));
+    }
+    let held: Vec<redquorum::Held> = locks.iter_mut().map(|lock| lock.keep_alive()).collect();
+    let mut s = Sample::default();
+    let calls = script_calls(ports);
+    let usage = Usage::now();
+    let started = Instant::now();
+    tokio::time::sleep(scale.kept_for).await;
+    s.busy = started.elapsed();
+    let renewals = (script_calls(ports) - calls) as f64 / ports.len() as f64;
+    s.ops = renewals as u64;
+    usage.charge(&mut s);
+    let lost = held.iter().filter(|h| h.is_lost()).count();
+    s.errors = lost as u64;
+    s.extra.insert("held", scale.kept as f64);
+    s.extra.insert("lost", lost as f64);
+    s.extra.insert("renewals", renewals);
+    drop(held);
+    let mut locks = locks.into_iter();
+    loop {
+        let chunk: Vec<redquorum::Lock> = locks.by_ref().take(5_000).collect();
+        if chunk.is_empty() {
+            break;
+        }
+        futures::future::join_all(chunk.into_iter().map(|l| l.release())).await;
+    }
+    redlock.drain(Duration::from_secs(30)).await;
+    s
 }
 
 /// redis-benchmark on all nodes at once, pipelined: the most commands per
@@ -1002,7 +1183,7 @@ fn print_table(rows: &[Row]) {
         let peer = find(r.scenario, "rslock");
         let floor = match r.scenario {
             "throughput64" => find("floor64", "floor"),
-            "handoff" | "ceiling" => None,
+            "handoff" | "handoff_many" | "burst" | "keep_alive_many" | "ceiling" => None,
             _ => find("floor", "floor"),
         };
         let ratio = |a: f64, b: Option<f64>| b.map_or(f64::NAN, |b| a / b);
@@ -1223,18 +1404,31 @@ fn main() {
             let s = throughput(&all, 64, scale).await;
             scenario("throughput64", s, &all, &mut rows);
         }
-        if wanted("handoff") {
-            println!("handoff …");
+        for (name, waiters) in [("handoff", 8), ("handoff_many", scale.many_waiters)] {
+            if !wanted(name) {
+                continue;
+            }
+            println!("{name} ({waiters} waiters) …");
             let kinds: Vec<Waiting> = [Waiting::Wake, Waiting::Poll, Waiting::Rslock]
                 .into_iter()
                 .filter(|k| picked_name(k.imp()))
                 .collect();
-            let s = handoff(&kinds, &urls, scale).await;
+            let s = handoff(&kinds, &urls, scale, waiters).await;
             for (kind, s) in kinds.iter().zip(s) {
-                let mut r = row("handoff", kind.imp(), s);
+                let mut r = row(name, kind.imp(), s);
                 r.mode = Some(kind.mode());
                 rows.push(r);
             }
+        }
+        if wanted("keep_alive_many") && loopback {
+            println!("keep_alive_many ({} locks for {:?}) …", scale.kept, scale.kept_for);
+            let s = keep_alive_many(&urls, &ports, scale).await;
+            rows.push(row("keep_alive_many", "redquorum", s));
+        }
+        if wanted("burst") && loopback {
+            println!("burst ({} at once) …", scale.burst);
+            let s = burst(&locks, &ports, scale).await;
+            scenario("burst", s, &locks, &mut rows);
         }
         if !wanted("frozen_node") && !wanted("dead_node") {
             // Skipped for profiling.

@@ -40,7 +40,7 @@ use crate::metrics;
 use crate::net::guard::Lives;
 use crate::net::{Limits, Node};
 use crate::proto::quorum::{self, Plan, Tally};
-use crate::proto::{Answer, Command, Gate, LockId, Prepared};
+use crate::proto::{Answer, Command, LockId, Prepared};
 use waiters::Waiters;
 
 /// The nodes, the options and the waiters' subscriptions of one `Redlock`.
@@ -100,7 +100,7 @@ enum Sending<'a> {
     /// [`Builder::max_in_flight`](crate::Builder::max_in_flight)) no longer
     /// than `queue`, after which no validity would be left.
     Gated {
-        gate: &'a Arc<Gate>,
+        id: &'a Arc<LockId>,
         queue: Duration,
     },
     /// A removal: waits its turn until `until`, and is sent again where it
@@ -110,9 +110,9 @@ enum Sending<'a> {
 
 impl Sending<'_> {
     /// An acquisition's or an extension's round of the lock `id` for `plan`.
-    fn gated<'a>(id: &'a LockId, plan: &Plan) -> Sending<'a> {
+    fn gated<'a>(id: &'a Arc<LockId>, plan: &Plan) -> Sending<'a> {
         Sending::Gated {
-            gate: &id.gate,
+            id,
             queue: plan.best_validity(),
         }
     }
@@ -217,7 +217,7 @@ impl Engine {
             .enumerate()
             .map(|(i, node)| {
                 let (gate, queue) = match sent {
-                    Sending::Gated { gate, queue } => (Some(gate), queue),
+                    Sending::Gated { id, queue } => (Some(id), queue),
                     Sending::Removal { until } => (None, until.remaining()),
                 };
                 let reply = node.run(&command, patient(i), gate, queue);
@@ -274,6 +274,12 @@ impl Engine {
         plan: &Plan,
         observe: bool,
     ) -> Attempt {
+        // The validity clock starts here, before any request of the attempt
+        // is queued, let alone written: whatever the requests then spend
+        // waiting their turn (`Builder::max_in_flight`), connecting or on
+        // the wire is counted against the validity. A node's TTL starts
+        // when it applies the command, later than this, so the keys outlive
+        // the validity the lock reports.
         let start = Moment::now();
         let name = kind.name(id);
         metrics::attempt(name);
@@ -375,7 +381,7 @@ impl Engine {
     pub(crate) async fn extend(
         &self,
         kind: &Arc<dyn Kind>,
-        id: &LockId,
+        id: &Arc<LockId>,
         plan: &Plan,
         start: Moment,
     ) -> Result<Moment, Tally> {

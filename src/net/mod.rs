@@ -91,7 +91,7 @@ use crate::clock::Moment;
 use crate::error::NodeFailure;
 #[cfg(feature = "metrics")]
 use crate::metrics;
-use crate::proto::{Effect, Gate, Prepared};
+use crate::proto::{Effect, Gate, LockId, Prepared};
 use guard::{Guard, Lives};
 use removals::Removals;
 use retired::Retired;
@@ -240,7 +240,8 @@ impl Node {
     /// cleanup nobody waits for) may first wait for a connection up to the
     /// connect timeout. Refused at once, with nothing sent, if it may create
     /// a key on a node that may have forgotten keys (see [`guard`]). With a
-    /// `gate`, nothing is sent once the gate is shut ([`NodeFailure::NotWaited`]).
+    /// `gated` lock, nothing is sent once its [`Gate`] is shut
+    /// ([`NodeFailure::NotWaited`]).
     /// Waits its turn behind this process's other requests to the node (at
     /// most [`Limits::in_flight`] on the wire) no longer than `queue`; that
     /// wait is not counted in its timeout.
@@ -248,7 +249,7 @@ impl Node {
         &self,
         command: &Arc<Prepared>,
         patient: bool,
-        gate: Option<&Arc<Gate>>,
+        gated: Option<&Arc<LockId>>,
         queue: Duration,
     ) -> impl Future<Output = Result<Value, NodeFailure>> + Send + 'static + use<> {
         let admitted = match &self.inner.guard {
@@ -257,7 +258,7 @@ impl Node {
         };
         let inner = self.inner.clone();
         let command = command.clone();
-        let gate = gate.cloned();
+        let gated = gated.cloned();
         async move {
             admitted?;
             if command.effect == Effect::Remove {
@@ -265,7 +266,8 @@ impl Node {
             }
             #[cfg(feature = "metrics")]
             let start = Moment::now();
-            let reply = inner.run(&command, patient, gate.as_deref(), queue).await;
+            let gate = gated.as_deref().map(|id| &id.gate);
+            let reply = inner.run(&command, patient, gate, queue).await;
             #[cfg(feature = "metrics")]
             metrics::request(&inner.name, &reply, start.elapsed());
             reply

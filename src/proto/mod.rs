@@ -33,7 +33,7 @@ pub(crate) type Keys = Arc<[Box<str>]>;
 pub(crate) struct LockId {
     pub(crate) keys: Keys,
     token: [u8; 40],
-    pub(crate) gate: Arc<Gate>,
+    pub(crate) gate: Gate,
 }
 
 impl LockId {
@@ -49,7 +49,7 @@ impl LockId {
         Arc::new(LockId {
             keys,
             token,
-            gate: Arc::default(),
+            gate: Gate::default(),
         })
     }
 
