@@ -81,13 +81,7 @@ async fn one_node_killed_and_one_frozen_cost_nothing() {
     let redlock = builder(&c).node_timeout(node_timeout).build().unwrap();
     // Connect everything first, so that the frozen node has a connection
     // with requests queued on it, as it would in production.
-    redlock
-        .lock("warm", Duration::from_secs(10))
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    warm(&redlock).await;
     c.kill(0);
     c.freeze(1);
     for round in 0..5 {
@@ -174,11 +168,7 @@ async fn late_sets_of_frozen_nodes_are_rolled_back_after_idling_and_after_a_repl
         .restart_guard(false)
         .build()
         .unwrap();
-    let warm = redlock
-        .try_lock("warm", Duration::from_secs(10))
-        .await
-        .unwrap();
-    warm.release().await.unwrap();
+    warm(&redlock).await;
     tokio::time::sleep(ms(400)).await;
 
     // A short freeze after idling: the connections are kept.

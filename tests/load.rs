@@ -98,13 +98,7 @@ async fn a_release_that_timed_out_on_a_frozen_node_leaves_no_key_after_the_thaw(
         .retry_count(0)
         .build()
         .unwrap();
-    redlock
-        .try_lock("warm", TTL)
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    warm(&redlock).await;
     c.freeze(2);
     let lock = redlock.try_lock("r", TTL).await.unwrap();
     // Silent for over a second, then a timeout on it: replaced.

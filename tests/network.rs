@@ -164,13 +164,7 @@ async fn a_blackholed_connection_is_replaced() {
         .retry_count(0)
         .build()
         .unwrap();
-    redlock
-        .try_lock("warm", TTL)
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    warm(&redlock).await;
     let before: Vec<usize> = proxies.iter().map(Proxy::connections).collect();
     proxies[0].blackhole_existing();
     proxies[1].blackhole_existing();
@@ -459,13 +453,7 @@ async fn an_acquisition_delivered_after_the_heal_is_followed_by_its_release() {
         .build()
         .unwrap();
     // Connected, with the scripts loaded.
-    redlock
-        .try_lock("warm", TTL)
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    warm(&redlock).await;
     proxies[2].hold();
     let first = redlock.try_lock("first", SHORT_TTL).await.unwrap();
     // Silent for over a second: the next timeout replaces the connection

@@ -47,6 +47,18 @@ pub fn short_ttl(cluster: &LocalCluster) -> Redlock {
         .unwrap()
 }
 
+/// Takes and releases a lock on `"warm"`: every node connected, and the
+/// release script loaded, before a test's faults begin.
+pub async fn warm(redlock: &Redlock) {
+    redlock
+        .try_lock("warm", Duration::from_secs(10))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
 /// How many nodes of a report failed in a way that matches `pred`.
 pub fn count(report: &redquorum::Report, pred: impl Fn(&redquorum::NodeFailure) -> bool) -> usize {
     report.failures().iter().filter(|(_, f)| pred(f)).count()
