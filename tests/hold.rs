@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
-use redquorum::{Held, Redlock};
+use redquorum::local_cluster::LocalCluster;
+use redquorum::{Held, Lock, Redlock};
 
 const ALL: [usize; 5] = [0, 1, 2, 3, 4];
 
@@ -191,6 +192,18 @@ async fn lost_within(held: &Held, span: Duration) -> bool {
     tokio::time::timeout(span, held.lost()).await.is_ok()
 }
 
+/// Keeps `lock` (of `ttl`, on resource `r`) alive for three TTLs on a
+/// healthy cluster: it must not be lost, and a majority still holds it.
+async fn kept_for_three_ttls(c: &LocalCluster, mut lock: Lock, ttl: Duration) {
+    let held = lock.keep_alive();
+    assert!(
+        !lost_within(&held, ttl * 3).await,
+        "a lock of {ttl:?} was lost on a healthy cluster"
+    );
+    assert!(holders(c, &ALL, &key("r")) >= 3);
+    lock.release().await.unwrap();
+}
+
 /// Found in review: when the next extension was due later than the last
 /// moment one could still finish (validity less a node timeout), the
 /// watchdog slept until that moment and then gave the lock up without
@@ -202,17 +215,11 @@ async fn keep_alive_called_late_keeps_the_lock() {
     let c = cluster(5);
     let redlock = keeper(&c);
     let ttl = ms(1_500);
-    let mut lock = redlock.lock("r", ttl).await.unwrap();
+    let lock = redlock.lock("r", ttl).await.unwrap();
     while lock.remaining() > ms(560) {
         tokio::time::sleep(ms(10)).await;
     }
-    let held = lock.keep_alive();
-    assert!(
-        !lost_within(&held, ttl * 3).await,
-        "lost on a healthy cluster"
-    );
-    assert!(holders(&c, &ALL, &key("r")) >= 3);
-    lock.release().await.unwrap();
+    kept_for_three_ttls(&c, lock, ttl).await;
 }
 
 /// The same flaw with the extension due late by design: at
@@ -228,14 +235,8 @@ async fn keep_alive_renews_at_a_fraction_near_one() {
         .build()
         .unwrap();
     let ttl = ms(1_200);
-    let mut lock = redlock.lock("r", ttl).await.unwrap();
-    let held = lock.keep_alive();
-    assert!(
-        !lost_within(&held, ttl * 3).await,
-        "lost on a healthy cluster"
-    );
-    assert!(holders(&c, &ALL, &key("r")) >= 3);
-    lock.release().await.unwrap();
+    let lock = redlock.lock("r", ttl).await.unwrap();
+    kept_for_three_ttls(&c, lock, ttl).await;
 }
 
 /// The shortest TTL a 1 s node timeout accepts (as the CLI's default node
@@ -251,14 +252,8 @@ async fn the_shortest_ttl_a_node_timeout_accepts_is_renewed() {
         .build()
         .unwrap();
     for ttl in [ms(1_001), ms(1_500)] {
-        let mut lock = redlock.lock("r", ttl).await.unwrap();
-        let held = lock.keep_alive();
-        assert!(
-            !lost_within(&held, ttl * 3).await,
-            "a lock of {ttl:?} was lost on a healthy cluster"
-        );
-        assert!(holders(&c, &ALL, &key("r")) >= 3);
-        lock.release().await.unwrap();
+        let lock = redlock.lock("r", ttl).await.unwrap();
+        kept_for_three_ttls(&c, lock, ttl).await;
     }
 }
 

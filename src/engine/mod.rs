@@ -198,9 +198,9 @@ impl Engine {
 
     /// Sends `command` to every node; each reply is read by `read`. Node
     /// `i` is patient (cleanup nobody waits for: see `net`) if `patient(i)`.
-    /// With a `gate`, nothing is sent once it is shut. A removal (`until`
-    /// given: when its keys will have expired) that gets no answer from a
-    /// node is sent there again in the background until it does.
+    /// A gated round sends nothing once its lock's gate is shut. A removal
+    /// that gets no answer from a node is sent there again in the
+    /// background until it does, or until its keys have expired.
     fn ask<R>(
         &self,
         command: Command,
@@ -216,17 +216,15 @@ impl Engine {
             .iter()
             .enumerate()
             .map(|(i, node)| {
-                let (gate, queue) = match sent {
-                    Sending::Gated { id, queue } => (Some(id), queue),
-                    Sending::Removal { until } => (None, until.remaining()),
+                let (gate, queue, retry) = match sent {
+                    Sending::Gated { id, queue } => (Some(id), queue, None),
+                    Sending::Removal { until } => (
+                        None,
+                        until.remaining(),
+                        Some((self.background.clone(), command.clone(), until)),
+                    ),
                 };
                 let reply = node.run(&command, patient(i), gate, queue);
-                let retry = match sent {
-                    Sending::Removal { until } => {
-                        Some((self.background.clone(), command.clone(), until))
-                    }
-                    Sending::Gated { .. } => None,
-                };
                 let (read, node) = (read.clone(), node.clone());
                 async move {
                     let answer = match reply.await {
