@@ -261,15 +261,20 @@ impl Node {
         let gated = gated.cloned();
         async move {
             admitted?;
-            if command.effect == Effect::Remove {
-                inner.retired.mirror(&command, &mut Vec::new());
-            }
             #[cfg(feature = "metrics")]
             let start = Moment::now();
             let gate = gated.as_deref().map(|id| &id.gate);
             let reply = inner.run(&command, patient, gate, queue).await;
             #[cfg(feature = "metrics")]
             metrics::request(&inner.name, &reply, start.elapsed());
+            if command.effect == Effect::Remove {
+                // After the removal's own answer (or its timeout), never
+                // before: written first on a retired connection that has
+                // healed, the copy could delete the key ahead of it, and the
+                // removal would find the key missing and not count as done.
+                // Still behind whatever the retired connection carries.
+                inner.retired.mirror(&command, &mut Vec::new());
+            }
             reply
         }
     }
@@ -451,15 +456,16 @@ impl Inner {
             let Some(mut round) = self.removals.take() else {
                 return;
             };
-            for queued in &mut round {
-                self.retired.mirror(&queued.command, &mut queued.mirrored);
-            }
             let replies = futures::future::join_all(
                 round
                     .iter()
                     .map(|queued| self.run(&queued.command, true, None, queued.until.remaining())),
             )
             .await;
+            // After the answers, as in `Node::run`.
+            for queued in &mut round {
+                self.retired.mirror(&queued.command, &mut queued.mirrored);
+            }
             let sent = round.len();
             let unanswered: Vec<_> = round
                 .into_iter()

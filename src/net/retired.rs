@@ -12,7 +12,10 @@
 //!
 //! So a replaced connection is not closed. It is *retired*: kept open, and
 //! every removal (a release, a rollback) the node is sent afterwards is
-//! also written on it, behind whatever it already carries. Delivered late,
+//! also written on it, behind whatever it already carries, once the
+//! removal itself has been answered or has timed out (a copy that got
+//! there first would leave the removal finding no key, and not counting as
+//! done). Delivered late,
 //! an acquisition is then followed on the same connection by its release,
 //! and the node applies them in that order. A retired connection goes once
 //! it can deliver nothing new: a `PING` written on it after the last
