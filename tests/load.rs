@@ -32,6 +32,26 @@ fn keys_on(c: &LocalCluster, i: usize) -> i64 {
     }
 }
 
+/// Prints how many of `results` are `Ok` (`done`: what they did) and
+/// panics, with the first error, unless all are.
+fn all_ok<T>(results: &[Result<T, redquorum::Error>], done: &str) {
+    let failed: Vec<String> = results
+        .iter()
+        .filter_map(|r| r.as_ref().err().map(|e| e.to_string()))
+        .collect();
+    println!(
+        "{} of {} {done}",
+        results.len() - failed.len(),
+        results.len()
+    );
+    assert!(
+        failed.is_empty(),
+        "{} failed, the first: {}",
+        failed.len(),
+        failed[0]
+    );
+}
+
 /// 5 000 `lock()` calls at once on distinct resources (a scheduler
 /// starting its jobs, a batch taking a lock per item), then 5 000
 /// releases at once: every lock is taken, every release succeeds, and no
@@ -50,30 +70,10 @@ async fn a_burst_of_locks_then_of_releases_takes_all_and_leaves_no_key() {
             .map(|name| redlock.lock(name, TTL).into_future()),
     )
     .await;
-    let failed: Vec<String> = taken
-        .iter()
-        .filter_map(|r| r.as_ref().err().map(|e| e.to_string()))
-        .collect();
-    println!("{} of {N} taken", N - failed.len());
-    assert!(
-        failed.is_empty(),
-        "{} failed, the first: {}",
-        failed.len(),
-        failed[0]
-    );
+    all_ok(&taken, "taken");
     let locks: Vec<_> = taken.into_iter().map(Result::unwrap).collect();
     let released = join_all(locks.into_iter().map(|lock| lock.release())).await;
-    let refused: Vec<String> = released
-        .iter()
-        .filter_map(|r| r.as_ref().err().map(|e| e.to_string()))
-        .collect();
-    println!("{} of {N} released", N - refused.len());
-    assert!(
-        refused.is_empty(),
-        "{} failed, the first: {}",
-        refused.len(),
-        refused[0]
-    );
+    all_ok(&released, "released");
     assert!(
         redlock.drain(Duration::from_secs(30)).await,
         "background work still running"

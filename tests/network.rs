@@ -15,6 +15,8 @@ use redquorum::local_cluster::{LocalCluster, Reply};
 use redquorum::{Error, Lock, NodeFailure, Redlock};
 
 const TTL: Duration = Duration::from_secs(10);
+/// A TTL no test outlasts: a key left behind is still there to see.
+const LONG_TTL: Duration = Duration::from_secs(30);
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -238,7 +240,6 @@ fn subscriber_connections(c: &LocalCluster, i: usize) -> usize {
 /// runs out.
 #[tokio::test]
 async fn a_waiter_with_silently_dead_connections_still_takes_over() {
-    const LONG_TTL: Duration = Duration::from_secs(30);
     const WITHIN: Duration = Duration::from_secs(5);
     let c = cluster(3);
     let proxies = proxies(&c);
@@ -347,6 +348,21 @@ fn lock_keys(c: &LocalCluster, i: usize) -> Vec<String> {
     }
 }
 
+/// Takes `name` for [`LONG_TTL`] and releases it at once; says whether it was
+/// taken, and prints why not, as `what`.
+async fn taken_and_released(redlock: &Redlock, name: &str, what: &str) -> bool {
+    match redlock.lock(name, LONG_TTL).await {
+        Ok(lock) => {
+            lock.release().await.unwrap();
+            true
+        }
+        Err(e) => {
+            println!("{what}: {e}");
+            false
+        }
+    }
+}
+
 /// Found by a user: locks taken and released while one or two nodes were
 /// cut off without RST (bytes swallowed both ways) left their keys on the
 /// cut nodes once the partition healed, for the keys' whole TTL, shutting
@@ -357,7 +373,6 @@ fn lock_keys(c: &LocalCluster, i: usize) -> Vec<String> {
 /// had its time, no node holds a key of a released lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_key_of_a_released_lock_survives_a_healed_partition() {
-    const LONG_TTL: Duration = Duration::from_secs(30);
     let c = cluster(5);
     let proxies = proxies(&c);
     let redlock = Redlock::builder().nodes(urls(&proxies)).build().unwrap();
@@ -379,15 +394,11 @@ async fn no_key_of_a_released_lock_survives_a_healed_partition() {
         // connections have been given up, then once more.
         for (k, pause) in [0u64, 1_200, 300].into_iter().enumerate() {
             tokio::time::sleep(ms(pause)).await;
-            match redlock.lock(&format!("p-{round}-{k}"), LONG_TTL).await {
-                Ok(lock) => {
-                    taken += 1;
-                    lock.release().await.unwrap();
-                }
-                Err(e) => {
-                    failed += 1;
-                    println!("round {round} lock {k} (cut {cut:?}): {e}");
-                }
+            let what = format!("round {round} lock {k} (cut {cut:?})");
+            if taken_and_released(&redlock, &format!("p-{round}-{k}"), &what).await {
+                taken += 1;
+            } else {
+                failed += 1;
             }
         }
         for &i in &cut {
@@ -398,15 +409,11 @@ async fn no_key_of_a_released_lock_survives_a_healed_partition() {
         if round % 2 == 1 {
             tokio::time::sleep(ms(200)).await;
         }
-        match redlock.lock(&format!("p-{round}-healed"), LONG_TTL).await {
-            Ok(lock) => {
-                taken += 1;
-                lock.release().await.unwrap();
-            }
-            Err(e) => {
-                failed += 1;
-                println!("round {round} after the heal: {e}");
-            }
+        let what = format!("round {round} after the heal");
+        if taken_and_released(&redlock, &format!("p-{round}-healed"), &what).await {
+            taken += 1;
+        } else {
+            failed += 1;
         }
     }
     // Settled: what is left to run in the background (removals sent again
@@ -505,7 +512,6 @@ async fn an_acquisition_delivered_after_the_heal_is_followed_by_its_release() {
 /// the cut) is sent again once the node answers, not left to the TTL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_a_partition_swallowed_is_sent_again_after_the_heal() {
-    const LONG_TTL: Duration = Duration::from_secs(30);
     let c = cluster(3);
     let proxies = proxies(&c);
     let redlock = Redlock::builder()

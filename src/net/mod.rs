@@ -376,7 +376,7 @@ impl Inner {
             };
             let conn = &live.conn;
             let sent = conn.sending();
-            match timeout_at(deadline, send(conn, command, gate)).await {
+            match timeout_at(deadline, send(&conn.conn, command, gate)).await {
                 Err(_) => return Err(self.timed_out(&live)),
                 // The lock's removal began before this could be sent.
                 Ok(None) => {
@@ -544,14 +544,14 @@ impl Inner {
 /// Sends one command and reads its reply; `None` if `gate` was shut before
 /// the command (or, after `NOSCRIPT`, its `EVAL`) could be handed over.
 async fn send(
-    conn: &Conn,
+    conn: &MultiplexedConnection,
     command: &Prepared,
     gate: Option<&Gate>,
 ) -> Option<Result<Value, RedisError>> {
-    let reply = hand_over(gate, query(conn.conn.clone(), &command.first)).await?;
+    let reply = hand_over(gate, query(conn.clone(), &command.first)).await?;
     match (reply, &command.script) {
         (Err(e), Some(call)) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-            hand_over(gate, query(conn.conn.clone(), &call.eval())).await
+            hand_over(gate, query(conn.clone(), &call.eval())).await
         }
         (reply, _) => Some(reply),
     }
