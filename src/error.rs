@@ -547,7 +547,7 @@ impl fmt::Display for NodeFailure {
                 f,
                 "authentication failed ({e}): put the right credentials in the node's URL, \
                  redis://user:password@host:port (an ACL user also needs the lock keys, \
-                 their :released channels, EVALSHA and PUBLISH)"
+                 their :wake:* channels, EVALSHA and PUBLISH)"
             ),
             NodeFailure::WrongType(e) => write!(
                 f,

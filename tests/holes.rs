@@ -211,7 +211,8 @@ async fn extend_racing_the_watchdog_never_overstates_the_validity() {
 // not buy free retries for ever.
 
 /// Keeps resource `r` always held on every node, while announcing a release
-/// of the previous holder every ~20 ms; stops on drop (and after 40 s).
+/// of the previous holder every ~20 ms to the first waiter queued, as a
+/// release does (see `kinds::queue`); stops on drop (and after 40 s).
 struct Hog {
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<u64>>,
@@ -219,7 +220,13 @@ struct Hog {
 
 const HOG: &str = r#"local old = redis.call('GET', KEYS[1])
 redis.call('DEL', KEYS[1])
-if old then redis.call('PUBLISH', KEYS[1] .. ':released', old) end
+local queue = KEYS[1] .. ':waiters'
+local first = redis.call('ZRANGE', queue, 0, 0)[1]
+if old and first then
+  redis.call('ZREM', queue, first)
+  local client = string.match(first, '^[^:]*:([^:]*):')
+  redis.call('PUBLISH', KEYS[1] .. ':wake:' .. client, first .. ' ' .. old)
+end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1"#;
 

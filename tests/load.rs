@@ -6,7 +6,10 @@
 mod common;
 
 use std::future::IntoFuture;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+use std::time::Instant;
 
 use common::*;
 use futures::future::join_all;
@@ -117,4 +120,108 @@ async fn a_release_that_timed_out_on_a_frozen_node_leaves_no_key_after_the_thaw(
     await_gone(&c, &[0, 1, 2], &key("r"), Duration::from_secs(10)).await;
     await_gone(&c, &[0, 1, 2], &key("other"), Duration::from_secs(10)).await;
     assert!(redlock.drain(Duration::from_secs(10)).await);
+}
+
+/// 64 waiters on one resource, each with its own `Redlock` (as separate
+/// processes would have), taking it in turn for 2 ms each: the requests
+/// the nodes get per acquisition stay a small multiple of the node count,
+/// however many wait. A release wakes the first waiter queued on each node
+/// (see `kinds::queue`), not every waiter. (Before: every release woke all
+/// 64, and each sent a round to every node: about 64 rounds per
+/// acquisition.) Also: every waiter gets the lock at least once, and no
+/// call fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_waiters_cost_the_nodes_per_acquisition_what_few_do() {
+    const WAITERS: usize = 64;
+    const ACQUISITIONS: usize = 640;
+    let c = cluster(5);
+    let clients: Vec<Redlock> = (0..WAITERS)
+        .map(|_| {
+            Redlock::builder()
+                .nodes(c.urls())
+                .wait_timeout(Duration::from_secs(60))
+                .retry_count(u32::MAX)
+                .build()
+                .unwrap()
+        })
+        .collect();
+    // Connected and subscribed before counting.
+    for client in &clients {
+        let lock = client.lock("r", TTL).await.unwrap();
+        lock.release().await.unwrap();
+    }
+    for i in 0..5 {
+        run(&c, i, &["CONFIG", "RESETSTAT"]);
+    }
+    let taken = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let tasks: Vec<_> = clients
+        .into_iter()
+        .map(|client| {
+            let taken = taken.clone();
+            tokio::spawn(async move {
+                let (mut mine, mut errors) = (0, Vec::new());
+                while taken.load(Ordering::SeqCst) < ACQUISITIONS
+                    && started.elapsed() < Duration::from_secs(60)
+                {
+                    match client.lock("r", TTL).await {
+                        Ok(lock) => {
+                            taken.fetch_add(1, Ordering::SeqCst);
+                            mine += 1;
+                            tokio::time::sleep(Duration::from_millis(2)).await;
+                            if let Err(e) = lock.release().await {
+                                errors.push(e.to_string());
+                            }
+                        }
+                        Err(e) => errors.push(e.to_string()),
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                (mine, errors)
+            })
+        })
+        .collect();
+    let mut counts = Vec::new();
+    let mut errors = Vec::new();
+    for task in tasks {
+        let (mine, e) = task.await.unwrap();
+        counts.push(mine);
+        errors.extend(e);
+    }
+    let acquisitions: usize = counts.iter().sum();
+    let requests: u64 = (0..5)
+        .map(|i| {
+            ["evalsha", "eval", "set"]
+                .iter()
+                .map(|cmd| command_stat(&c, i, cmd, "calls"))
+                .sum::<u64>()
+        })
+        .sum();
+    let per = requests as f64 / acquisitions as f64;
+    println!(
+        "{acquisitions} acquisitions by {WAITERS} waiters in {:?}: {per:.1} node requests each \
+         (fewest by one waiter {}, most {})",
+        started.elapsed(),
+        counts.iter().min().unwrap(),
+        counts.iter().max().unwrap()
+    );
+    assert!(
+        errors.is_empty(),
+        "{} errors, the first: {}",
+        errors.len(),
+        errors[0]
+    );
+    assert!(acquisitions >= ACQUISITIONS, "only {acquisitions} in 60 s");
+    // An attempt and a release are one request to each node; a waiter's
+    // attempt that gets the key is also a `SET` inside the script. Timer
+    // retries and the few split votes add a little; a herd adds a round
+    // per waiter.
+    assert!(
+        per <= 6.0 * 5.0,
+        "{per:.1} node requests per acquisition with {WAITERS} waiters"
+    );
+    assert!(
+        counts.iter().all(|&n| n > 0),
+        "a waiter never got it: {counts:?}"
+    );
 }

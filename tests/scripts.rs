@@ -9,13 +9,28 @@ mod common;
 use common::*;
 use redquorum::local_cluster::{LocalCluster, Reply};
 
-const MUTEX_ACQUIRE: &str = include_str!("../src/kinds/mutex/acquire.lua");
-const MUTEX_RELEASE: &str = include_str!("../src/kinds/mutex/release.lua");
+const MUTEX_ACQUIRE: &str = concat!(
+    include_str!("../src/kinds/queue.lua"),
+    include_str!("../src/kinds/mutex/acquire.lua")
+);
+const MUTEX_RELEASE: &str = concat!(
+    include_str!("../src/kinds/queue.lua"),
+    include_str!("../src/kinds/mutex/release.lua")
+);
 const MUTEX_EXTEND: &str = include_str!("../src/kinds/mutex/extend.lua");
-const REENTRANT_ACQUIRE: &str = include_str!("../src/kinds/reentrant/acquire.lua");
-const REENTRANT_RELEASE: &str = include_str!("../src/kinds/reentrant/release.lua");
+const REENTRANT_ACQUIRE: &str = concat!(
+    include_str!("../src/kinds/queue.lua"),
+    include_str!("../src/kinds/reentrant/acquire.lua")
+);
+const REENTRANT_RELEASE: &str = concat!(
+    include_str!("../src/kinds/queue.lua"),
+    include_str!("../src/kinds/reentrant/release.lua")
+);
 const REENTRANT_EXTEND: &str = include_str!("../src/kinds/reentrant/extend.lua");
-const FENCED_ACQUIRE: &str = include_str!("../src/kinds/fenced/acquire.lua");
+const FENCED_ACQUIRE: &str = concat!(
+    include_str!("../src/kinds/queue.lua"),
+    include_str!("../src/kinds/fenced/acquire.lua")
+);
 const FENCED_CONFIRM: &str = include_str!("../src/kinds/fenced/confirm.lua");
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef01234567";
@@ -57,12 +72,17 @@ fn a_resent_set_acquisition_leaves_extended_keys_alone() {
     let c = cluster(1);
     let keys = ["a", "b"];
     assert_eq!(
-        eval(&c, MUTEX_ACQUIRE, &keys, &[TOKEN, "5000", "0"]),
+        eval(&c, MUTEX_ACQUIRE, &keys, &[TOKEN, "5000", ""]),
         Reply::Int(1)
     );
     extend_by_hand(&c, &keys);
     assert_eq!(
-        eval(&c, MUTEX_ACQUIRE, &keys, &[TOKEN, "5000", "1"]),
+        eval(
+            &c,
+            MUTEX_ACQUIRE,
+            &keys,
+            &[TOKEN, "5000", "0000000000000001:c:1"]
+        ),
         Reply::Int(1)
     );
     assert_long(&c, &keys);
@@ -84,16 +104,16 @@ fn a_resent_take_counts_its_hold_once_and_shortens_nothing() {
         &c,
         REENTRANT_ACQUIRE,
         &["r"],
-        &[owner, other, "5000", "0"],
+        &[owner, other, "5000", ""],
         Reply::Int(1),
     );
     assert_eq!(
-        eval(&c, REENTRANT_ACQUIRE, &["r"], &[owner, TOKEN, "5000", "0"]),
+        eval(&c, REENTRANT_ACQUIRE, &["r"], &[owner, TOKEN, "5000", ""]),
         Reply::Int(1)
     );
     extend_by_hand(&c, &["r"]);
     assert_eq!(
-        eval(&c, REENTRANT_ACQUIRE, &["r"], &[owner, TOKEN, "5000", "0"]),
+        eval(&c, REENTRANT_ACQUIRE, &["r"], &[owner, TOKEN, "5000", ""]),
         Reply::Int(1)
     );
     assert_long(&c, &["r"]);
@@ -136,11 +156,11 @@ fn hget(c: &LocalCluster, key: &str, field: &str) -> String {
 fn a_resent_fenced_acquisition_draws_no_second_token() {
     let c = cluster(1);
     let keys = ["r", "r:fence"];
-    let first = eval(&c, FENCED_ACQUIRE, &keys, &[TOKEN, "5000", "0", "0"]);
+    let first = eval(&c, FENCED_ACQUIRE, &keys, &[TOKEN, "5000", "", "0"]);
     assert_eq!(first, Reply::Array(Some(vec![Reply::Int(1)])));
     extend_by_hand(&c, &["r"]);
     assert_eq!(
-        eval(&c, FENCED_ACQUIRE, &keys, &[TOKEN, "5000", "0", "0"]),
+        eval(&c, FENCED_ACQUIRE, &keys, &[TOKEN, "5000", "", "0"]),
         first
     );
     assert_long(&c, &["r"]);
@@ -159,7 +179,7 @@ fn a_resent_fenced_acquisition_draws_no_second_token() {
         &c,
         FENCED_ACQUIRE,
         &["s", "s:fence"],
-        &[TOKEN, "5000", "0", floor],
+        &[TOKEN, "5000", "", floor],
     );
     assert_eq!(
         next,
@@ -177,19 +197,19 @@ fn a_key_of_a_foreign_type_is_wrongtype_to_every_kind() {
         &c,
         MUTEX_ACQUIRE,
         &["a", "r"],
-        &[TOKEN, "5000", "1"]
+        &[TOKEN, "5000", "0000000000000001:c:1"]
     )));
     assert!(wrongtype(eval(
         &c,
         REENTRANT_ACQUIRE,
         &["r"],
-        &["o", TOKEN, "5000", "1"]
+        &["o", TOKEN, "5000", "0000000000000001:c:1"]
     )));
     assert!(wrongtype(eval(
         &c,
         FENCED_ACQUIRE,
         &["r", "r:fence"],
-        &[TOKEN, "5000", "1", "0"]
+        &[TOKEN, "5000", "0000000000000001:c:1", "0"]
     )));
     assert!(wrongtype(eval(&c, MUTEX_RELEASE, &["r"], &[TOKEN, "0"])));
     assert!(wrongtype(eval(
@@ -221,7 +241,7 @@ fn a_fenced_counter_that_cannot_grow_fails_before_any_write() {
             &c,
             FENCED_ACQUIRE,
             &[key, &counter],
-            &[TOKEN, "5000", "0", "0"],
+            &[TOKEN, "5000", "", "0"],
         );
         let expected = if key == "a" {
             cannot_grow(&reply)
@@ -236,7 +256,7 @@ fn a_fenced_counter_that_cannot_grow_fails_before_any_write() {
         &c,
         FENCED_ACQUIRE,
         &["d", "d:fence"],
-        &[TOKEN, "5000", "0", "9007199254740992"],
+        &[TOKEN, "5000", "", "9007199254740992"],
     );
     assert!(cannot_grow(&reply), "{reply:?}");
     assert_eq!(holders(&c, &[0], "d"), 0);
@@ -265,7 +285,7 @@ fn a_fenced_counter_that_is_not_a_whole_number_is_refused_before_any_write() {
                 &c,
                 FENCED_ACQUIRE,
                 &[&key, &counter],
-                &[TOKEN, "5000", "0", floor],
+                &[TOKEN, "5000", "", floor],
             );
             assert!(refused(reply.clone()), "{bad}: {reply:?}");
             assert_eq!(holders(&c, &[0], &key), 0, "{bad}: the key was written");
@@ -277,11 +297,92 @@ fn a_fenced_counter_that_is_not_a_whole_number_is_refused_before_any_write() {
             &c,
             FENCED_ACQUIRE,
             &[&key, &counter],
-            &[TOKEN, "5000", "0", "0"],
+            &[TOKEN, "5000", "", "0"],
         );
         assert!(refused(reply.clone()), "{bad}: resent: {reply:?}");
         let reply = eval(&c, FENCED_CONFIRM, &[&key, &counter], &[TOKEN, "7"]);
         assert!(refused(reply.clone()), "{bad}: confirm: {reply:?}");
         assert_eq!(get(&c, 0, &counter).as_deref(), Some(bad), "{bad}");
     }
+}
+
+/// The waiters' queue (`src/kinds/queue.lua`): waiters are kept in the
+/// order their waits began, whatever order their attempts arrived in (so
+/// that every node wakes the same one); a release wakes the first whose
+/// client listens, skipping and dropping those nobody hears; the waiter
+/// that gets the lock leaves the queue; and the queue expires.
+#[test]
+fn the_queue_orders_waiters_by_when_they_began_and_a_release_wakes_the_first_heard() {
+    use std::io::{BufRead, BufReader, Write};
+    let c = cluster(1);
+    let (aa, bb, cc) = (
+        "0000000000000001:aa:1",
+        "0000000000000002:bb:1",
+        "0000000000000003:cc:1",
+    );
+    run(&c, 0, &["SET", "k", TOKEN, "PX", "60000"]);
+    let other = "ffffffffffffffffffffffffffffffffffffffff";
+    // Arriving as cc, aa, bb.
+    for waiter in [cc, aa, bb] {
+        match eval(&c, MUTEX_ACQUIRE, &["k"], &[other, "5000", waiter]) {
+            Reply::Array(Some(seen)) => assert_eq!(seen[0], Reply::Bulk(Some(TOKEN.into()))),
+            reply => panic!("{reply:?}"),
+        }
+    }
+    let queue = |c: &LocalCluster| match run(c, 0, &["ZRANGE", "k:waiters", "0", "-1"]) {
+        Reply::Array(Some(names)) => names
+            .into_iter()
+            .map(|n| match n {
+                Reply::Bulk(Some(b)) => String::from_utf8(b).unwrap(),
+                n => panic!("{n:?}"),
+            })
+            .collect::<Vec<_>>(),
+        reply => panic!("{reply:?}"),
+    };
+    assert_eq!(queue(&c), [aa, bb, cc]);
+    // Kept a while past the holder's expiry, not for ever.
+    match run(&c, 0, &["PTTL", "k:waiters"]) {
+        Reply::Int(left) => assert!((60_000..=66_000).contains(&left), "{left}"),
+        reply => panic!("{reply:?}"),
+    }
+    // Only bb's client listens.
+    let mut listener = std::net::TcpStream::connect(("127.0.0.1", c.port(0))).unwrap();
+    listener
+        .write_all(b"*2\r\n$9\r\nSUBSCRIBE\r\n$9\r\nk:wake:bb\r\n")
+        .unwrap();
+    listener
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    let mut reader = BufReader::new(listener);
+    let mut lines = Vec::new();
+    let mut read_lines = |n: usize, lines: &mut Vec<String>| {
+        for _ in 0..n {
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            lines.push(line.trim_end().to_owned());
+        }
+    };
+    // The subscription's confirmation: *3, $9 subscribe, $9 k:wake:bb, :1.
+    read_lines(6, &mut lines);
+    assert_eq!(lines.last().map(String::as_str), Some(":1"), "{lines:?}");
+    assert_eq!(
+        eval(&c, MUTEX_RELEASE, &["k"], &[TOKEN, "1"]),
+        Reply::Int(1)
+    );
+    // aa is heard by nobody: dropped; bb is woken and taken out; cc waits.
+    lines.clear();
+    read_lines(7, &mut lines);
+    assert_eq!(
+        lines[6],
+        format!("{bb} {TOKEN}"),
+        "the wake-up on k:wake:bb: {lines:?}"
+    );
+    assert_eq!(queue(&c), [cc]);
+    // cc takes the free key and leaves the queue, which goes with it.
+    assert_eq!(
+        eval(&c, MUTEX_ACQUIRE, &["k"], &[other, "5000", cc]),
+        Reply::Int(1)
+    );
+    assert_eq!(queue(&c), Vec::<String>::new());
+    assert_eq!(run(&c, 0, &["EXISTS", "k:waiters"]), Reply::Int(0));
 }

@@ -65,23 +65,36 @@ async fn hand_over(lock: Lock, waiting: Waiting) -> Duration {
     take(waiting).await - released_at
 }
 
-/// How many clients node `i` has subscribed to `channel`.
-fn subscribers(c: &LocalCluster, i: usize, channel: &str) -> i64 {
-    match run(c, i, &["PUBSUB", "NUMSUB", channel]) {
-        Reply::Array(Some(reply)) => match reply[..] {
-            [_, Reply::Int(n)] => n,
-            _ => panic!("PUBSUB NUMSUB: {reply:?}"),
-        },
-        other => panic!("PUBSUB NUMSUB: {other:?}"),
+/// How many subscriptions node `i` has to the wake-up channels of `key`
+/// (one per `Redlock` that waits on it: `<key>:wake:<client id>`).
+fn subscribers(c: &LocalCluster, i: usize, key: &str) -> i64 {
+    let channels = match run(c, i, &["PUBSUB", "CHANNELS", &format!("{key}:wake:*")]) {
+        Reply::Array(Some(names)) => names,
+        other => panic!("PUBSUB CHANNELS: {other:?}"),
+    };
+    let mut total = 0;
+    for name in channels {
+        let Reply::Bulk(Some(name)) = name else {
+            panic!("PUBSUB CHANNELS: {name:?}")
+        };
+        match run(c, i, &["PUBSUB", "NUMSUB", &String::from_utf8_lossy(&name)]) {
+            Reply::Array(Some(reply)) => match reply[..] {
+                [_, Reply::Int(n)] => total += n,
+                _ => panic!("PUBSUB NUMSUB: {reply:?}"),
+            },
+            other => panic!("PUBSUB NUMSUB: {other:?}"),
+        }
     }
+    total
 }
 
 /// The acquisition attempts that reached node `i` and found the key held
 /// (or took it): a plain attempt is one `SET`; a waiter's, which asks who
-/// holds the key, is the acquisition script, which reads the holder's
-/// `PTTL` once (releases and rollbacks never do).
+/// holds the key and queues for it, is the acquisition script, which
+/// adds the waiter to the key's queue once (`ZADD`; releases and
+/// rollbacks never do).
 fn attempts(c: &LocalCluster, i: usize) -> u64 {
-    command_stat(c, i, "set", "calls") + command_stat(c, i, "pttl", "calls")
+    command_stat(c, i, "set", "calls") + command_stat(c, i, "zadd", "calls")
 }
 
 #[tokio::test]
@@ -150,7 +163,7 @@ async fn expiry_without_release_is_noticed_by_timer_with_subscriptions_killed() 
     }
     assert!(killed >= 3, "only {killed} subscriber connections to kill");
     // The waiter notices and subscribes again, well before the expiry.
-    let channel = format!("{}:released", key("r"));
+    let channel = key("r");
     let resubscribed = async {
         while ALL
             .iter()
@@ -178,7 +191,7 @@ async fn a_channel_stays_subscribed_a_while_after_a_wait_and_then_goes() {
     let c = cluster(5);
     let holder = redlock(&c);
     let waiting = waiter(&c, Duration::from_secs(5));
-    let channel = format!("{}:released", key("r"));
+    let channel = key("r");
     let subscribed = |c: &LocalCluster| ALL.map(|i| subscribers(c, i, &channel));
     let lock = holder.lock("r", LONG_TTL).await.unwrap();
     let task = start_waiting(&waiting).await;

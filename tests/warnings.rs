@@ -16,6 +16,18 @@ async fn cycle(redlock: &redquorum::Redlock) {
     lock.release().await.unwrap();
 }
 
+/// `holder` takes resource "r" and, once `waiter` queues for it (see
+/// `kinds::queue`), releases it, waking the waiter; then the waiter lets
+/// go.
+async fn hand_over(holder: &redquorum::Redlock, waiter: &redquorum::Redlock) {
+    let lock = holder.lock("r", Duration::from_secs(10)).await.unwrap();
+    let waiter = waiter.clone();
+    let waiting = tokio::spawn(async move { waiter.lock("r", Duration::from_secs(10)).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    lock.release().await.unwrap();
+    waiting.await.unwrap().unwrap().release().await.unwrap();
+}
+
 // One thread, so that the tasks the lock spawns see the subscriber too.
 #[tokio::test(flavor = "current_thread")]
 async fn warns_once_per_node_that_may_evict_lock_keys() {
@@ -70,8 +82,15 @@ async fn a_node_refusing_publish_still_releases_and_warns_once() {
         .node_timeout(NODE_TIMEOUT)
         .build()
         .unwrap();
+    // Only a release that has a waiter to wake publishes: the warning
+    // comes when it matters.
+    let waiter = redquorum::Redlock::builder()
+        .nodes(c.urls())
+        .node_timeout(NODE_TIMEOUT)
+        .build()
+        .unwrap();
     for _ in 0..3 {
-        cycle(&redlock).await;
+        hand_over(&redlock, &waiter).await;
     }
     await_gone(&c, &[0, 1, 2], &key("r"), Duration::from_secs(5)).await;
     let seen = warnings.settle(3).await;

@@ -9,14 +9,17 @@
 //!
 //! Between attempts the loop waits for its turn. With
 //! [`wake_on_release`](crate::Builder::wake_on_release) on (the default), the
-//! first failed attempt subscribes to the resource's release channel
-//! ([`waiters`](super::waiters)) and tries once more at once (a release
-//! made before the subscription would not be heard), unless the channel was
-//! already listening before the first attempt (it lingers a while after a
-//! wait, and other waiters keep it); later failures
-//! sleep until a release is announced or the holder's keys expire, whichever
-//! comes first ([`pause`](crate::proto::quorum::pause)): no polling while the
-//! lock is held, and no retry pause between a release and the next holder.
+//! first failed attempt subscribes to the resource's wake-up channel
+//! ([`waiters`](super::waiters)) and tries once more at once, queueing on
+//! the nodes (`kinds::queue`; a release made before the subscription would
+//! not be heard), unless the channel was already listening before the
+//! first attempt (it lingers a while after a wait, and other waiters keep
+//! it); later failures sleep until a release wakes this waiter (its turn
+//! in the queue) or the holder's keys expire, whichever comes first
+//! ([`pause`](crate::proto::quorum::pause)): no polling while the lock is
+//! held, no retry pause between a release and the next holder, and no herd
+//! of waiters trying at every release. A call that ends without the lock
+//! leaves the queues.
 //!
 //! Every call is bounded: by its retry count and by its wait deadline (ten
 //! seconds unless the caller or the `Redlock` says otherwise), since some
@@ -70,6 +73,11 @@ pub(crate) async fn acquire(
     let mut counted = 0;
     let mut free = false;
     let mut waiting = Waiting::default();
+    let mut queued = Queued {
+        engine,
+        keys: &keys,
+        member: None,
+    };
     if options.wake_on_release {
         // Channels still subscribed (by other waiters, or lingering after
         // the last wait) are listened to from the first attempt on.
@@ -92,14 +100,22 @@ pub(crate) async fn acquire(
             plan: &plan,
         };
         let span = tracing::debug_span!("redquorum.acquire", resource, attempt = attempts);
+        let waiter = listened.as_deref().map(Listener::member);
         let attempt = engine
-            .attempt(kind, &id, &plan, listened.is_some())
+            .attempt(kind, &id, &plan, waiter)
             .instrument(span)
             .await;
+        if let Some(listener) = &listened {
+            // It may have queued on the nodes: if the call ends without the
+            // lock, it leaves the queues.
+            queued.member = Some(listener.clone());
+        }
         // Completed: held, or already rolled back.
         std::mem::forget(cancel_guard);
         let (tally, took) = match attempt {
             Attempt::Held { deadline, fence } => {
+                // Taken out of the queues by the nodes that said yes.
+                queued.member = None;
                 return Ok(Acquired {
                     id,
                     deadline,
@@ -236,6 +252,23 @@ impl Waiting {
             options.retry_delay,
             options.retry_jitter,
         )
+    }
+}
+
+/// A call that may have queued for its keys on the nodes (see
+/// `kinds::queue`): unless it got the lock, it leaves the queues when it
+/// ends, however it ends (given up, failed, or dropped).
+struct Queued<'a> {
+    engine: &'a Engine,
+    keys: &'a Keys,
+    member: Option<Arc<Listener>>,
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        if let Some(listener) = &self.member {
+            self.engine.leave(self.keys, listener.member());
+        }
     }
 }
 

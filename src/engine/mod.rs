@@ -35,12 +35,12 @@ use tokio::sync::Notify;
 use crate::clock::Moment;
 use crate::config::Options;
 use crate::error::{NodeFailure, Report};
-use crate::kinds::Kind;
+use crate::kinds::{Kind, queue};
 use crate::metrics;
 use crate::net::guard::Lives;
 use crate::net::{Limits, Node};
 use crate::proto::quorum::{self, Plan, Tally};
-use crate::proto::{Answer, Command, LockId, Prepared};
+use crate::proto::{Answer, Command, Keys, LockId, Prepared};
 use waiters::Waiters;
 
 /// The nodes, the options and the waiters' subscriptions of one `Redlock`.
@@ -270,7 +270,7 @@ impl Engine {
         kind: &Arc<dyn Kind>,
         id: &Arc<LockId>,
         plan: &Plan,
-        observe: bool,
+        waiter: Option<&str>,
     ) -> Attempt {
         // The validity clock starts here, before any request of the attempt
         // is queued, let alone written: whatever the requests then spend
@@ -283,7 +283,7 @@ impl Engine {
         metrics::attempt(name);
         let reader = kind.clone();
         let answers = self.ask(
-            kind.acquire(id, plan, observe),
+            kind.acquire(id, plan, waiter),
             move |reply| reader.read_acquire(reply),
             &|_| false,
             Sending::gated(id, plan),
@@ -317,7 +317,7 @@ impl Engine {
                 fence: agreed.fence,
             };
         }
-        if observe && tally.unclear() {
+        if waiter.is_some() && tally.unclear() {
             // A waiter that cannot tell whom to wait for hears the other
             // nodes out (each within its timeout) rather than back off as
             // if waiters split the vote.
@@ -365,7 +365,10 @@ impl Engine {
             .into_iter()
             .enumerate()
         {
-            if tally.replied(i) {
+            if tally.named_another(i) {
+                // Nothing of ours there; the request is never sent.
+                continue;
+            } else if tally.replied(i) {
                 waited.push(answer);
             } else {
                 self.detach(answer);
@@ -429,6 +432,23 @@ impl Engine {
                 .map(|node| node.run(&command, false, None, node.limits().connect)),
         )
         .await
+    }
+
+    /// Takes the waiter `member` out of the queues of `keys` on every node,
+    /// in the background: it stopped waiting without the lock (see
+    /// `kinds::queue`). Best effort: a node that misses it wakes the
+    /// waiter once for nothing, later.
+    pub(crate) fn leave(&self, keys: &Keys, member: &str) {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        let command = Prepared::new(queue::leave(keys, member));
+        for node in &self.nodes {
+            let reply = node.run(&command, true, None, node.limits().request);
+            self.detach(async move {
+                let _ = reply.await;
+            });
+        }
     }
 
     /// Fires a release on every node and forgets about it: for guards

@@ -1,30 +1,40 @@
-//! Waiting without polling: waiters are woken when the holder releases.
+//! Waiting without polling: a release wakes the waiter whose turn it is.
 //!
-//! The release script publishes the releaser's token on the channel
-//! `<key>:released` of every node where it deletes the key (rollbacks of
-//! failed attempts only when they may have reached a majority: see
-//! [`Kind::release`](crate::kinds::Kind::release)). A [`Redlock`] keeps one
-//! subscriber connection per node, made when the first of its `lock()` calls
-//! has to wait and shared by all of them, and a registry of the channels
-//! someone waits on, each subscribed while it has waiters and for
-//! [`LINGER`] after.
+//! Waiters queue on the nodes, and a release wakes the first of the queue
+//! ([`queue`], where the protocol and its argument are): the release
+//! script publishes `<waiter> <token>` on the channel
+//! `<key>:wake:<client id>` of the first waiter's client, on every node
+//! where it deletes the key (rollbacks of failed attempts only when they
+//! may have reached a majority: see
+//! [`Kind::release`](crate::kinds::Kind::release)). So each `Redlock`
+//! hears only the wake-ups of its own waiters, and a release costs one
+//! waiter one attempt, not every waiter one each. A [`Redlock`] keeps one
+//! subscriber connection per node, made when the first of its `lock()`
+//! calls has to wait and shared by all of them, and a registry of the
+//! channels its calls wait on, each subscribed while it has waiters and for
+//! [`LINGER`] after. Each `lock()` call that waits is one waiter of its own
+//! (a [`Listener`], numbered), queued on the nodes by its attempts, which
+//! carry its name: several calls of one process on one resource queue
+//! there like calls of different processes, and only the one whose turn it
+//! is wakes.
 //!
-//! **When is an announcement sure to be heard?** A release that counts
-//! reaches a majority, `Q` of `N` nodes. If the channel is subscribed on at
-//! least `N − Q + 1` nodes, the two sets share a node, so the release is
-//! heard. Below that the waiter is [`listening`](Channel::listening) no
-//! more, and the retry loop falls back to its ordinary retry pause. The
+//! **When is a wake-up sure to come?** A release that counts reaches a
+//! majority, `Q` of `N` nodes. If the channel is subscribed on at least
+//! `N − Q + 1` nodes, the two sets share a node, so the release is heard
+//! by the waiter whose turn it is, if it is ours; if it is another
+//! waiter's, that one holds the lock next and its release comes in turn.
+//! Below that the waiter is [`listening`](Channel::listening) no more, and
+//! the retry loop falls back to its ordinary retry pause. The
 //! subscriptions that count for a wait are those made before the attempt
 //! that preceded it ([`Channel::heard_since`]): one made later may have
 //! come after the release.
 //!
-//! **Whom does an announcement wake?** A waiter whose attempt saw one holder
-//! on a majority waits for *that* holder's token ([`Channel::wake`]); other
-//! announcements (contenders' rollbacks) leave it asleep, and waiters that
-//! split a vote keep to their short random back-off. Announcements are
-//! remembered (the last [`RECENT`] tokens), not just signalled, so a
-//! release announced while the waiter was still busy with its attempt
-//! still wakes it.
+//! **Whom does a wake-up wake?** Only the wait it names, and only while
+//! that waiter's attempt saw one holder on a majority ([`Channel::wake`]);
+//! waiters that split a vote keep to their short random back-off. Wake-ups
+//! are remembered (the last [`RECENT`]), not just signalled, so one heard
+//! while the waiter was still busy with its attempt still wakes it; one
+//! for a wait that has ended wakes nobody.
 //!
 //! Announcements only save time; they are never needed for progress. Every
 //! wait also has a timer (the holder's remaining TTL, learnt by the failed
@@ -43,8 +53,8 @@
 //! command connections: made in the background, shared, replaced by
 //! generation.
 //!
-//! One release is announced by every node it reached; the channel counts it
-//! once.
+//! One release wakes the same waiter on every node it reached; the channel
+//! counts it once.
 //!
 //! **Hot channels stay subscribed for a while.** When a channel's last
 //! waiter goes, its subscriptions are kept for [`LINGER`] before they are
@@ -68,7 +78,7 @@
 //! [`Redlock`]: crate::Redlock
 //! [`Request::Release`]: crate::kinds::Kind::release
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
@@ -80,8 +90,10 @@ use tokio::sync::{Notify, oneshot};
 
 use crate::clock::Moment;
 use crate::error::NodeFailure;
+use crate::kinds::queue;
 use crate::net::slot::Slot;
 use crate::net::{Limits, Node, classify, is_connection_error};
+use crate::proto::Prepared;
 
 /// How often an idle subscriber connection is pinged.
 pub(crate) const PING_EVERY: Duration = Duration::from_secs(1);
@@ -95,6 +107,11 @@ pub(crate) struct Waiters {
 }
 
 struct Inner {
+    /// This `Redlock`'s id among the waiters on the nodes: 16 random hex
+    /// digits (see [`queue`]).
+    client: Box<str>,
+    /// The number of the next wait.
+    waits: AtomicU64,
     nodes: Vec<Subscriber>,
     /// How many nodes must be subscribed for every release that reaches a
     /// majority to be heard: `N − quorum + 1`.
@@ -128,12 +145,17 @@ struct Live {
     _reader: oneshot::Sender<()>,
 }
 
-/// The releases of one key, as heard by this process; unsubscribed when its
-/// last waiter has gone and [`LINGER`] has passed.
+/// The releases of one key that woke this process's waiters, as heard by
+/// it; unsubscribed when its last waiter has gone and [`LINGER`] has
+/// passed.
 pub(crate) struct Channel {
     name: Box<str>,
+    /// The lock key it is about.
+    key: Box<str>,
     notify: Notify,
-    /// The releases announced lately.
+    /// The waits on it now, by number.
+    waits: Mutex<HashSet<u64>>,
+    /// The wake-ups heard lately.
     recent: Mutex<Recent>,
     /// Per node, the generation of the connection that confirmed the
     /// subscription (0: none).
@@ -146,16 +168,17 @@ pub(crate) struct Channel {
     inner: Arc<Inner>,
 }
 
-/// The last releases announced on a channel, numbered.
+/// The last wake-ups heard on a channel, numbered.
 #[derive(Default)]
 struct Recent {
-    /// How many releases have been announced.
+    /// How many wake-ups have been heard.
     count: u64,
-    /// The tokens of the last few, with their numbers.
-    tokens: VecDeque<(u64, Box<[u8]>)>,
+    /// The last few: their numbers, the wait each woke, and the token of
+    /// the holder that let go.
+    tokens: VecDeque<(u64, u64, Box<[u8]>)>,
 }
 
-/// How many announced tokens a channel remembers.
+/// How many wake-ups a channel remembers.
 const RECENT: usize = 64;
 
 /// What had happened on a channel at some moment; see [`Channel::mark`].
@@ -170,7 +193,7 @@ pub(crate) struct Mark {
 /// Why [`Channel::wake`] woke a waiter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Wake {
-    /// The awaited holder's release was announced.
+    /// A release woke this wait (its turn came).
     Released,
     /// A subscriber connection was dropped.
     Dropped,
@@ -183,6 +206,8 @@ impl Waiters {
         let quorum = crate::proto::quorum::quorum(nodes.len());
         Waiters {
             inner: Arc::new(Inner {
+                client: hex::encode(rand::random::<[u8; 8]>()).into(),
+                waits: AtomicU64::new(1),
                 nodes: nodes
                     .iter()
                     .map(|node| Subscriber {
@@ -219,16 +244,13 @@ impl Waiters {
         let weak = {
             let registry = lock(&self.inner.channels);
             keys.iter()
-                .map(|key| registry.get(channel_name(key).as_str()).cloned())
+                .map(|key| registry.get(self.inner.channel_name(key).as_str()).cloned())
                 .collect::<Option<Vec<_>>>()?
         };
         let channels = weak.iter().map(Weak::upgrade).collect::<Option<Vec<_>>>()?;
         // (A `Listener` made and dropped would extend the lingering.)
         if channels.iter().all(|c| c.listening()) {
-            Some(Listener {
-                channels,
-                used: AtomicBool::new(false),
-            })
+            Some(self.listener(channels))
         } else {
             None
         }
@@ -237,14 +259,16 @@ impl Waiters {
     /// The channel of `key`, registered (shared with this process's other
     /// waiters on it) but not yet subscribed: see [`Channel::ensure`].
     fn channel(&self, key: &str) -> Arc<Channel> {
-        let name = channel_name(key);
+        let name = self.inner.channel_name(key);
         let mut channels = lock(&self.inner.channels);
         match channels.get(name.as_str()).and_then(Weak::upgrade) {
             Some(channel) => channel,
             None => {
                 let channel = Arc::new(Channel {
                     name: name.into(),
+                    key: key.into(),
                     notify: Notify::new(),
+                    waits: Mutex::default(),
                     recent: Mutex::default(),
                     confirmed: self.inner.nodes.iter().map(|_| AtomicU64::new(0)).collect(),
                     linger_until: AtomicU64::new(0),
@@ -276,10 +300,16 @@ impl Drop for Waiters {
 pub(crate) struct Listener {
     channels: Vec<Arc<Channel>>,
     used: AtomicBool,
+    /// The number of this wait, and its name in the nodes' queues.
+    wait: u64,
+    member: Box<str>,
 }
 
 impl Drop for Listener {
     fn drop(&mut self) {
+        for channel in &self.channels {
+            lock(&channel.waits).remove(&self.wait);
+        }
         if self.used.load(Ordering::Acquire) {
             for channel in &self.channels {
                 channel.linger();
@@ -295,14 +325,30 @@ pub(crate) struct Marks(Vec<Mark>);
 impl Waiters {
     /// The channels of `keys`, registered but not yet subscribed.
     pub(crate) fn listen(&self, keys: &[Box<str>]) -> Listener {
+        self.listener(keys.iter().map(|key| self.channel(key)).collect())
+    }
+
+    /// A new wait on `channels`.
+    fn listener(&self, channels: Vec<Arc<Channel>>) -> Listener {
+        let wait = self.inner.waits.fetch_add(1, Ordering::Relaxed);
+        for channel in &channels {
+            lock(&channel.waits).insert(wait);
+        }
         Listener {
-            channels: keys.iter().map(|key| self.channel(key)).collect(),
+            channels,
             used: AtomicBool::new(false),
+            wait,
+            member: queue::member(since_epoch_us(), &self.inner.client, wait).into(),
         }
     }
 }
 
 impl Listener {
+    /// The name this wait queues under on the nodes (see [`queue`]).
+    pub(crate) fn member(&self) -> &str {
+        &self.member
+    }
+
     /// See [`Channel::mark`].
     pub(crate) fn mark(&self) -> Marks {
         Marks(self.channels.iter().map(|c| c.mark()).collect())
@@ -320,7 +366,7 @@ impl Listener {
             .channels
             .iter()
             .zip(&marks.0)
-            .map(|(channel, mark)| Box::pin(channel.wake(mark, awaited)));
+            .map(|(channel, mark)| Box::pin(channel.wake(mark, awaited, self.wait)));
         futures::future::select_all(wakes).await.0
     }
 
@@ -364,33 +410,40 @@ impl Channel {
         }
     }
 
-    /// Whether `token`'s release has been announced (it is remembered for
-    /// the last [`RECENT`] releases).
+    /// Whether `token`'s release has woken a waiter of ours (it is
+    /// remembered for the last [`RECENT`] wake-ups).
     pub(crate) fn was_announced(&self, token: &str) -> bool {
-        self.announced_after(0, token)
-    }
-
-    /// Whether `token`'s release was announced after the first `count`
-    /// releases.
-    fn announced_after(&self, count: u64, token: &str) -> bool {
         lock(&self.recent)
             .tokens
             .iter()
-            .any(|(n, t)| *n > count && **t == *token.as_bytes())
+            .any(|(_, _, t)| **t == *token.as_bytes())
     }
 
-    /// Resolves when, since `mark`, the release of `awaited` (the holder a
-    /// waiter saw) was announced, or a subscriber connection was dropped
-    /// (the waiter may have counted on it to hear the release). Other
-    /// announcements — other contenders' rollbacks — do not wake it: its
-    /// own timer covers those cases.
-    pub(crate) async fn wake(&self, mark: &Mark, awaited: Option<&str>) -> Wake {
+    /// Whether a wake-up heard after the first `count` named `wait`. One
+    /// for a wait that has ended wakes nobody: late copies of the wake-up
+    /// that woke it (the other nodes'), or a wait that gave up and whose
+    /// leaving a node missed (see [`queue`]).
+    fn woken_after(&self, count: u64, wait: u64) -> bool {
+        lock(&self.recent)
+            .tokens
+            .iter()
+            .any(|&(n, w, _)| n > count && w == wait)
+    }
+
+    /// Resolves when, since `mark`, a release woke `wait` (see
+    /// [`queue`]) while it waits for a holder (`awaited`: the holder it saw
+    /// on a majority), or a subscriber connection was dropped (the waiter
+    /// may have counted on it to be woken). A waiter that split the vote
+    /// keeps to its short back-off: being woken then would undo the
+    /// randomness that settles the split. Its own timer covers every case
+    /// that no wake-up does.
+    pub(crate) async fn wake(&self, mark: &Mark, awaited: Option<&str>, wait: u64) -> Wake {
         loop {
             // Armed before the checks, so that nothing between them is missed.
             let notified = self.notify.notified();
             let mut notified = std::pin::pin!(notified);
             notified.as_mut().enable();
-            if awaited.is_some_and(|token| self.announced_after(mark.releases, token)) {
+            if awaited.is_some() && self.woken_after(mark.releases, wait) {
                 return Wake::Released;
             }
             if self.inner.drops.load(Ordering::Acquire) != mark.drops {
@@ -534,21 +587,31 @@ impl Channel {
         });
     }
 
-    /// Wakes the waiters for a release, once per release (every node it
-    /// reached announces it).
-    fn announce(&self, token: &[u8]) {
+    /// Wakes `wait` for a release of the holder `token`, once per release
+    /// (every node it reached that has `wait` first in its queue says so).
+    /// False if the wake-up is to be passed on: `wait` has ended and the
+    /// release woke no wait of ours.
+    fn announce(&self, wait: u64, token: &[u8]) -> bool {
         let mut recent = lock(&self.recent);
-        if recent.tokens.iter().any(|(_, t)| **t == *token) {
-            return;
+        if !lock(&self.waits).contains(&wait) {
+            return recent.tokens.iter().any(|(_, _, t)| **t == *token);
+        }
+        if recent
+            .tokens
+            .iter()
+            .any(|(_, w, t)| *w == wait && **t == *token)
+        {
+            return true;
         }
         recent.count += 1;
         let n = recent.count;
-        recent.tokens.push_back((n, token.into()));
+        recent.tokens.push_back((n, wait, token.into()));
         if recent.tokens.len() > RECENT {
             recent.tokens.pop_front();
         }
         drop(recent);
         self.notify.notify_waiters();
+        true
     }
 }
 
@@ -635,6 +698,19 @@ impl Inner {
         }
     }
 
+    /// Asks node `i` to wake the next waiter of `key` if the key is free
+    /// there, in the background (see [`queue`]).
+    fn pass_on(&self, i: usize, key: &str, token: &[u8]) {
+        let node = &self.nodes[i].node;
+        let command = Prepared::new(queue::pass_on(key, token));
+        tokio::spawn(node.run(&command, true, None, node.limits().request));
+    }
+
+    /// The channel of `key` on which this `Redlock`'s waiters are woken.
+    fn channel_name(&self, key: &str) -> String {
+        queue::channel(key, &self.client)
+    }
+
     fn channel(&self, name: &str) -> Option<Arc<Channel>> {
         lock(&self.channels).get(name).and_then(Weak::upgrade)
     }
@@ -688,8 +764,15 @@ async fn connect(
                 message = stream.next() => {
                     let Some(message) = message else { break };
                     let Some(inner) = inner.upgrade() else { return };
-                    if let Some(channel) = inner.channel(message.get_channel_name()) {
-                        channel.announce(message.get_payload_bytes());
+                    let payload = message.get_payload_bytes();
+                    match (inner.channel(message.get_channel_name()), queue::read_wake(payload)) {
+                        (Some(channel), Some((wait, token))) => {
+                            if !channel.announce(wait, token) {
+                                inner.pass_on(i, &channel.key, token);
+                            }
+                        }
+                        (_, None) => tracing::debug!(node = i, "a wake-up that is not ours, ignored"),
+                        (None, _) => {}
                     }
                 }
                 _ = ping.tick() => {
@@ -716,9 +799,11 @@ async fn connect(
     }))
 }
 
-/// The release channel of `key`, as the release scripts publish to it.
-fn channel_name(key: &str) -> String {
-    format!("{key}:released")
+/// Now, in microseconds of the Unix epoch (0 for a clock set before it).
+fn since_epoch_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -23,6 +23,7 @@
 pub(crate) mod admin;
 pub(crate) mod fenced;
 pub(crate) mod mutex;
+pub(crate) mod queue;
 pub(crate) mod reentrant;
 
 use std::time::Duration;
@@ -44,15 +45,16 @@ pub(crate) trait Kind: Send + Sync + 'static {
     /// The kind's name in metrics and logs: `mutex`, `set`, `reentrant`,
     /// `fenced`.
     fn name(&self, id: &LockId) -> &'static str;
-    /// Takes the lock on one node, for `plan.ttl`. With `observe`, the reply
-    /// also says who holds the key there and for how long, for a waiter.
-    fn acquire(&self, id: &LockId, plan: &Plan, observe: bool) -> Command;
+    /// Takes the lock on one node, for `plan.ttl`. For a `waiter` (its
+    /// [`queue::member`]), the reply also says who holds the key there and
+    /// for how long, and the waiter queues for the key (see [`queue`]).
+    fn acquire(&self, id: &LockId, plan: &Plan, waiter: Option<&str>) -> Command;
     /// Reads one node's reply to [`acquire`](Self::acquire).
     fn read_acquire(&self, reply: Value) -> Answer {
         acquire_outcome(&reply)
     }
     /// Lets go on one node, if it still holds our token; with `announce`,
-    /// wakes the waiters (see the engine's `waiters`).
+    /// wakes the key's first waiter (see [`queue`]).
     fn release(&self, id: &LockId, announce: bool) -> Command;
     /// Prolongs the key to `plan.ttl` on one node, if it still holds our
     /// token. Never creates a key: an extension cannot resurrect a lock.

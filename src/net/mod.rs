@@ -319,7 +319,7 @@ impl Node {
                 node = %self.inner.name,
                 "this node refuses PUBLISH to lock channels: waiters elsewhere are not \
                  woken by releases and wait for the keys to expire; allow PUBLISH on \
-                 <key prefix>*:released in the ACL"
+                 the channels <key prefix>*:wake:* in the ACL"
             );
         }
     }
@@ -740,7 +740,7 @@ mod tests {
         let node = Node::new(client, limits, Some(Arc::default()));
         let id = LockId::new(crate::proto::keys(&["k"]));
         let plan = Plan::new(Duration::from_millis(1_500), 0.01).unwrap();
-        let acquire = Prepared::new(Mutex.acquire(&id, &plan, false));
+        let acquire = Prepared::new(Mutex.acquire(&id, &plan, None));
         let extend = Prepared::new(Mutex.extend(&id, &plan));
         let release = Prepared::new(Mutex.release(&id, true));
         let sent = |r: Result<Value, NodeFailure>| matches!(r, Err(NodeFailure::Connection(_)));

@@ -131,6 +131,8 @@ pub(crate) struct Tally {
     votes: Vec<Option<Vote>>,
     /// The other owners seen, where the acquisition asked.
     holders: Vec<crate::proto::Holder>,
+    /// Per node, whether it named another owner of the key.
+    named: Vec<bool>,
     /// The counters the yes votes carried (the fenced kind's).
     counters: Vec<u64>,
 }
@@ -142,6 +144,7 @@ impl Tally {
             agreed: 0,
             votes: vec![None; nodes],
             holders: Vec::new(),
+            named: vec![false; nodes],
             counters: Vec::new(),
         }
     }
@@ -151,6 +154,7 @@ impl Tally {
             self.agreed += 1;
             self.counters.extend(answer.counter);
         }
+        self.named[node] = answer.holder.is_some();
         self.holders.extend(answer.holder);
         self.votes[node] = Some(answer.vote);
     }
@@ -254,6 +258,14 @@ impl Tally {
     /// Whether the outcome no longer depends on the nodes still out.
     fn decided(&self) -> bool {
         self.has_majority() || self.agreed + self.undecided() < self.needed
+    }
+
+    /// Whether node `i` named another owner of the key: a waiter's
+    /// acquisition script says so only when it wrote nothing (it answers
+    /// yes when it finds our own token, as when a request is sent twice),
+    /// so a rollback has nothing to do there.
+    pub(crate) fn named_another(&self, i: usize) -> bool {
+        self.named[i]
     }
 
     /// Whether node `i` replied before the decision (yes, no, or an error

@@ -4,7 +4,7 @@
 -- A string key goes if it holds the token. In a reentrant hash the hold
 -- named by the token goes, and the key with it when no hold is left, as the
 -- reentrant kind's release.lua does (there 'i' also stays the smallest hold
--- token). A deleted key is announced on <key>:released, waking waiters.
+-- token). A deleted key wakes its first waiter (see queue.lua).
 -- 1: cleared; 0: no key; -1: the key holds other tokens, nothing changed.
 local key, token = KEYS[1], ARGV[1]
 local kind = redis.call('TYPE', key).ok
@@ -15,7 +15,7 @@ elseif kind == 'string' then
     return -1
   end
   redis.call('DEL', key)
-  redis.pcall('PUBLISH', key .. ':released', token)
+  wake(key, token)
   return 1
 elseif kind ~= 'hash' then
   return redis.error_reply('WRONGTYPE the lock key holds a ' .. kind)
@@ -26,7 +26,7 @@ end
 if redis.call('HLEN', key) <= 2 then
   local seen = redis.call('HGET', key, 'i') or ''
   redis.call('DEL', key)
-  redis.pcall('PUBLISH', key .. ':released', seen)
+  wake(key, seen)
 elseif redis.call('HGET', key, 'i') == token then
   local smallest = false
   for _, field in ipairs(redis.call('HKEYS', key)) do

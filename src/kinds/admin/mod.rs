@@ -21,6 +21,7 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::error::NodeFailure;
+use crate::kinds::queue::with_queue;
 use crate::kinds::{script_outcome, unexpected};
 use crate::proto::{Answer, Call, Command, Effect, Keys, Script};
 
@@ -29,8 +30,7 @@ pub(crate) static INSPECT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("inspect.lua")));
 
 /// Compare-and-delete by a token, of any kind's key.
-pub(crate) static CLEAR: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("clear.lua")));
+pub(crate) static CLEAR: LazyLock<Script> = LazyLock::new(|| Script::new(with_queue!("clear.lua")));
 
 /// What the nodes hold for one resource: [`Redlock::status`](crate::Redlock::status).
 #[derive(Debug, Clone)]

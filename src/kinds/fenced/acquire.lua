@@ -1,7 +1,7 @@
 -- Takes the key and draws the next fencing token, atomically.
 -- KEYS[1] = the key, KEYS[2] = its counter (no TTL), ARGV[1] = our token,
--- ARGV[2] = TTL in milliseconds, ARGV[3] = '1' to say who holds the key we
--- could not take, ARGV[4] = the floor: the least the counter may become (our
+-- ARGV[2] = TTL in milliseconds, ARGV[3] = the waiter ('' for none): it is told
+-- who holds the key we could not take, and queues for it (see queue.lua), ARGV[4] = the floor: the least the counter may become (our
 -- wall clock in microseconds; '0' without the time floor).
 -- {n}: the key is ours, and the counter was raised to n = max(counter + 1,
 -- floor) in the same step (also when run twice: then the counter as it is);
@@ -27,14 +27,16 @@ if v == ARGV[1] then
   return {c}
 end
 if v then
-  if ARGV[3] ~= '1' then
+  if ARGV[3] == '' then
     return 0
   end
   local holder = v
   if type(v) == 'table' then
     holder = redis.call('HGET', KEYS[1], 'i')
   end
-  return {holder, redis.call('PTTL', KEYS[1])}
+  local pttl = redis.call('PTTL', KEYS[1])
+  enqueue(KEYS[1], ARGV[3], math.max(pttl, 0) + QUEUE_SLACK)
+  return {holder, pttl}
 end
 -- The next token (%.0f writes it without an exponent). Beyond 2^53 a
 -- counter would stop growing: refused, before anything is written.
@@ -44,4 +46,7 @@ if n >= 9007199254740992 then
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('SET', KEYS[2], string.format('%.0f', n))
+if ARGV[3] ~= '' then
+  dequeue(KEYS[1], ARGV[3])
+end
 return {n}

@@ -112,13 +112,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use redis::Value;
 
 use crate::kinds::mutex::Mutex;
+use crate::kinds::queue::with_queue;
 use crate::kinds::{Agreed, Kind, acquire_outcome};
 use crate::proto::quorum::{Plan, Tally};
 use crate::proto::{Answer, Call, Command, Effect, Keys, LockId, Script};
 
 /// Take the key and draw the next token, in one step.
 pub(crate) static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("acquire.lua")));
+    LazyLock::new(|| Script::new(with_queue!("acquire.lua")));
 
 /// Raise the counter to the token; is our key still here?
 pub(crate) static CONFIRM: LazyLock<Script> =
@@ -164,7 +165,7 @@ impl Kind for Fenced {
         "fenced"
     }
 
-    fn acquire(&self, id: &LockId, plan: &Plan, observe: bool) -> Command {
+    fn acquire(&self, id: &LockId, plan: &Plan, waiter: Option<&str>) -> Command {
         Command {
             call: Call::Script {
                 script: &ACQUIRE,
@@ -172,7 +173,7 @@ impl Kind for Fenced {
                 args: vec![
                     id.token().into(),
                     plan.ttl_ms.to_string().into_bytes(),
-                    if observe { b"1" } else { b"0" }.to_vec(),
+                    waiter.unwrap_or_default().into(),
                     self.floor().to_string().into_bytes(),
                 ],
             },

@@ -1,6 +1,7 @@
 -- Takes every key or none. KEYS = the lock's keys (sorted, no duplicates),
--- ARGV[1] = our token, ARGV[2] = TTL in milliseconds, ARGV[3] = '1' to say
--- who holds a key we could not take.
+-- ARGV[1] = our token, ARGV[2] = TTL in milliseconds, ARGV[3] = the waiter
+-- ('' for none): it is told who holds a key we could not take, and queues
+-- for that key (see queue.lua).
 -- The plain one-key lock takes its key with SET NX PX instead; this script
 -- serves it only when a waiter wants to know who holds the key.
 -- 1: every key is ours (also when run twice); 0: a key is held by another
@@ -15,14 +16,16 @@ for _, key in ipairs(KEYS) do
     return v
   end
   if v and v ~= ARGV[1] then
-    if ARGV[3] ~= '1' then
+    if ARGV[3] == '' then
       return 0
     end
     local holder = v
     if type(v) == 'table' then
       holder = redis.call('HGET', key, 'i')
     end
-    return {holder, redis.call('PTTL', key)}
+    local pttl = redis.call('PTTL', key)
+    enqueue(key, ARGV[3], math.max(pttl, 0) + QUEUE_SLACK)
+    return {holder, pttl}
   end
   if not v then
     absent[#absent + 1] = key
@@ -32,5 +35,10 @@ end
 -- after a reconnect) may have been extended since, and is never shortened.
 for _, key in ipairs(absent) do
   redis.call('SET', key, ARGV[1], 'PX', ARGV[2])
+end
+if ARGV[3] ~= '' then
+  for _, key in ipairs(KEYS) do
+    dequeue(key, ARGV[3])
+  end
 end
 return 1

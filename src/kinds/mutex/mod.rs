@@ -54,16 +54,17 @@
 use std::sync::{Arc, LazyLock};
 
 use crate::kinds::Kind;
+use crate::kinds::queue::with_queue;
 use crate::proto::quorum::Plan;
 use crate::proto::{Call, Command, Effect, LockId, Script};
 
 /// Every key or none, saying who holds a key it could not take.
 pub(crate) static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("acquire.lua")));
+    LazyLock::new(|| Script::new(with_queue!("acquire.lua")));
 
 /// Compare-and-delete, announcing the release to waiters.
 pub(crate) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("release.lua")));
+    LazyLock::new(|| Script::new(with_queue!("release.lua")));
 
 /// Compare-and-pexpire, never shortening.
 pub(crate) static EXTEND: LazyLock<Script> =
@@ -88,10 +89,10 @@ impl Kind for Mutex {
         if id.keys.len() > 1 { "set" } else { "mutex" }
     }
 
-    fn acquire(&self, id: &LockId, plan: &Plan, observe: bool) -> Command {
+    fn acquire(&self, id: &LockId, plan: &Plan, waiter: Option<&str>) -> Command {
         let call = match &id.keys[..] {
             // The hot path: no script.
-            [key] if !observe => {
+            [key] if waiter.is_none() => {
                 let mut set = redis::cmd("SET");
                 set.arg(&**key)
                     .arg(id.token())
@@ -106,7 +107,7 @@ impl Kind for Mutex {
                 args: vec![
                     id.token().into(),
                     plan.ttl_ms.to_string().into_bytes(),
-                    flag(observe),
+                    waiter.unwrap_or_default().into(),
                 ],
             },
         };
@@ -201,15 +202,15 @@ mod tests {
         let p = plan();
         let one = LockId::new(keys(&["k"]));
         assert!(matches!(
-            Mutex.acquire(&one, &p, false).call,
+            Mutex.acquire(&one, &p, None).call,
             Call::Command(_)
         ));
         assert!(matches!(
-            Mutex.acquire(&one, &p, true).call,
+            Mutex.acquire(&one, &p, Some("c:1")).call,
             Call::Script { script, .. } if std::ptr::eq(script, &*ACQUIRE)
         ));
         let set = LockId::new(keys(&["a", "b"]));
-        let Call::Script { keys: sent, .. } = Mutex.acquire(&set, &p, false).call else {
+        let Call::Script { keys: sent, .. } = Mutex.acquire(&set, &p, None).call else {
             panic!("a set is taken by the script")
         };
         assert_eq!(&sent[..], &set.keys[..]);
@@ -220,7 +221,7 @@ mod tests {
         let id = LockId::new(keys(&["k"]));
         let p = plan();
         assert_eq!(
-            Mutex.acquire(&id, &p, false).effect,
+            Mutex.acquire(&id, &p, None).effect,
             Effect::Grant { life: p.life() }
         );
         assert_eq!(

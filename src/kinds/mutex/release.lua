@@ -1,6 +1,6 @@
 -- Compare-and-delete. KEYS = the lock's keys, ARGV[1] = our token,
--- ARGV[2] = '1' to announce each release on <key>:released (waiters listen
--- there). Deletes every key that holds our token, and only those.
+-- ARGV[2] = '1' to wake the first waiter of each key released (see
+-- queue.lua). Deletes every key that holds our token, and only those.
 -- 1: every key was ours and is deleted; 2: the same, but a PUBLISH was
 -- refused (an ACL); 0: some key was missing (none another owner's);
 -- -1: some key is another owner's (a string or a reentrant hash), left alone.
@@ -15,8 +15,7 @@ for _, key in ipairs(KEYS) do
   if v == ARGV[1] then
     redis.call('DEL', key)
     if ARGV[2] == '1' then
-      local r = redis.pcall('PUBLISH', key .. ':released', ARGV[1])
-      if type(r) == 'table' and r.err then
+      if not wake(key, ARGV[1]) then
         refused = true
       end
     end

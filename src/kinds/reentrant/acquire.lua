@@ -1,6 +1,7 @@
 -- Takes one hold for an owner. KEYS[1] = the key, ARGV[1] = the owner id,
--- ARGV[2] = this hold's token, ARGV[3] = TTL in milliseconds, ARGV[4] = '1'
--- to say who holds the key when it is another owner's.
+-- ARGV[2] = this hold's token, ARGV[3] = TTL in milliseconds, ARGV[4] = the
+-- waiter ('' for none): it is told who holds the key when it is another
+-- owner's, and queues for it (see queue.lua).
 -- The key is a hash: 'o' = the owner id, 'i' = the smallest hold token in it
 -- (what waiters wait for: nodes with the same holds name the key alike), and
 -- one field per hold, named by the hold's token. A hold is a field, not a
@@ -17,6 +18,9 @@ end
 if kind == 'none' then
   redis.call('HSET', key, 'o', owner, 'i', token, token, '1')
   redis.call('PEXPIRE', key, ARGV[3])
+  if ARGV[4] ~= '' then
+    dequeue(key, ARGV[4])
+  end
   return 1
 end
 if kind == 'hash' and redis.call('HGET', key, 'o') == owner then
@@ -30,9 +34,12 @@ if kind == 'hash' and redis.call('HGET', key, 'o') == owner then
   if left == -1 or left < ttl then
     redis.call('PEXPIRE', key, ARGV[3])
   end
+  if ARGV[4] ~= '' then
+    dequeue(key, ARGV[4])
+  end
   return 1
 end
-if ARGV[4] ~= '1' then
+if ARGV[4] == '' then
   return 0
 end
 local holder = false
@@ -41,4 +48,6 @@ if kind == 'string' then
 elseif kind == 'hash' then
   holder = redis.call('HGET', key, 'i')
 end
-return {holder, redis.call('PTTL', key)}
+local pttl = redis.call('PTTL', key)
+enqueue(key, ARGV[4], math.max(pttl, 0) + QUEUE_SLACK)
+return {holder, pttl}

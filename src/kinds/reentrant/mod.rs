@@ -69,16 +69,17 @@
 use std::sync::{Arc, LazyLock};
 
 use crate::kinds::Kind;
+use crate::kinds::queue::with_queue;
 use crate::proto::quorum::Plan;
 use crate::proto::{Call, Command, Effect, LockId, Script};
 
 /// Create the hash or add a hold to our owner's, refreshing the TTL.
 pub(crate) static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("acquire.lua")));
+    LazyLock::new(|| Script::new(with_queue!("acquire.lua")));
 
 /// Remove one hold; delete and announce the key when none is left.
 pub(crate) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("release.lua")));
+    LazyLock::new(|| Script::new(with_queue!("release.lua")));
 
 /// Prolong the key while this hold is there, never shortening.
 pub(crate) static EXTEND: LazyLock<Script> =
@@ -112,10 +113,10 @@ impl Kind for Reentrant {
         "reentrant"
     }
 
-    fn acquire(&self, id: &LockId, plan: &Plan, observe: bool) -> Command {
+    fn acquire(&self, id: &LockId, plan: &Plan, waiter: Option<&str>) -> Command {
         let mut call = self.call(&ACQUIRE, id, plan.ttl_ms.to_string().into_bytes());
         if let Call::Script { args, .. } = &mut call {
-            args.push(if observe { b"1" } else { b"0" }.to_vec());
+            args.push(waiter.unwrap_or_default().into());
         }
         Command {
             call,
@@ -152,7 +153,7 @@ mod tests {
             owner: "job-7".into(),
         };
         for (command, script, last) in [
-            (kind.acquire(&id, &plan, true), &*ACQUIRE, "1"),
+            (kind.acquire(&id, &plan, Some("c:1")), &*ACQUIRE, "c:1"),
             (kind.release(&id, false), &*RELEASE, "0"),
             (kind.extend(&id, &plan), &*EXTEND, "1000"),
         ] {
@@ -171,7 +172,7 @@ mod tests {
             assert_eq!(args.last().unwrap(), last.as_bytes());
         }
         assert_eq!(
-            kind.acquire(&id, &plan, false).effect,
+            kind.acquire(&id, &plan, None).effect,
             Effect::Grant { life: plan.life() }
         );
     }

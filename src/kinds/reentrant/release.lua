@@ -1,6 +1,7 @@
 -- Lets one hold go. KEYS[1] = the key, ARGV[1] = the owner id, ARGV[2] = the
--- hold's token, ARGV[3] = '1' to announce on <key>:released when the key goes.
--- Removes this hold's field only; the key goes (and is announced, with the
+-- hold's token, ARGV[3] = '1' to wake the key's first waiter when the key goes
+-- (see queue.lua).
+-- Removes this hold's field only; the key goes (and its first waiter is woken, with the
 -- token waiters saw, field 'i': then this hold's) when no hold is left in it.
 -- Otherwise 'i' stays the smallest hold token left, so that a token once
 -- announced names no live key.
@@ -21,11 +22,8 @@ if kind == 'hash' and redis.call('HGET', key, 'o') == owner then
   if redis.call('HLEN', key) <= 2 then
     local seen = redis.call('HGET', key, 'i') or ''
     redis.call('DEL', key)
-    if ARGV[3] == '1' then
-      local r = redis.pcall('PUBLISH', key .. ':released', seen)
-      if type(r) == 'table' and r.err then
-        return 2
-      end
+    if ARGV[3] == '1' and not wake(key, seen) then
+      return 2
     end
   elseif redis.call('HGET', key, 'i') == token then
     local smallest = false

@@ -1,0 +1,53 @@
+-- The waiters' queue of a lock key, shared by every kind's scripts (this
+-- text is put before theirs). A waiter is '<since>:<client id>:<wait id>',
+-- <since> the time its wait began (16 digits); the queue of <key> is the
+-- sorted set <key>:waiters, every score 0, so in the order of the names:
+-- by <since>, the same on every node. A release wakes the first waiter of
+-- the queue that still listens, on its client's channel
+-- <key>:wake:<client id>.
+
+-- How long a queue outlives the holder its last waiter saw, in ms: its
+-- waiters come back within that (they sleep no longer than the holder's
+-- PTTL) unless they are gone.
+local QUEUE_SLACK = 5000
+
+-- Puts `member` in `key`'s queue, in its place, and keeps the queue for at
+-- least `life` ms.
+local function enqueue(key, member, life)
+  local queue = key .. ':waiters'
+  redis.call('ZADD', queue, 'NX', 0, member)
+  if redis.call('PTTL', queue) < life then
+    redis.call('PEXPIRE', queue, life)
+  end
+end
+
+-- Takes `member` out of `key`'s queue (it got the lock, or stopped waiting).
+local function dequeue(key, member)
+  redis.call('ZREM', key .. ':waiters', member)
+end
+
+-- Wakes the first waiter of `key`'s queue whose client listens: publishes
+-- '<member> <token>' (`token`: the holder that let go) on its client's
+-- channel, and takes it out of the queue; a waiter nobody hears (its
+-- client gone, or no longer subscribed) is taken out and the next one
+-- tried. A woken waiter that does not get the lock queues again, in its
+-- place. False if the node refused the PUBLISH (an ACL), else true.
+local function wake(key, token)
+  local queue = key .. ':waiters'
+  while true do
+    local first = redis.call('ZRANGE', queue, 0, 0)[1]
+    if not first then
+      return true
+    end
+    redis.call('ZREM', queue, first)
+    local client = string.match(first, '^[^:]*:([^:]*):') or ''
+    local heard = redis.pcall('PUBLISH', key .. ':wake:' .. client, first .. ' ' .. token)
+    if type(heard) == 'table' then
+      return false
+    end
+    if heard > 0 then
+      return true
+    end
+  end
+end
+

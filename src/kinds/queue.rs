@@ -1,0 +1,176 @@
+//! The waiters' queue on each node, shared by every kind: whom a release
+//! wakes.
+//!
+//! A release used to be announced to every waiter, and every waiter in
+//! every process then tried at once: with 256 waiters, 256 rounds to every
+//! node per release, all but one lost. Now waiters queue on the nodes and a
+//! release wakes one of them.
+//!
+//! * **Queueing.** A waiter's attempt that finds the key held by another
+//!   owner puts the waiter (`<since>:<client id>:<wait id>`, see
+//!   [`member`]) in the key's queue, the sorted set `<key>:waiters`, unless
+//!   it is in it already. Every score is 0, so the queue is in the order of
+//!   the names, that is of `<since>`, when the wait began by the waiter's
+//!   clock: **every node orders its queue alike**, whatever order the
+//!   attempts reached it in, so every node wakes the same waiter. (Ordered
+//!   by arrival, the nodes' queues differed, and a release woke up to one
+//!   waiter per node: 64 waiters cost 2.5 attempts per acquisition where
+//!   one would do.) The attempt that gets the lock takes it out. The queue lives while its waiters come back (a waiter
+//!   sleeps no longer than the holder's PTTL before its next attempt) and
+//!   expires a few seconds after they stop.
+//! * **Waking.** A release (or a rollback that may have reached a majority,
+//!   or an operator's clear) that deletes a key takes the first waiter out of
+//!   its queue and publishes `<member> <token>` on that waiter's client's
+//!   channel `<key>:wake:<client id>` ([`channel`]). `PUBLISH` says how many
+//!   subscribers heard: nobody (the process is gone, or its subscription
+//!   is) and the next waiter is tried, in the same script.
+//! * **Leaving.** A waiter that stops waiting without the lock takes itself
+//!   out of the queues ([`leave`]), in the background, best effort.
+//! * **Passing on.** A wake-up can name a wait that has ended: one that got
+//!   the lock while a node still had it queued (its attempt there came
+//!   late, or found the old holder's key still there), or one whose leaving
+//!   a node missed. Such a wake-up would wake nobody, and the key could
+//!   stay free with every other waiter asleep until its timer. So the
+//!   client that hears it, unless the same release woke one of its live
+//!   waits, asks that node to wake the next waiter if the key is free there
+//!   ([`pass_on`]).
+//!
+//! Each node keeps its own queue and wakes its own first waiter: the same
+//! one, unless a node missed a waiter's attempt (it timed out there, or
+//! the node restarted), and never more than one per node.
+//!
+//! **Wake-ups are hints, never needed for safety or for progress.**
+//! Safety stays with the quorum: a woken waiter still needs a majority. A
+//! waiter whose wake-up is lost (a message dropped with its connection, a
+//! woken waiter that does not try: its process frozen) still tries when the
+//! holder it saw would have expired, and every waiter's sleep is capped
+//! (see `proto::quorum::pause`). A woken waiter that loses (to a caller who
+//! was not waiting: there is no turning newcomers away, which over
+//! independent nodes could split every vote) queues again, in its place.
+//!
+//! **Order.** Waiters are woken in the order their waits began, by their
+//! own clocks: first come, first served, as far as the clients' clocks
+//! agree and no newcomer takes the lock in between. A client whose clock
+//! is behind gets ahead of the queue, no more: order is fairness, never
+//! safety.
+//!
+//! A resource named `x:waiters` would collide with the queue of `x`, as
+//! `x:fence` does with its fencing counter; pick resource names without
+//! those suffixes.
+
+use std::sync::LazyLock;
+
+use crate::proto::{Call, Command, Effect, Keys, Script};
+
+/// The queue's Lua functions (`enqueue`, `dequeue`, `wake`), put before
+/// the text of every script that uses them.
+macro_rules! with_queue {
+    ($script:literal) => {
+        concat!(
+            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/kinds/queue.lua")),
+            include_str!($script)
+        )
+    };
+}
+pub(crate) use with_queue;
+
+/// Takes a waiter out of the queues of its keys.
+static LEAVE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("queue.lua"),
+        "for _, key in ipairs(KEYS) do\n  dequeue(key, ARGV[1])\nend\nreturn 1\n"
+    ))
+});
+
+/// Wakes the next waiter of a key if the key is free: a wake-up reached a
+/// client whose named wait had ended.
+static PASS_ON: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("queue.lua"),
+        "if redis.call('EXISTS', KEYS[1]) == 0 then\n  wake(KEYS[1], ARGV[1])\nend\nreturn 1\n"
+    ))
+});
+
+/// The name a waiter queues under: when its wait began (microseconds of
+/// the Unix epoch, 16 digits, so that names sort by it), its client's id
+/// and its wait's number.
+pub(crate) fn member(since: u64, client: &str, wait: u64) -> String {
+    format!("{since:016}:{client}:{wait}")
+}
+
+/// The channel on which the waiters of `client` hear that `key` was
+/// released for one of them.
+pub(crate) fn channel(key: &str, client: &str) -> String {
+    format!("{key}:wake:{client}")
+}
+
+/// Reads a wake-up, `<client>:<wait> <token>`: the number of the wait it
+/// is for, and the token of the holder that let go. `None` for anything
+/// else (not a message of ours).
+pub(crate) fn read_wake(payload: &[u8]) -> Option<(u64, &[u8])> {
+    let space = payload.iter().position(|&b| b == b' ')?;
+    let (member, token) = (&payload[..space], &payload[space + 1..]);
+    let colon = member.iter().rposition(|&b| b == b':')?;
+    let wait = std::str::from_utf8(&member[colon + 1..])
+        .ok()?
+        .parse()
+        .ok()?;
+    Some((wait, token))
+}
+
+/// Takes `member` out of the queues of `keys`: it stopped waiting.
+pub(crate) fn leave(keys: &Keys, member: &str) -> Command {
+    Command {
+        call: Call::Script {
+            script: &LEAVE,
+            keys: keys.clone(),
+            args: vec![member.as_bytes().to_vec()],
+        },
+        // A queue is no lock key: nothing to keep from a node that may
+        // have forgotten keys.
+        effect: Effect::Count,
+    }
+}
+
+/// Wakes the next waiter of `key` on a node, if the key is free there: the
+/// wake-up of the holder `token`'s release named a wait that had ended
+/// without hearing it (see the module doc).
+pub(crate) fn pass_on(key: &str, token: &[u8]) -> Command {
+    Command {
+        call: Call::Script {
+            script: &PASS_ON,
+            keys: std::sync::Arc::new([Box::from(key)]),
+            args: vec![token.to_vec()],
+        },
+        // It deletes nothing and creates no lock key.
+        effect: Effect::Count,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wake_ups_are_read_back_and_garbage_is_not() {
+        let m = member(1_764_000_000_000_000, "ab12", 7);
+        assert_eq!(m, "1764000000000000:ab12:7");
+        // Names sort by when the wait began, as the queue orders them.
+        assert!(member(999, "ff", 9) < member(1_000, "00", 1));
+        let payload = format!("{m} {}", "f".repeat(40));
+        let (wait, token) = read_wake(payload.as_bytes()).unwrap();
+        assert_eq!((wait, token), (7, "f".repeat(40).as_bytes()));
+        // A reentrant key's release may name no token.
+        assert_eq!(read_wake(b"ab12:9 "), Some((9, &b""[..])));
+        for bad in [
+            &b""[..],
+            b"ab12:7",
+            b"ab12 tok",
+            b"ab12:x tok",
+            b"ab12:-1 tok",
+        ] {
+            assert_eq!(read_wake(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+        assert_eq!(channel("k", "ab12"), "k:wake:ab12");
+    }
+}
