@@ -122,13 +122,12 @@ impl Redlock {
     /// # Ok(()) }
     /// ```
     ///
-    /// While the lock is held by another owner it waits for the release to
-    /// be announced, or for the holder's keys to expire, rather than
+    /// While the lock is held by another owner it queues and waits for a
+    /// release to wake it, or for the holder's keys to expire, rather than
     /// polling (see [`Builder::wake_on_release`]). An attempt prompted by
-    /// the announced release of the holder it waited for does not count as
-    /// a retry (losing it means another waiter got the lock), nor do the
-    /// quick retries that settle a vote split among waiters that woke
-    /// together: the wait deadline bounds those.
+    /// a release that woke it does not count as a retry (losing it means
+    /// another caller got the lock), nor do the quick retries that settle a
+    /// split vote: the wait deadline bounds those.
     ///
     /// The lock is held for [`Lock::remaining`], less than `ttl` by the time
     /// the acquisition took and the drift allowance. Release it with

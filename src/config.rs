@@ -262,14 +262,15 @@ impl Builder {
     /// announced rather than polling. Default on.
     ///
     /// On: a waiter subscribes (Redis pub/sub, one connection per node per
-    /// `Redlock`, shared by all its waiters) to the resource's release
-    /// channel, which the release script publishes to; it tries again as
-    /// soon as a release is announced, or when the holder's keys expire,
-    /// and makes no requests in between. Where too few subscriptions work,
-    /// it falls back to the retry pause. A channel stays subscribed for two
-    /// seconds after its last waiter goes (a resource waited on again soon
-    /// is not subscribed anew). Releases are announced whatever this says,
-    /// so waiters in other processes are woken either way.
+    /// `Redlock`, shared by all its waiters) to its wake-up channel for the
+    /// resource, and queues on the nodes; a release wakes the first waiter
+    /// of the queue only (no herd). It tries again as soon as it is woken,
+    /// or when the holder's keys expire, and makes no requests in between.
+    /// Where too few subscriptions work, it falls back to the retry pause.
+    /// A channel stays subscribed for two seconds after its last waiter
+    /// goes (a resource waited on again soon is not subscribed anew).
+    /// Releases wake waiters whatever this says, so waiters in other
+    /// processes are woken either way.
     ///
     /// Off: it polls, trying again every
     /// [`retry_delay`](Self::retry_delay) ± [`retry_jitter`](Self::retry_jitter),

@@ -450,3 +450,70 @@ async fn a_healthy_subscriber_answers_its_pings_and_is_kept() {
     assert_eq!(attempts(&c, 0), 0);
     hand_over(lock, task).await;
 }
+
+/// The member names on node `i`'s queue of resource "r".
+fn queued(c: &LocalCluster, i: usize) -> Vec<String> {
+    match run(
+        c,
+        i,
+        &["ZRANGE", &format!("{}:waiters", key("r")), "0", "-1"],
+    ) {
+        Reply::Array(Some(names)) => names
+            .into_iter()
+            .map(|n| match n {
+                Reply::Bulk(Some(b)) => String::from_utf8(b).unwrap(),
+                n => panic!("{n:?}"),
+            })
+            .collect(),
+        other => panic!("ZRANGE: {other:?}"),
+    }
+}
+
+/// A release that wakes a wait which has ended (here: a made-up wait of a
+/// live client, first in every node's queue, as a wait that got the lock
+/// while a node still had it queued would be) is passed on by that client:
+/// the node wakes the next waiter, which takes over at once rather than at
+/// its timer (30 s here). Without the pass-on nobody would be woken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_up_for_an_ended_wait_is_passed_on_to_the_next_waiter() {
+    let c = cluster(5);
+    let holder = redlock(&c);
+    // `a` waits once, so that its channel for "r" stays subscribed a while.
+    let a = waiter(&c, Duration::from_secs(3));
+    let lock = holder.lock("r", LONG_TTL).await.unwrap();
+    hand_over(lock, start_waiting(&a).await).await;
+    let lock = holder.lock("r", LONG_TTL).await.unwrap();
+    let b = waiter(&c, Duration::from_secs(3));
+    let task = start_waiting(&b).await;
+    // b's client id, from its place in the queue; a's, from the channels.
+    let b_client = queued(&c, 0)[0].split(':').nth(1).unwrap().to_owned();
+    let channels = match run(
+        &c,
+        0,
+        &["PUBSUB", "CHANNELS", &format!("{}:wake:*", key("r"))],
+    ) {
+        Reply::Array(Some(names)) => names,
+        other => panic!("{other:?}"),
+    };
+    let a_client = channels
+        .iter()
+        .filter_map(|n| match n {
+            Reply::Bulk(Some(b)) => String::from_utf8(b.clone()).ok(),
+            _ => None,
+        })
+        .map(|n| n.rsplit(':').next().unwrap().to_owned())
+        .find(|id| *id != b_client)
+        .expect("a's channel no longer subscribed");
+    let stale = format!("0000000000000001:{a_client}:999999");
+    for i in ALL {
+        run(
+            &c,
+            i,
+            &["ZADD", &format!("{}:waiters", key("r")), "0", &stale],
+        );
+        assert_eq!(queued(&c, i)[0], stale);
+    }
+    let gap = hand_over(lock, task).await;
+    println!("release to next holder past an ended wait: {gap:?}");
+    assert!(gap < Duration::from_secs(2), "took {gap:?}");
+}

@@ -101,20 +101,21 @@ pub(crate) async fn acquire(
         };
         let span = tracing::debug_span!("redquorum.acquire", resource, attempt = attempts);
         let waiter = listened.as_deref().map(Listener::member);
+        if let Some(listener) = &listened {
+            // It may queue on the nodes: if the call ends without the lock
+            // (cancelled mid-attempt too), it leaves the queues.
+            queued.member = Some(listener.clone());
+        }
         let attempt = engine
             .attempt(kind, &id, &plan, waiter)
             .instrument(span)
             .await;
-        if let Some(listener) = &listened {
-            // It may have queued on the nodes: if the call ends without the
-            // lock, it leaves the queues.
-            queued.member = Some(listener.clone());
-        }
         // Completed: held, or already rolled back.
         std::mem::forget(cancel_guard);
         let (tally, took) = match attempt {
             Attempt::Held { deadline, fence } => {
-                // Taken out of the queues by the nodes that said yes.
+                // Taken out of the queues by the nodes that said yes, and
+                // by `Engine::attempt` on the others.
                 queued.member = None;
                 return Ok(Acquired {
                     id,

@@ -310,7 +310,28 @@ impl Engine {
             // background: a lock on more than a bare majority survives the
             // loss of more nodes. What has not been sent by the time the
             // lock's release begins never is (see `proto::gate`).
-            self.detach(stragglers.finish());
+            match waiter {
+                // A node that did not say yes may keep this waiter queued
+                // (its attempt found the old holder's key there): once the
+                // stragglers have answered, it leaves the queues of those
+                // nodes, lest a later release wake a wait that has ended.
+                Some(member) if tally.agreed() < self.nodes.len() => {
+                    let said_yes: Vec<bool> =
+                        (0..self.nodes.len()).map(|i| tally.said_yes(i)).collect();
+                    let (nodes, keys) = (self.nodes.clone(), id.keys.clone());
+                    let command = Prepared::new(queue::leave(&keys, member));
+                    self.detach(async move {
+                        let said_yes = stragglers.finish_counting(said_yes).await;
+                        let leaving = nodes
+                            .iter()
+                            .zip(said_yes)
+                            .filter(|(_, yes)| !yes)
+                            .map(|(node, _)| node.run(&command, true, None, node.limits().request));
+                        futures::future::join_all(leaving).await;
+                    });
+                }
+                _ => self.detach(stragglers.finish()),
+            }
             metrics::acquired(name);
             return Attempt::Held {
                 deadline: plan.deadline(start),

@@ -22,7 +22,14 @@
 //! majority, `Q` of `N` nodes. If the channel is subscribed on at least
 //! `N − Q + 1` nodes, the two sets share a node, so the release is heard
 //! by the waiter whose turn it is, if it is ours; if it is another
-//! waiter's, that one holds the lock next and its release comes in turn.
+//! waiter's, that one tries next, and its release comes in turn. A woken
+//! wait that cannot act passes the turn on: a wait that has ended (its
+//! client asks the node to wake the next if the key is free there:
+//! [`queue`]'s pass-on), or one that gives up (leaving the queue wakes the
+//! next if the key is free). What escapes that — a wake-up counted by a
+//! pattern subscriber (`PSUBSCRIBE *`, a monitoring tool) or by a
+//! `Redlock` dropped a moment before — costs the next waiter its timer:
+//! the holder's PTTL, capped at ten retry delays.
 //! Below that the waiter is [`listening`](Channel::listening) no more, and
 //! the retry loop falls back to its ordinary retry pause. The
 //! subscriptions that count for a wait are those made before the attempt
@@ -772,7 +779,14 @@ async fn connect(
                             }
                         }
                         (_, None) => tracing::debug!(node = i, "a wake-up that is not ours, ignored"),
-                        (None, _) => {}
+                        // Nobody waits on it here any more (its channel let
+                        // go, its unsubscription not yet through).
+                        (None, Some((_, token))) => {
+                            let suffix = queue::channel("", &inner.client);
+                            if let Some(key) = message.get_channel_name().strip_suffix(suffix.as_str()) {
+                                inner.pass_on(i, key, token);
+                            }
+                        }
                     }
                 }
                 _ = ping.tick() => {

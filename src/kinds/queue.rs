@@ -78,7 +78,8 @@ pub(crate) use with_queue;
 static LEAVE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("queue.lua"),
-        "for _, key in ipairs(KEYS) do\n  dequeue(key, ARGV[1])\nend\nreturn 1\n"
+        "for _, key in ipairs(KEYS) do\n  dequeue(key, ARGV[1])\n  \
+         if redis.call('EXISTS', key) == 0 then\n    wake(key, '')\n  end\nend\nreturn 1\n"
     ))
 });
 

@@ -333,7 +333,8 @@ impl Inner {
     /// acquisition that did land on the old connection makes the retry
     /// answer "held" (a no, rolled back with the rest; one that observes
     /// the key recognises its own token), and the scripts compare the
-    /// token, so running them twice changes nothing.
+    /// token, so running them twice changes no lock key (a waiter's place
+    /// in the key's queue is kept, not doubled).
     async fn run(
         self: &Arc<Self>,
         command: &Prepared,

@@ -260,8 +260,13 @@ impl Tally {
         self.has_majority() || self.agreed + self.undecided() < self.needed
     }
 
+    /// Whether node `i` said yes.
+    pub(crate) fn said_yes(&self, i: usize) -> bool {
+        matches!(self.votes[i], Some(Ok(())))
+    }
+
     /// Whether node `i` named another owner of the key: a waiter's
-    /// acquisition script says so only when it wrote nothing (it answers
+    /// acquisition script says so only when it wrote no lock key (it answers
     /// yes when it finds our own token, as when a request is sent twice),
     /// so a rollback has nothing to do there.
     pub(crate) fn named_another(&self, i: usize) -> bool {
@@ -364,6 +369,15 @@ impl<F: Future<Output = Answer>> Stragglers<F> {
         while self.0.next().await.is_some() {}
     }
 
+    /// Runs the outstanding requests to their end, marking in `said_yes`
+    /// (one flag per node) the nodes that agree.
+    pub(crate) async fn finish_counting(mut self, mut said_yes: Vec<bool>) -> Vec<bool> {
+        while let Some((i, answer)) = self.0.next().await {
+            said_yes[i] |= answer.vote.is_ok();
+        }
+        said_yes
+    }
+
     /// Waits for the outstanding answers (each is bounded by its node's
     /// timeout) and counts them in `tally`.
     pub(crate) async fn hear_out(mut self, tally: &mut Tally) {
@@ -413,7 +427,7 @@ pub(crate) enum Seen {
         token: Box<str>,
     },
     /// Enough nodes answered, but their votes were split among several
-    /// contenders (waiters that woke together), none with a majority.
+    /// contenders (a woken waiter and a newcomer, say), none with a majority.
     Contended,
     /// Too few nodes answered to tell.
     Unreachable,
