@@ -13,7 +13,7 @@ use futures::future::BoxFuture;
 use crate::config::Builder;
 use crate::engine::Engine;
 use crate::engine::acquire::{self, Call};
-use crate::engine::hold::Hold;
+use crate::engine::hold::{Context, Hold};
 use crate::error::{ConfigError, Error, Report};
 use crate::kinds::admin::{self, Status};
 use crate::kinds::{Kind, fenced, mutex, reentrant};
@@ -55,6 +55,8 @@ use crate::proto::quorum::Tally;
 #[derive(Clone)]
 pub struct Redlock {
     engine: Arc<Engine>,
+    /// What its plain locks on one resource share (see [`Context`]).
+    plain: Arc<Context>,
 }
 
 impl Builder {
@@ -66,8 +68,10 @@ impl Builder {
     /// what to fix (and never shows a password).
     pub fn build(self) -> Result<Redlock, Error> {
         let (clients, options) = self.validate()?;
+        let engine = Arc::new(Engine::new(clients, options));
         Ok(Redlock {
-            engine: Arc::new(Engine::new(clients, options)),
+            plain: Context::plain(engine.clone(), mutex::kind()),
+            engine,
         })
     }
 }
@@ -382,7 +386,7 @@ impl Redlock {
     ) -> Result<Lock, Error> {
         let plan = self.engine.options.plan(ttl)?;
         let acquired = acquire::acquire(&self.engine, &kind, resource, keys, plan, call).await?;
-        let hold = Hold::new(self.engine.clone(), kind, acquired, resource.into(), plan);
+        let hold = Hold::new(&self.plain, kind, acquired, resource, plan);
         Ok(Lock::new(hold))
     }
 }

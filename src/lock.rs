@@ -12,23 +12,21 @@
 //! so does dropping a release before its votes are counted.
 
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
-use crate::engine::hold::{self, Hold};
+use crate::engine::hold::Hold;
 use crate::error::Error;
 
 /// A held lock. Release it with [`release`](Lock::release); dropping it
 /// releases it in the background.
 #[must_use = "dropping a Lock releases it at once"]
 pub struct Lock {
-    hold: Arc<Hold>,
-    /// The watchdog, once started.
-    keeper: Option<tokio::task::JoinHandle<()>>,
-    /// Set once a [`release`](Lock::release) round has been decided: until
-    /// then, a drop (of the lock, or of a release cancelled mid-flight)
-    /// releases in the background.
-    released: bool,
+    /// The lock's state, shared with its [`Held`] views and its watchdog,
+    /// whose handle it also keeps once started. It notes, too, when a
+    /// [`release`](Lock::release) round has been decided: until then, a
+    /// drop (of the lock, or of a release cancelled mid-flight) releases in
+    /// the background.
+    hold: Hold,
 }
 
 /// A view of a held lock: how long it is still valid, and whether it has
@@ -36,16 +34,12 @@ pub struct Lock {
 /// agree. Get one from [`Lock::keep_alive`] or [`Lock::held`].
 #[derive(Clone)]
 pub struct Held {
-    hold: Arc<Hold>,
+    hold: Hold,
 }
 
 impl Lock {
-    pub(crate) fn new(hold: Arc<Hold>) -> Lock {
-        Lock {
-            hold,
-            keeper: None,
-            released: false,
-        }
+    pub(crate) fn new(hold: Hold) -> Lock {
+        Lock { hold }
     }
 
     /// The resource this lock is on.
@@ -55,7 +49,7 @@ impl Lock {
 
     /// The random token that marks this holder on the nodes (40 hex digits).
     pub fn token(&self) -> &str {
-        self.hold.id.token()
+        self.hold.token()
     }
 
     /// The fencing token of a fenced lock
@@ -66,7 +60,7 @@ impl Lock {
     /// storage, and have the storage refuse a token lower than the highest
     /// it has seen: that is what stops a holder paused past its validity.
     pub fn fence(&self) -> Option<u64> {
-        self.hold.fence
+        self.hold.fence()
     }
 
     /// How long the lock is still valid: the TTL of the last acquisition or
@@ -116,9 +110,7 @@ impl Lock {
     ///
     /// Must be called within a tokio runtime.
     pub fn keep_alive(&mut self) -> Held {
-        if self.keeper.is_none() {
-            self.keeper = Some(tokio::spawn(hold::keep_alive(self.hold.clone())));
-        }
+        self.hold.start_keeper();
         self.held()
     }
 
@@ -140,7 +132,7 @@ impl Lock {
     /// A failed extension deletes nothing: the lock stays held until its old
     /// validity ends, and the call may be tried again.
     pub async fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
-        let plan = self.hold.engine.options.plan(ttl)?;
+        let plan = self.hold.engine().options.plan(ttl)?;
         self.hold.extend(plan).await
     }
 
@@ -164,25 +156,19 @@ impl Lock {
     /// * [`Error::Expired`] if the keys were already gone.
     /// * [`Error::Taken`] if another owner holds the key on some nodes.
     /// * [`Error::NoQuorum`] if too few nodes answered.
-    pub async fn release(mut self) -> Result<(), Error> {
-        self.stop_keeper();
+    pub async fn release(self) -> Result<(), Error> {
+        self.hold.stop_keeper();
         // Only once the round is decided: dropped before, `drop` releases.
         let released = self.hold.release().await;
-        self.released = true;
+        self.hold.mark_released();
         released
-    }
-
-    fn stop_keeper(&mut self) {
-        if let Some(keeper) = self.keeper.take() {
-            keeper.abort();
-        }
     }
 }
 
 impl Drop for Lock {
     fn drop(&mut self) {
-        self.stop_keeper();
-        if !self.released {
+        self.hold.stop_keeper();
+        if !self.hold.released() {
             tracing::debug!(
                 resource = %self.resource(),
                 "lock (or its release) dropped: releasing in the background"
@@ -218,7 +204,7 @@ impl Held {
 
     /// The lock's fencing token (see [`Lock::fence`]).
     pub fn fence(&self) -> Option<u64> {
-        self.hold.fence
+        self.hold.fence()
     }
 }
 

@@ -1,9 +1,10 @@
 //! A held lock's shared state: its validity deadline, whether it has ended,
 //! the one extension in flight, and the watchdog.
 //!
-//! Every handle on a lock — the [`Lock`](crate::Lock) itself and each
-//! [`Held`](crate::Held) it hands out — reads the same [`Hold`], so they
-//! never disagree. A lock is **lost** as soon as any of these is true, and
+//! Every handle on a lock — the [`Lock`](crate::Lock) itself, each
+//! [`Held`](crate::Held) it hands out, and the watchdog — is a [`Hold`] on
+//! the same record (the lock's one allocation: see `proto::shared`), so
+//! they never disagree. A lock is **lost** as soon as any of these is true, and
 //! stays lost:
 //!
 //! * its validity deadline has passed — read from the clock on every
@@ -18,7 +19,7 @@
 //! extension keeps our keys at least until the deadline that extension
 //! produced: the lock's deadline is the latest of them, and a failed or
 //! shorter extension leaves it where it was. At most one extension is in
-//! flight ([`Hold::extend`] holds a lock for its whole round), so the
+//! flight ([`Hold::extend`] holds the turn for its whole round), so the
 //! watchdog and a caller's `extend` take turns, and the watchdog reads the
 //! TTL to renew with only when its turn has come: a caller's newer TTL is
 //! never overwritten by an older one.
@@ -41,11 +42,10 @@
 //! and a quarter of validity left; past that, the lock is given up while
 //! still valid, so that its holder hears it before the validity ends.
 
+use std::pin::pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
-
-use tokio::sync::Notify;
 
 use crate::clock::Moment;
 use crate::engine::Engine;
@@ -53,65 +53,137 @@ use crate::engine::acquire::Acquired;
 use crate::error::{Error, NodeFailure, Report};
 use crate::kinds::Kind;
 use crate::metrics;
-use crate::proto::LockId;
 use crate::proto::quorum::{Plan, Tally};
+use crate::proto::{Keys, LockId, Shared};
 
-/// What every handle on one held lock shares.
+/// A handle on one held lock: its record, which every handle on it shares,
+/// and its context, which most locks share with the client's other locks.
+/// Two pointers; cloning one is two counts up.
+///
+/// The record (see `proto::shared`) keeps the lock's token, its key, its
+/// gate, the validity deadline (as [`Moment::as_nanos`]; [`ENDED`] once the
+/// lock has ended), the TTL of the last acquisition or extension (what the
+/// watchdog renews with) and the flags ([`TURN`], [`RELEASED`]). Atomics,
+/// and a `Notify` made only for whoever waits, rather than a `watch`
+/// channel and a mutex: a held lock is a few hundred bytes less (one
+/// process may hold many thousands).
+#[derive(Clone)]
 pub(crate) struct Hold {
+    shared: Shared,
+    ctx: Arc<Context>,
+}
+
+/// What a held lock needs beyond its record: the engine and its kind, and
+/// what its key does not say. A plain lock on one resource shares its
+/// client's ([`Context::plain`]); a fenced, reentrant or multi-resource lock
+/// has one of its own.
+pub(crate) struct Context {
     pub(crate) engine: Arc<Engine>,
-    pub(crate) kind: Arc<dyn Kind>,
-    pub(crate) id: Arc<LockId>,
-    /// The resource's name, where the key does not give it (a set's names,
-    /// or a key that is not the prefix and the name): most locks keep none.
-    resource: Option<Box<str>>,
+    kind: Arc<dyn Kind>,
     /// The fencing token, for a fenced lock: it stays the same for the
     /// lock's whole life, extensions included.
-    pub(crate) fence: Option<u64>,
-    /// The validity deadline, as [`Moment::as_nanos`]; [`ENDED`] once the
-    /// lock has ended. Atomics and one `Notify` rather than a `watch`
-    /// channel: a held lock is a few hundred bytes less (one process may
-    /// hold many thousands).
-    deadline: AtomicU64,
-    /// Wakes [`Hold::lost`] when the deadline moves or the lock ends.
-    changed: Notify,
-    /// The TTL of the last acquisition or extension: what the watchdog
-    /// renews with.
-    plan_ttl_ms: AtomicU64,
-    /// Held for the whole round of an extension.
-    extending: tokio::sync::Mutex<()>,
+    fence: Option<u64>,
+    /// The resource's name, where the key does not give it (a set's
+    /// names, or a key that is not the prefix and the name).
+    resource: Option<Box<str>>,
+    /// Every key of a multi-resource lock (the record has the first).
+    keys: Option<Keys>,
+}
+
+impl Context {
+    /// The context of the plain locks of `kind` on one resource: made once
+    /// per client, shared by all of them.
+    pub(crate) fn plain(engine: Arc<Engine>, kind: Arc<dyn Kind>) -> Arc<Context> {
+        Arc::new(Context {
+            engine,
+            kind,
+            fence: None,
+            resource: None,
+            keys: None,
+        })
+    }
 }
 
 /// The deadline of a lock that has ended.
 const ENDED: u64 = u64::MAX;
 
+/// Flag: an extension has its turn (see [`Hold::turn`]).
+const TURN: u8 = 1;
+/// Flag: the [`Lock`](crate::Lock)'s release round has been decided (until
+/// then, a drop releases in the background).
+const RELEASED: u8 = 2;
+
 impl Hold {
+    /// The hold of a lock just acquired, of `kind` on `resource`, for
+    /// `plan.ttl`; `plain` is the context the client's plain locks share,
+    /// taken where it says all there is to say.
     pub(crate) fn new(
-        engine: Arc<Engine>,
+        plain: &Arc<Context>,
         kind: Arc<dyn Kind>,
         acquired: Acquired,
-        resource: Box<str>,
+        resource: &str,
         plan: Plan,
-    ) -> Arc<Hold> {
+    ) -> Hold {
+        let Acquired {
+            id,
+            deadline,
+            fence,
+        } = acquired;
+        let shared = id.shared().clone();
+        shared
+            .deadline
+            .store(deadline.as_nanos(), Ordering::Release);
+        shared.ttl_ms.store(plan.ttl_ms, Ordering::Release);
+        let engine = &plain.engine;
+        let one = id.keys.len() == 1;
         // The key is the prefix and the name: keep no copy of the name.
-        let derivable = matches!(&acquired.id.keys[..],
-            [key] if key.strip_prefix(engine.options.key_prefix.as_str()) == Some(&*resource));
-        let resource = (!derivable).then_some(resource);
-        Arc::new(Hold {
-            engine,
-            kind,
-            id: acquired.id,
-            resource,
-            fence: acquired.fence,
-            deadline: AtomicU64::new(acquired.deadline.as_nanos()),
-            changed: Notify::new(),
-            plan_ttl_ms: AtomicU64::new(plan.ttl_ms),
-            extending: tokio::sync::Mutex::new(()),
-        })
+        let derivable = one
+            && shared
+                .key()
+                .strip_prefix(engine.options.key_prefix.as_str())
+                == Some(resource);
+        let ctx = if derivable && fence.is_none() && Arc::ptr_eq(&kind, &plain.kind) {
+            plain.clone()
+        } else {
+            Arc::new(Context {
+                engine: engine.clone(),
+                kind,
+                fence,
+                resource: (!derivable).then(|| resource.into()),
+                keys: (!one).then(|| id.keys.clone()),
+            })
+        };
+        Hold { shared, ctx }
+    }
+
+    /// The engine the lock was taken on.
+    pub(crate) fn engine(&self) -> &Arc<Engine> {
+        &self.ctx.engine
+    }
+
+    /// The lock's fencing token, for a fenced lock.
+    pub(crate) fn fence(&self) -> Option<u64> {
+        self.ctx.fence
+    }
+
+    /// The token, 40 hex digits (made the first time it is asked for).
+    pub(crate) fn token(&self) -> &str {
+        self.shared.extras().token()
+    }
+
+    /// The lock's id, for one of its rounds: its keys (made anew, but for a
+    /// set's), its token, and its record, whose gate the round passes.
+    fn id(&self) -> LockId {
+        let keys = match &self.ctx.keys {
+            Some(keys) => keys.clone(),
+            None => Arc::new([self.shared.key().into()]),
+        };
+        LockId::of(self.shared.clone(), keys)
     }
 
     /// The validity deadline; now, once the lock has ended.
     fn deadline(&self) -> Moment {
-        match self.deadline.load(Ordering::Acquire) {
+        match self.shared.deadline.load(Ordering::Acquire) {
             ENDED => Moment::now(),
             nanos => Moment::from_nanos(nanos),
         }
@@ -119,7 +191,7 @@ impl Hold {
 
     /// Whether the lock has ended (released, dropped, or found lost).
     fn ended(&self) -> bool {
-        self.deadline.load(Ordering::Acquire) == ENDED
+        self.shared.deadline.load(Ordering::Acquire) == ENDED
     }
 
     /// How long the lock is still valid; zero once lost.
@@ -136,9 +208,9 @@ impl Hold {
     pub(crate) async fn lost(&self) {
         loop {
             // Registered before the deadline is read: a change after the
-            // read still wakes us.
-            let changed = self.changed.notified();
-            let mut changed = std::pin::pin!(changed);
+            // read still wakes us (see `Shared::wake`).
+            let changed = self.shared.extras().changed.notified();
+            let mut changed = pin!(changed);
             changed.as_mut().enable();
             let left = self.remaining();
             if left.is_zero() {
@@ -150,6 +222,45 @@ impl Hold {
                 () = changed => {}
                 () = tokio::time::sleep(left.min(Duration::from_secs(1))) => {}
             }
+        }
+    }
+
+    /// Whether the [`Lock`](crate::Lock)'s release round has been decided.
+    pub(crate) fn released(&self) -> bool {
+        self.shared.flags.load(Ordering::Acquire) & RELEASED != 0
+    }
+
+    /// Notes that the [`Lock`](crate::Lock)'s release round has been
+    /// decided: its drop releases nothing more.
+    pub(crate) fn mark_released(&self) {
+        self.shared.flags.fetch_or(RELEASED, Ordering::AcqRel);
+    }
+
+    /// Starts the watchdog ([`keep_alive`]), unless it runs already.
+    pub(crate) fn start_keeper(&self) {
+        let mut keeper = self
+            .shared
+            .extras()
+            .keeper
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if keeper.is_none() {
+            *keeper = Some(tokio::spawn(keep_alive(self.clone())).abort_handle());
+        }
+    }
+
+    /// Aborts the watchdog, if it was started.
+    pub(crate) fn stop_keeper(&self) {
+        let Some(extras) = self.shared.extras_if_any() else {
+            return;
+        };
+        let keeper = extras
+            .keeper
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(keeper) = keeper {
+            keeper.abort();
         }
     }
 
@@ -166,16 +277,16 @@ impl Hold {
     /// Says that the lock was lost while held, and counts it: once per lock,
     /// by whichever path ended it.
     fn report_lost(&self, why: std::fmt::Arguments<'_>) {
-        tracing::warn!(key = %self.id.key(), "lock lost: {why}");
-        metrics::lost(self.kind.name(&self.id));
+        tracing::warn!(key = %self.shared.key(), "lock lost: {why}");
+        metrics::lost(self.ctx.kind.name(&self.id()));
     }
 
     /// Marks the lock as ended: every handle says it is lost from now on.
     /// Whether this call ended it.
     pub(crate) fn end(&self) -> bool {
-        let ended = self.deadline.swap(ENDED, Ordering::AcqRel) != ENDED;
+        let ended = self.shared.deadline.swap(ENDED, Ordering::AcqRel) != ENDED;
         if ended {
-            self.changed.notify_waiters();
+            self.shared.wake();
         }
         ended
     }
@@ -185,7 +296,7 @@ impl Hold {
     /// lost: it is marked ended instead (an extension that got through
     /// after the validity ran out does not make it valid again).
     fn set_deadline(&self, deadline: Moment) -> bool {
-        let mut current = self.deadline.load(Ordering::Acquire);
+        let mut current = self.shared.deadline.load(Ordering::Acquire);
         loop {
             let (new, ran_out) = if current == ENDED {
                 return false;
@@ -196,14 +307,14 @@ impl Hold {
             } else {
                 return false;
             };
-            match self.deadline.compare_exchange_weak(
+            match self.shared.deadline.compare_exchange_weak(
                 current,
                 new,
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
                 Ok(_) => {
-                    self.changed.notify_waiters();
+                    self.shared.wake();
                     if ran_out {
                         self.report_lost(format_args!(
                             "validity ran out before an extension got through"
@@ -217,16 +328,43 @@ impl Hold {
     }
 
     fn plan(&self) -> Plan {
-        let ttl_ms = self.plan_ttl_ms.load(Ordering::Acquire);
-        Plan::of_ms(ttl_ms, self.engine.options.drift_factor)
+        let ttl_ms = self.shared.ttl_ms.load(Ordering::Acquire);
+        Plan::of_ms(ttl_ms, self.ctx.engine.options.drift_factor)
     }
 
     /// The resource the lock is on.
     pub(crate) fn resource(&self) -> &str {
-        match &self.resource {
+        match &self.ctx.resource {
             Some(resource) => resource,
-            None => &self.id.key()[self.engine.options.key_prefix.len()..],
+            None => &self.shared.key()[self.ctx.engine.options.key_prefix.len()..],
         }
+    }
+
+    /// Waits for the turn to extend: at most one extension is in flight.
+    /// The turn is handed back when the returned guard drops, also when the
+    /// extension is cancelled. Like a mutex, but a flag in the record and
+    /// the lock's `Notify`, which a lock that nobody extends at once never
+    /// makes (it also wakes [`lost`](Self::lost), which looks again).
+    async fn turn(&self) -> Turn<'_> {
+        loop {
+            if self.take_turn() {
+                return Turn(self);
+            }
+            // Registered before the flag is read again: a turn handed back
+            // after the read still wakes us (see `Shared::wake`).
+            let changed = self.shared.extras().changed.notified();
+            let mut changed = pin!(changed);
+            changed.as_mut().enable();
+            if self.take_turn() {
+                return Turn(self);
+            }
+            changed.await;
+        }
+    }
+
+    /// Takes the turn if nobody has it.
+    fn take_turn(&self) -> bool {
+        self.shared.flags.fetch_or(TURN, Ordering::AcqRel) & TURN == 0
     }
 
     /// One extension round, the only one in flight: to `plan.ttl`, or, for
@@ -234,15 +372,20 @@ impl Hold {
     /// extension as of when its turn comes. `None` if the lock was already
     /// lost (nothing sent); the plan used, and the outcome, otherwise.
     async fn extend_once(&self, plan: Option<Plan>) -> Option<(Plan, Result<(), Tally>)> {
-        let _alone = self.extending.lock().await;
+        let _alone = self.turn().await;
         if self.is_lost() {
             return None;
         }
         let plan = plan.unwrap_or_else(|| self.plan());
         let start = Moment::now();
-        let outcome = self.engine.extend(&self.kind, &self.id, &plan, start).await;
+        let id = self.id();
+        let outcome = self
+            .ctx
+            .engine
+            .extend(&self.ctx.kind, &id, &plan, start)
+            .await;
         if outcome.is_err() {
-            metrics::extend_failed(self.kind.name(&self.id));
+            metrics::extend_failed(self.ctx.kind.name(&id));
         }
         Some((
             plan,
@@ -250,7 +393,7 @@ impl Hold {
                 // The TTL the keys now have: what the watchdog renews with.
                 // One shorter than what was left changed nothing.
                 if self.set_deadline(deadline) {
-                    self.plan_ttl_ms.store(plan.ttl_ms, Ordering::Release);
+                    self.shared.ttl_ms.store(plan.ttl_ms, Ordering::Release);
                 }
             }),
         ))
@@ -263,7 +406,7 @@ impl Hold {
             // Got through, but only after the validity had run out.
             Some((_, Ok(()))) if self.is_lost() => Err(self.gone(Report::default())),
             Some((_, Ok(()))) => Ok(()),
-            Some((_, Err(tally))) => Err(self.refused(self.engine.report(&tally))),
+            Some((_, Err(tally))) => Err(self.refused(self.ctx.engine.report(&tally))),
         }
     }
 
@@ -274,9 +417,9 @@ impl Hold {
         if self.end() && late {
             self.report_lost(format_args!("validity ran out before the release"));
         }
-        let tally = self
-            .engine
-            .release(&self.kind, &self.id, &self.plan())
+        let engine = &self.ctx.engine;
+        let tally = engine
+            .release(&self.ctx.kind, &self.id(), &self.plan())
             .await;
         tracing::debug!(
             resource = %self.resource(),
@@ -284,7 +427,7 @@ impl Hold {
             needed = tally.needed(),
             "release"
         );
-        let report = self.engine.report(&tally);
+        let report = engine.report(&tally);
         match (tally.has_majority(), late) {
             (true, false) => Ok(()),
             (true, true) => Err(Error::ReleasedLate {
@@ -301,8 +444,9 @@ impl Hold {
         if self.end() && late {
             self.report_lost(format_args!("validity ran out before the lock was dropped"));
         }
-        self.engine
-            .release_in_background(&self.kind, &self.id, &self.plan());
+        self.ctx
+            .engine
+            .release_in_background(&self.ctx.kind, &self.id(), &self.plan());
     }
 
     /// The error for votes without a majority.
@@ -330,6 +474,16 @@ impl Hold {
     }
 }
 
+/// An extension's turn (see [`Hold::turn`]); handed back on drop.
+struct Turn<'a>(&'a Hold);
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        self.0.shared.flags.fetch_and(!TURN, Ordering::AcqRel);
+        self.0.shared.wake();
+    }
+}
+
 /// How much validity is left, at the latest, when the watchdog sends an
 /// extension: two node timeouts, or half the validity of `plan` where that
 /// is less (see the module doc).
@@ -345,8 +499,8 @@ fn last_try(node_timeout: Duration) -> Duration {
 
 /// The watchdog: extends the lock until it is lost or has ended (the task
 /// is also aborted by a release or drop).
-pub(crate) async fn keep_alive(hold: Arc<Hold>) {
-    let options = &hold.engine.options;
+pub(crate) async fn keep_alive(hold: Hold) {
+    let options = &hold.ctx.engine.options;
     let node_timeout = options.node_timeout;
     let every = |plan: Plan| plan.ttl.mul_f64(options.keep_alive_fraction);
     let mut next = Moment::now().after(every(hold.plan()));
@@ -389,15 +543,132 @@ pub(crate) async fn keep_alive(hold: Arc<Hold>) {
                 next = started.after(every(plan));
             }
             Some((_, Err(tally))) if !tally.recoverable() => {
-                let report = hold.engine.report(&tally);
+                let report = hold.ctx.engine.report(&tally);
                 return hold.lose(format_args!("a majority no longer holds it ({report})"));
             }
             Some((plan, Err(tally))) => {
-                let report = hold.engine.report(&tally);
-                tracing::debug!(key = %hold.id.key(), %report, "extension failed; trying again");
+                let report = hold.ctx.engine.report(&tally);
+                tracing::debug!(key = %hold.shared.key(), %report, "extension failed; trying again");
                 failed = Some(report);
                 next = Moment::now().after((every(plan) / 4).max(node_timeout));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Options;
+    use crate::kinds::{fenced, mutex, reentrant};
+
+    /// A client's plain context, on a node nobody listens on: nothing here
+    /// does I/O.
+    fn plain() -> Arc<Context> {
+        let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
+        let engine = Arc::new(Engine::new(vec![client], Options::default()));
+        Context::plain(engine, mutex::kind())
+    }
+
+    /// The hold of a lock of `kind` on `names`, as if just acquired.
+    fn hold(plain: &Arc<Context>, kind: Arc<dyn Kind>, names: &[&str], fence: Option<u64>) -> Hold {
+        let options = &plain.engine.options;
+        let keys: Keys = names
+            .iter()
+            .map(|n| format!("{}{n}", options.key_prefix).into())
+            .collect();
+        let plan = options.plan(Duration::from_secs(10)).unwrap();
+        let acquired = Acquired {
+            id: LockId::new(keys),
+            deadline: Moment::now().after(plan.best_validity()),
+            fence,
+        };
+        Hold::new(plain, kind, acquired, &names.join(","), plan)
+    }
+
+    #[tokio::test]
+    async fn a_plain_lock_shares_its_clients_context_and_others_keep_what_they_need() {
+        let plain = plain();
+        let one = hold(&plain, mutex::kind(), &["r"], None);
+        assert!(Arc::ptr_eq(&one.ctx, &plain));
+        assert_eq!(size_of::<Hold>(), 2 * size_of::<usize>());
+        assert_eq!(one.resource(), "r");
+        assert_eq!(&one.id().keys[..], &[Box::from("redquorum:r")]);
+        assert!(!one.is_lost());
+
+        let set = hold(&plain, mutex::kind(), &["a", "b"], None);
+        assert!(!Arc::ptr_eq(&set.ctx, &plain));
+        assert_eq!(set.resource(), "a,b");
+        let keys = set.id().keys;
+        assert_eq!(&keys[..], &[Box::from("redquorum:a"), "redquorum:b".into()]);
+
+        let fenced = hold(&plain, fenced::kind("redquorum:f", false), &["f"], Some(7));
+        assert!(!Arc::ptr_eq(&fenced.ctx, &plain));
+        assert_eq!((fenced.fence(), fenced.resource()), (Some(7), "f"));
+
+        let reentrant = hold(&plain, reentrant::kind("job"), &["r"], None);
+        assert!(!Arc::ptr_eq(&reentrant.ctx, &plain));
+        assert_eq!((reentrant.fence(), reentrant.resource()), (None, "r"));
+    }
+
+    #[tokio::test]
+    async fn a_rounds_id_has_the_token_and_the_gate_of_the_acquisition() {
+        let plain = plain();
+        let options = &plain.engine.options;
+        let plan = options.plan(Duration::from_secs(10)).unwrap();
+        let id = LockId::new(Arc::new(["redquorum:r".into()]));
+        let acquired = Acquired {
+            id: id.clone(),
+            deadline: Moment::now().after(plan.best_validity()),
+            fence: None,
+        };
+        let hold = Hold::new(&plain, mutex::kind(), acquired, "r", plan);
+        let round = hold.id();
+        assert_eq!(round.token(), id.token());
+        assert_eq!(hold.token(), id.token());
+        // A straggler of the acquisition is stopped by the round's removal.
+        round.gate().shut();
+        assert_eq!(id.gate().pass(async { 1 }).await, None);
+    }
+
+    #[tokio::test]
+    async fn extensions_take_turns_also_when_one_is_cancelled() {
+        let plain = plain();
+        let hold = hold(&plain, mutex::kind(), &["r"], None);
+        let first = hold.turn().await;
+        let mut second = pin!(hold.turn());
+        assert!(futures::poll!(second.as_mut()).is_pending());
+        {
+            // Cancelled while waiting: holds nothing.
+            let mut cancelled = pin!(hold.turn());
+            assert!(futures::poll!(cancelled.as_mut()).is_pending());
+        }
+        drop(first);
+        let second = tokio::time::timeout(Duration::from_secs(5), second)
+            .await
+            .expect("the turn is handed on");
+        let mut third = pin!(hold.turn());
+        assert!(futures::poll!(third.as_mut()).is_pending());
+        drop(second);
+        tokio::time::timeout(Duration::from_secs(5), third)
+            .await
+            .expect("the turn is handed on");
+    }
+
+    #[tokio::test]
+    async fn lost_resolves_when_the_lock_ends_and_not_before() {
+        let plain = plain();
+        let hold = hold(&plain, mutex::kind(), &["r"], None);
+        let mut lost = pin!(hold.lost());
+        assert!(futures::poll!(lost.as_mut()).is_pending());
+        // A later deadline wakes it, and it waits again.
+        assert!(hold.set_deadline(Moment::now().after(Duration::from_secs(60))));
+        assert!(futures::poll!(lost.as_mut()).is_pending());
+        assert!(hold.end());
+        tokio::time::timeout(Duration::from_secs(5), lost)
+            .await
+            .expect("lost once ended");
+        assert!(hold.is_lost());
+        assert!(!hold.end(), "ended once");
     }
 }

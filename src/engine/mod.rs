@@ -40,7 +40,7 @@ use crate::metrics;
 use crate::net::guard::Lives;
 use crate::net::{Limits, Node};
 use crate::proto::quorum::{self, Plan, Tally};
-use crate::proto::{Answer, Command, Keys, LockId, Prepared};
+use crate::proto::{Answer, Command, Keys, LockId, Prepared, Shared};
 use waiters::Waiters;
 
 /// The nodes, the options and the waiters' subscriptions of one `Redlock`.
@@ -94,15 +94,12 @@ impl Drop for Running {
 /// How a round's command is sent.
 #[derive(Clone, Copy)]
 enum Sending<'a> {
-    /// Through the lock's gate: never once its removal has begun
-    /// (acquisitions, confirmations, extensions); waiting its turn behind
-    /// this process's other requests to a node (see
+    /// Through the gate of the lock whose record is `lock`: never once its
+    /// removal has begun (acquisitions, confirmations, extensions); waiting
+    /// its turn behind this process's other requests to a node (see
     /// [`Builder::max_in_flight`](crate::Builder::max_in_flight)) no longer
     /// than `queue`, after which no validity would be left.
-    Gated {
-        id: &'a Arc<LockId>,
-        queue: Duration,
-    },
+    Gated { lock: &'a Shared, queue: Duration },
     /// A removal: waits its turn until `until`, and is sent again where it
     /// got no answer, until `until`.
     Removal { until: Moment },
@@ -110,9 +107,9 @@ enum Sending<'a> {
 
 impl Sending<'_> {
     /// An acquisition's or an extension's round of the lock `id` for `plan`.
-    fn gated<'a>(id: &'a Arc<LockId>, plan: &Plan) -> Sending<'a> {
+    fn gated<'a>(id: &'a LockId, plan: &Plan) -> Sending<'a> {
         Sending::Gated {
-            id,
+            lock: id.shared(),
             queue: plan.best_validity(),
         }
     }
@@ -217,7 +214,7 @@ impl Engine {
             .enumerate()
             .map(|(i, node)| {
                 let (gate, queue, retry) = match sent {
-                    Sending::Gated { id, queue } => (Some(id), queue, None),
+                    Sending::Gated { lock, queue } => (Some(lock), queue, None),
                     Sending::Removal { until } => (
                         None,
                         until.remaining(),
@@ -268,7 +265,7 @@ impl Engine {
     pub(crate) async fn attempt(
         &self,
         kind: &Arc<dyn Kind>,
-        id: &Arc<LockId>,
+        id: &LockId,
         plan: &Plan,
         waiter: Option<&str>,
     ) -> Attempt {
@@ -377,7 +374,7 @@ impl Engine {
     async fn rollback(&self, kind: &Arc<dyn Kind>, id: &LockId, tally: &Tally, plan: &Plan) {
         // Whatever of the attempt has not been sent by now never is; what
         // has is queued ahead of the rollback.
-        id.gate.shut();
+        id.gate().shut();
         let release = kind.release(id, tally.might_hold_majority());
         let mut waited = FuturesUnordered::new();
         let silent = |i| !tally.replied(i);
@@ -403,7 +400,7 @@ impl Engine {
     pub(crate) async fn extend(
         &self,
         kind: &Arc<dyn Kind>,
-        id: &Arc<LockId>,
+        id: &LockId,
         plan: &Plan,
         start: Moment,
     ) -> Result<Moment, Tally> {
@@ -430,7 +427,7 @@ impl Engine {
     /// answer asked again there, until the keys of `plan` sent now would
     /// have expired).
     pub(crate) async fn release(&self, kind: &Arc<dyn Kind>, id: &LockId, plan: &Plan) -> Tally {
-        id.gate.shut();
+        id.gate().shut();
         let outcomes = self.outcomes(
             kind,
             kind.release(id, true),
@@ -477,7 +474,7 @@ impl Engine {
     /// Does nothing (the keys then expire at their TTL) outside a tokio
     /// runtime.
     pub(crate) fn release_in_background(&self, kind: &Arc<dyn Kind>, id: &LockId, plan: &Plan) {
-        id.gate.shut();
+        id.gate().shut();
         if tokio::runtime::Handle::try_current().is_err() {
             tracing::debug!(key = %id.key(), "no tokio runtime: lock keys expire at their TTL");
             return;

@@ -91,7 +91,7 @@ use crate::clock::Moment;
 use crate::error::NodeFailure;
 #[cfg(feature = "metrics")]
 use crate::metrics;
-use crate::proto::{Effect, Gate, LockId, Prepared};
+use crate::proto::{Effect, Gate, Prepared, Shared};
 use guard::{Guard, Lives};
 use removals::Removals;
 use retired::Retired;
@@ -240,7 +240,7 @@ impl Node {
     /// cleanup nobody waits for) may first wait for a connection up to the
     /// connect timeout. Refused at once, with nothing sent, if it may create
     /// a key on a node that may have forgotten keys (see [`guard`]). With a
-    /// `gated` lock, nothing is sent once its [`Gate`] is shut
+    /// `gated` lock (its record), nothing is sent once its [`Gate`] is shut
     /// ([`NodeFailure::NotWaited`]).
     /// Waits its turn behind this process's other requests to the node (at
     /// most [`Limits::in_flight`] on the wire) no longer than `queue`; that
@@ -249,7 +249,7 @@ impl Node {
         &self,
         command: &Arc<Prepared>,
         patient: bool,
-        gated: Option<&Arc<LockId>>,
+        gated: Option<&Shared>,
         queue: Duration,
     ) -> impl Future<Output = Result<Value, NodeFailure>> + Send + 'static + use<> {
         let admitted = match &self.inner.guard {
@@ -263,7 +263,7 @@ impl Node {
             admitted?;
             #[cfg(feature = "metrics")]
             let start = Moment::now();
-            let gate = gated.as_deref().map(|id| &id.gate);
+            let gate = gated.as_ref().map(|shared| &shared.gate);
             let reply = inner.run(&command, patient, gate, queue).await;
             #[cfg(feature = "metrics")]
             metrics::request(&inner.name, &reply, start.elapsed());

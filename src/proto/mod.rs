@@ -14,26 +14,31 @@
 
 pub(crate) mod gate;
 pub(crate) mod quorum;
+pub(crate) mod shared;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::NodeFailure;
 pub(crate) use gate::Gate;
+pub(crate) use shared::Shared;
+use shared::TOKEN_BYTES;
 
 /// The Redis keys of one lock: one for most kinds, several (sorted, without
 /// duplicates) for a multi-resource lock. Built once per call, shared by
 /// its attempts and by every command about them.
 pub(crate) type Keys = Arc<[Box<str>]>;
 
-/// Which lock: its keys and the attempt's token, and the gate its
-/// acquisition and extensions pass until its removal begins. Shared by
-/// every request about it.
+/// Which lock: its keys and the attempt's token, and its record (see
+/// [`shared`]) with the gate its acquisition and extensions pass until its
+/// removal begins. Shared by every request about it. A held lock keeps only
+/// the record, and makes a `LockId` of it for each of its rounds.
 #[derive(Debug)]
 pub(crate) struct LockId {
     pub(crate) keys: Keys,
-    token: [u8; 40],
-    pub(crate) gate: Gate,
+    /// The token in hex, as the commands carry it.
+    token: [u8; 2 * TOKEN_BYTES],
+    shared: Shared,
 }
 
 impl LockId {
@@ -43,14 +48,21 @@ impl LockId {
     /// both sides of a `fork` or to two VMs restored from one snapshot.
     pub(crate) fn new(keys: Keys) -> Arc<LockId> {
         debug_assert!(!keys.is_empty());
-        let mut token = [0u8; 40];
+        let shared = Shared::new(&fresh_bytes(), keys.first().map_or("", |k| k));
+        Arc::new(LockId::of(shared, keys))
+    }
+
+    /// The lock of the record `shared`, on `keys`: a held lock's, for one
+    /// of its rounds.
+    pub(crate) fn of(shared: Shared, keys: Keys) -> LockId {
+        let mut token = [0u8; 2 * TOKEN_BYTES];
         // Cannot fail: the output is exactly twice the input.
-        let _ = hex::encode_to_slice(fresh_bytes(), &mut token);
-        Arc::new(LockId {
+        let _ = hex::encode_to_slice(shared.token(), &mut token);
+        LockId {
             keys,
             token,
-            gate: Gate::default(),
-        })
+            shared,
+        }
     }
 
     /// The first key (the only one, but for a multi-resource lock): for
@@ -63,6 +75,16 @@ impl LockId {
     pub(crate) fn token(&self) -> &str {
         // Hex digits are ASCII.
         std::str::from_utf8(&self.token).unwrap_or_default()
+    }
+
+    /// The lock's record.
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
+    /// The lock's gate.
+    pub(crate) fn gate(&self) -> &Gate {
+        &self.shared.gate
     }
 }
 
