@@ -29,8 +29,8 @@
 //! distinct resources, then every release at once, each library with its
 //! defaults: `acquired`, the `keys_left` on the nodes afterwards, and the
 //! seconds each phase took), `keep_alive_many` (100 000 locks of 30 s held
-//! with `keep_alive` for 60 s on a healthy cluster: how many were `lost`,
-//! and the client's and nodes' CPU per renewal), `floor` / `floor64` (the same redis
+//! with `keep_alive` for two minutes on a healthy cluster: how many were
+//! `lost`, and the client's and nodes' CPU per renewal), `floor` / `floor64` (the same redis
 //! client doing the bare minimum, `SET NX PX` then the release script, on one
 //! node) and `ceiling` (redis-benchmark driving all five nodes at once,
 //! pipelined: no lock can beat N nodes × 2 commands). Then memory: the RSS
@@ -310,7 +310,7 @@ const FULL: Scale = Scale {
     many_waiters: 256,
     kept: 100_000,
     kept_ttl: Duration::from_secs(30),
-    kept_for: Duration::from_secs(60),
+    kept_for: Duration::from_secs(120),
 };
 
 const SMOKE: Scale = Scale {
@@ -790,7 +790,14 @@ async fn handoff(kinds: &[Waiting], urls: &[String], scale: Scale, waiters: usiz
                                 Ok((got, letting_go)) => {
                                     turns.push((asked, got, letting_go, Instant::now()))
                                 }
-                                Err(_) => errors += 1,
+                                Err(e) => {
+                                    // The first of each waiter's, so that an
+                                    // error figure says what it was.
+                                    if errors == 0 {
+                                        eprintln!("  handoff ({waiters} waiters) error: {e}");
+                                    }
+                                    errors += 1
+                                }
                             }
                             tokio::time::sleep(ELSEWHERE).await;
                         }
