@@ -349,7 +349,7 @@ fn partition(secs: Duration) {
     );
     let f = load.report(&v);
     assert_safe(&v, &f);
-    let left = keys_left(&c, &load.spec.prefix);
+    let left = keys_left(&c, &load.spec.prefix, load.spec.ttl);
     println!(
         "   keys left on the nodes after the heal: {left} (TTL {} s)",
         load.spec.ttl.as_secs()
@@ -430,7 +430,7 @@ fn cancel(secs: Duration, kind: Kind) {
     let f = load.report(&v);
     assert_safe(&v, &f);
     assert!(v.cancelled > 0, "nothing was cancelled");
-    let left = keys_left(&c, &load.spec.prefix);
+    let left = keys_left(&c, &load.spec.prefix, load.spec.ttl);
     println!("   keys left on the nodes after the run: {left} (TTL 10 s)");
     assert_eq!(left, 0, "cancelled acquisitions left keys behind");
 }
@@ -971,9 +971,10 @@ fn ms(d: Duration) -> f64 {
 /// How many keys under `prefix` are left on the cluster's nodes, after
 /// waiting up to 2 s for background releases to land. A waiters' queue
 /// (`<key>:waiters`, see `kinds::queue`) is no lock and blocks nobody, but
-/// must not stay either: one that a waiter's late request left behind is
-/// given its own life (the holder's TTL + 5 s) to expire.
-fn keys_left(c: &LocalCluster, prefix: &str) -> usize {
+/// must not stay either: one that a waiter's lost or late request left
+/// behind is given its own life (at most the lock's `ttl` + 5 s) to
+/// expire.
+fn keys_left(c: &LocalCluster, prefix: &str, ttl: Duration) -> usize {
     let pattern = format!("{prefix}*");
     let start = Instant::now();
     loop {
@@ -991,7 +992,7 @@ fn keys_left(c: &LocalCluster, prefix: &str) -> usize {
         let waited = start.elapsed();
         if names.is_empty()
             || (locks > 0 && waited > Duration::from_secs(2))
-            || waited > Duration::from_secs(20)
+            || waited > ttl + Duration::from_secs(6)
         {
             if !names.is_empty() {
                 println!("   keys left: {names:?}");
