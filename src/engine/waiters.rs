@@ -53,8 +53,8 @@
 //! node timeout, so a frozen node delays no one. A subscriber connection
 //! that goes silent without breaking (a partition with no RST, a dead NAT
 //! entry) would still look subscribed, so each is pinged every
-//! [`PING_EVERY`]; one that does not answer in time is dropped like a
-//! broken one.
+//! [`PING_EVERY`] unless a message came in since; one that does not answer
+//! in time is dropped like a broken one.
 //!
 //! The subscriber connections live in the same kind of [`Slot`] as the
 //! command connections: made in the background, shared, replaced by
@@ -764,12 +764,16 @@ async fn connect(
         let mut ping = tokio::time::interval(PING_EVERY);
         ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ping.tick().await;
+        // When the node was last heard from on this connection: a message
+        // as good as a pong, so a busy connection is not pinged.
+        let mut heard = tokio::time::Instant::now();
         loop {
             tokio::select! {
                 // The connection was replaced or the `Redlock` dropped.
                 _ = &mut stopped => return,
                 message = stream.next() => {
                     let Some(message) = message else { break };
+                    heard = tokio::time::Instant::now();
                     let Some(inner) = inner.upgrade() else { return };
                     let payload = message.get_payload_bytes();
                     match (inner.channel(message.get_channel_name()), queue::read_wake(payload)) {
@@ -790,6 +794,9 @@ async fn connect(
                     }
                 }
                 _ = ping.tick() => {
+                    if heard.elapsed() < PING_EVERY {
+                        continue;
+                    }
                     let pong = tokio::time::timeout(ping_limit, pinger.ping::<redis::Value>()).await;
                     if !matches!(pong, Ok(Ok(_))) {
                         tracing::debug!(node = i, generation, "subscriber connection silent");
