@@ -385,11 +385,17 @@ impl Redlock {
         call: Call,
     ) -> Result<Lock, Error> {
         let plan = self.engine.options.plan(ttl)?;
+        if let Some(key) = keys.iter().find(|k| k.len() > MAX_KEY) {
+            return Err(ConfigError::KeyTooLong { bytes: key.len() }.into());
+        }
         let acquired = acquire::acquire(&self.engine, &kind, resource, keys, plan, call).await?;
         let hold = Hold::new(&self.plain, kind, acquired, resource, plan);
         Ok(Lock::new(hold))
     }
 }
+
+/// The longest key Redis takes: 512 MB.
+const MAX_KEY: usize = 512 << 20;
 
 /// What one call locks.
 #[derive(Debug)]

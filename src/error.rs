@@ -263,6 +263,12 @@ pub enum ConfigError {
     },
     /// [`lock_all`](crate::Redlock::lock_all) was given no resource.
     NoResources,
+    /// A resource's key (the key prefix and its name) is longer than
+    /// Redis takes (512 MB).
+    KeyTooLong {
+        /// The key's length, in bytes.
+        bytes: usize,
+    },
     /// A reentrant lock was asked for with an empty owner id.
     EmptyOwner,
     /// A node URL asks for TLS (`rediss://`), and the crate was built
@@ -367,6 +373,10 @@ impl fmt::Display for ConfigError {
             ConfigError::NoResources => {
                 write!(f, "lock_all was given no resource: pass at least one name")
             }
+            ConfigError::KeyTooLong { bytes } => write!(
+                f,
+                "a resource's key is {bytes} bytes, beyond the 512 MB Redis takes: use a shorter resource name"
+            ),
             ConfigError::EmptyOwner => write!(
                 f,
                 "the owner id of a reentrant lock is empty: pass an id that names the owner (a job or request id)"

@@ -257,3 +257,21 @@ async fn an_empty_set_fails_before_any_io() {
         "{err}"
     );
 }
+
+/// A key Redis could not take (over 512 MB) is refused before any I/O with
+/// a typed error, for one resource or in a set; nothing panics (the lock's
+/// record keeps the key's length in 32 bits).
+#[tokio::test]
+async fn a_key_too_long_for_redis_fails_before_any_io() {
+    let redlock = Redlock::new(["redis://127.0.0.1:1"]).unwrap();
+    let huge = "x".repeat(512 << 20);
+    let one = redlock.lock(&huge, secs(1)).await.unwrap_err();
+    let set = redlock.lock_all(["a", &huge], secs(1)).await.unwrap_err();
+    for err in [one, set] {
+        assert!(
+            matches!(err, Error::Config(ConfigError::KeyTooLong { bytes }) if bytes == (512 << 20) + "redquorum:".len()),
+            "{err}"
+        );
+        assert!(err.to_string().contains("shorter resource name"), "{err}");
+    }
+}
