@@ -315,16 +315,10 @@ impl Engine {
                 Some(member) if tally.agreed() < self.nodes.len() => {
                     let said_yes: Vec<bool> =
                         (0..self.nodes.len()).map(|i| tally.said_yes(i)).collect();
-                    let (nodes, keys) = (self.nodes.clone(), id.keys.clone());
-                    let command = Prepared::new(queue::leave(&keys, member));
+                    let (nodes, leave) = (self.nodes.clone(), queue::leave(&id.keys, member));
                     self.detach(async move {
                         let said_yes = stragglers.finish_counting(said_yes).await;
-                        let leaving = nodes
-                            .iter()
-                            .zip(said_yes)
-                            .filter(|(_, yes)| !yes)
-                            .map(|(node, _)| node.run(&command, true, None, node.limits().request));
-                        futures::future::join_all(leaving).await;
+                        leave_queues(nodes, leave, said_yes).await;
                     });
                 }
                 _ => self.detach(stragglers.finish()),
@@ -460,13 +454,12 @@ impl Engine {
         if tokio::runtime::Handle::try_current().is_err() {
             return;
         }
-        let command = Prepared::new(queue::leave(keys, member));
-        for node in &self.nodes {
-            let reply = node.run(&command, true, None, node.limits().request);
-            self.detach(async move {
-                let _ = reply.await;
-            });
-        }
+        let skip = vec![false; self.nodes.len()];
+        self.detach(leave_queues(
+            self.nodes.clone(),
+            queue::leave(keys, member),
+            skip,
+        ));
     }
 
     /// Fires a release on every node and forgets about it: for guards
@@ -484,4 +477,16 @@ impl Engine {
             self.detach(answer);
         }
     }
+}
+
+/// Runs a waiter's leaving (`kinds::queue::leave`) on the nodes not marked
+/// in `skip` (one flag per node), each within the node timeout.
+async fn leave_queues(nodes: Vec<Node>, leave: Command, skip: Vec<bool>) {
+    let leave = Prepared::new(leave);
+    let sent = nodes
+        .iter()
+        .zip(skip)
+        .filter(|(_, skip)| !skip)
+        .map(|(node, _)| node.run(&leave, true, None, node.limits().request));
+    futures::future::join_all(sent).await;
 }
