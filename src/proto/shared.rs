@@ -83,7 +83,10 @@ impl Extras {
     }
 }
 
-// Every field is shared between threads through `&Shared`.
+// Every field is shared between threads through `&Shared`. (The check on
+// `Head` says nothing of what its extras pointer points to — an
+// `AtomicPtr<T>` is `Send + Sync` whatever `T` — so `Extras` is checked
+// on its own.)
 const _: () = {
     const fn send_and_sync<T: Send + Sync>() {}
     send_and_sync::<Head>();
@@ -217,7 +220,9 @@ impl Shared {
     /// what it waits for. A read-modify-write of the pointer, rather than a
     /// load, is what makes that safe without a lock: if it finds no extras,
     /// the waiter's later making of them reads what it wrote, so the change
-    /// written before it is seen by the waiter's read after.
+    /// written before it is seen by the waiter's read after. Do not make it
+    /// a plain load: that would lose wake-ups, and no test is likely to
+    /// catch it.
     pub(crate) fn wake(&self) {
         let slot = &self.block().head.extras;
         let (Ok(extras) | Err(extras)) = slot.compare_exchange(
