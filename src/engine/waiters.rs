@@ -157,8 +157,6 @@ struct Live {
 /// passed.
 pub(crate) struct Channel {
     name: Box<str>,
-    /// The lock key it is about.
-    key: Box<str>,
     notify: Notify,
     /// The waits on it now, by number.
     waits: Mutex<HashSet<u64>>,
@@ -273,7 +271,6 @@ impl Waiters {
             None => {
                 let channel = Arc::new(Channel {
                     name: name.into(),
-                    key: key.into(),
                     notify: Notify::new(),
                     waits: Mutex::default(),
                     recent: Mutex::default(),
@@ -718,6 +715,11 @@ impl Inner {
         queue::channel(key, &self.client)
     }
 
+    /// The key whose channel is `name`, if it is one of this `Redlock`'s.
+    fn key_of<'a>(&self, name: &'a str) -> Option<&'a str> {
+        name.strip_suffix(queue::channel("", &self.client).as_str())
+    }
+
     fn channel(&self, name: &str) -> Option<Arc<Channel>> {
         lock(&self.channels).get(name).and_then(Weak::upgrade)
     }
@@ -776,21 +778,17 @@ async fn connect(
                     heard = tokio::time::Instant::now();
                     let Some(inner) = inner.upgrade() else { return };
                     let payload = message.get_payload_bytes();
-                    match (inner.channel(message.get_channel_name()), queue::read_wake(payload)) {
-                        (Some(channel), Some((wait, token))) => {
-                            if !channel.announce(wait, token) {
-                                inner.pass_on(i, &channel.key, token);
-                            }
-                        }
-                        (_, None) => tracing::debug!(node = i, "a wake-up that is not ours, ignored"),
-                        // Nobody waits on it here any more (its channel let
-                        // go, its unsubscription not yet through).
-                        (None, Some((_, token))) => {
-                            let suffix = queue::channel("", &inner.client);
-                            if let Some(key) = message.get_channel_name().strip_suffix(suffix.as_str()) {
-                                inner.pass_on(i, key, token);
-                            }
-                        }
+                    let name = message.get_channel_name();
+                    let Some((wait, token)) = queue::read_wake(payload) else {
+                        tracing::debug!(node = i, "a wake-up that is not ours, ignored");
+                        continue;
+                    };
+                    // Passed on unless a live wait of ours takes it; also
+                    // where nobody waits on the channel any more (it let
+                    // go, its unsubscription not yet through).
+                    let taken = inner.channel(name).is_some_and(|c| c.announce(wait, token));
+                    if !taken && let Some(key) = inner.key_of(name) {
+                        inner.pass_on(i, key, token);
                     }
                 }
                 _ = ping.tick() => {
