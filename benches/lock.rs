@@ -769,10 +769,15 @@ async fn handoff(kinds: &[Waiting], urls: &[String], scale: Scale, waiters: usiz
             let resource: Arc<str> =
                 format!("bench:handoff:{waiters}:{}:{k}:{r}", kind.imp()).into();
             let clients: Vec<Client> = (0..waiters).map(|_| kind.client(urls)).collect();
-            // Connect (and for the waking kind, subscribe) before timing.
+            // Connect, then subscribe, before timing: what is timed is the
+            // steady state. (The waking kind subscribes when a call first
+            // has to wait, so every client waits once, all at once; taken
+            // in turn, as it used to be, no call waited, and the first
+            // timed call of every waiter paid for its subscriptions.)
             for c in &clients {
                 c.hold(&resource, Duration::ZERO).await.unwrap();
             }
+            futures::future::join_all(clients.iter().map(|c| c.hold(&resource, HOLD))).await;
             let stop = Arc::new(AtomicBool::new(false));
             let usage = Usage::now();
             let started = Instant::now();

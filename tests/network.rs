@@ -333,6 +333,69 @@ async fn an_extension_that_gets_through_after_the_validity_ran_out_is_an_error()
     );
 }
 
+/// Nodes that answer slower than the node timeout but well within the
+/// lock's validity (busy, or far away): the release's answers still count.
+/// It used to cut each node at the node timeout and report a failure
+/// ("no answer within the per-node timeout" on every node) for keys it had
+/// deleted; under load that turned releases into errors.
+#[tokio::test]
+async fn a_release_counts_answers_slower_than_the_node_timeout() {
+    let c = cluster(3);
+    let proxies = proxies(&c);
+    let redlock = Redlock::builder()
+        .nodes(urls(&proxies))
+        .node_timeout(ms(50))
+        .retry_count(0)
+        .build()
+        .unwrap();
+    let lock = redlock.try_lock("r", LONG_TTL).await.unwrap();
+    // A round trip of 160 ms against a node timeout of 50 ms.
+    for proxy in &proxies {
+        proxy.set_delay(ms(80));
+    }
+    lock.release().await.unwrap();
+    for i in 0..3 {
+        assert_eq!(get(&c, i, &key("r")), None, "node {i} kept the key");
+    }
+}
+
+/// Patience has a bound: with a majority silent (no RST), a release waits
+/// for it no longer than the connect timeout, not for the lock's TTL, and
+/// then says that it could not confirm the release.
+#[tokio::test]
+async fn a_release_waits_for_a_silent_majority_no_longer_than_the_connect_timeout() {
+    let c = cluster(3);
+    let proxies = proxies(&c);
+    let redlock = Redlock::builder()
+        .nodes(urls(&proxies))
+        .node_timeout(ms(50))
+        .connect_timeout(ms(500))
+        .retry_count(0)
+        .build()
+        .unwrap();
+    let lock = redlock.try_lock("r", LONG_TTL).await.unwrap();
+    proxies[0].hold();
+    proxies[1].hold();
+    let started = Instant::now();
+    let released = lock.release().await;
+    let took = started.elapsed();
+    assert!(
+        released.is_err(),
+        "{released:?} with two of three nodes silent"
+    );
+    assert!(
+        took < Duration::from_secs(10),
+        "the release waited {took:?}"
+    );
+    assert!(
+        took >= ms(400),
+        "gave up after {took:?}, before the connect timeout"
+    );
+    for proxy in &proxies {
+        proxy.heal();
+    }
+}
+
 /// The keys under the default prefix on node `i`.
 fn lock_keys(c: &LocalCluster, i: usize) -> Vec<String> {
     match run(c, i, &["KEYS", "redquorum:*"]) {

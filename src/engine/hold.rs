@@ -413,13 +413,15 @@ impl Hold {
     /// Releases the lock on every node; every handle says it is lost from
     /// the start of the call.
     pub(crate) async fn release(&self) -> Result<(), Error> {
-        let late = self.is_lost();
+        // Taken before the lock ends below.
+        let valid = self.remaining();
+        let late = valid.is_zero();
         if self.end() && late {
             self.report_lost(format_args!("validity ran out before the release"));
         }
         let engine = &self.ctx.engine;
         let tally = engine
-            .release(&self.ctx.kind, &self.id(), &self.plan())
+            .release(&self.ctx.kind, &self.id(), &self.plan(), valid)
             .await;
         tracing::debug!(
             resource = %self.resource(),

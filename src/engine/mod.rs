@@ -38,7 +38,7 @@ use crate::error::{NodeFailure, Report};
 use crate::kinds::{Kind, queue};
 use crate::metrics;
 use crate::net::guard::Lives;
-use crate::net::{Limits, Node};
+use crate::net::{Limits, Node, Patience};
 use crate::proto::quorum::{self, Plan, Tally};
 use crate::proto::{Answer, Command, Keys, LockId, Prepared, Shared};
 use waiters::Waiters;
@@ -101,8 +101,9 @@ enum Sending<'a> {
     /// than `queue`, after which no validity would be left.
     Gated { lock: &'a Shared, queue: Duration },
     /// A removal: waits its turn until `until`, and is sent again where it
-    /// got no answer, until `until`.
-    Removal { until: Moment },
+    /// got no answer, until `until`. Its answers are waited for `within`
+    /// (no less than the node timeout).
+    Removal { until: Moment, within: Duration },
 }
 
 impl Sending<'_> {
@@ -119,6 +120,7 @@ impl Sending<'_> {
     fn removal(plan: &Plan) -> Sending<'static> {
         Sending::Removal {
             until: Moment::now().after(plan.life()),
+            within: Duration::ZERO,
         }
     }
 }
@@ -213,15 +215,21 @@ impl Engine {
             .iter()
             .enumerate()
             .map(|(i, node)| {
-                let (gate, queue, retry) = match sent {
-                    Sending::Gated { lock, queue } => (Some(lock), queue, None),
-                    Sending::Removal { until } => (
+                let (gate, queue, within, retry) = match sent {
+                    Sending::Gated { lock, queue } => (Some(lock), queue, Duration::ZERO, None),
+                    Sending::Removal { until, within } => (
                         None,
                         until.remaining(),
+                        within,
                         Some((self.background.clone(), command.clone(), until)),
                     ),
                 };
-                let reply = node.run(&command, patient(i), gate, queue);
+                let patience = if patient(i) {
+                    Patience::Cleanup
+                } else {
+                    Patience::Within(within)
+                };
+                let reply = node.run(&command, patience, gate, queue);
                 let (read, node) = (read.clone(), node.clone());
                 async move {
                     let answer = match reply.await {
@@ -420,14 +428,26 @@ impl Engine {
     /// stragglers finishing in the background (and a node that does not
     /// answer asked again there, until the keys of `plan` sent now would
     /// have expired).
-    pub(crate) async fn release(&self, kind: &Arc<dyn Kind>, id: &LockId, plan: &Plan) -> Tally {
+    pub(crate) async fn release(
+        &self,
+        kind: &Arc<dyn Kind>,
+        id: &LockId,
+        plan: &Plan,
+        valid: Duration,
+    ) -> Tally {
         id.gate().shut();
-        let outcomes = self.outcomes(
-            kind,
-            kind.release(id, true),
-            &|_| false,
-            Sending::removal(plan),
-        );
+        // A node's answer counts for as long as the lock is valid: until
+        // then, a slow "deleted" still shows that the lock was held to its
+        // release. Not beyond the connect timeout, the longest this crate
+        // waits for a node; nor less than the node timeout. (Cut at the
+        // node timeout, a release on busy nodes reported failures for keys
+        // that it did delete.) A majority of answers decides it sooner.
+        let within = valid.min(self.options.connect_timeout);
+        let sent = match Sending::removal(plan) {
+            Sending::Removal { until, .. } => Sending::Removal { until, within },
+            gated => gated,
+        };
+        let outcomes = self.outcomes(kind, kind.release(id, true), &|_| false, sent);
         let (tally, stragglers) = quorum::decide(outcomes).await;
         self.detach(stragglers.finish());
         tally
@@ -438,11 +458,10 @@ impl Engine {
     /// one, which count no votes.
     pub(crate) async fn gather(&self, command: Command) -> Vec<Result<Value, NodeFailure>> {
         let command = Prepared::new(command);
-        futures::future::join_all(
-            self.nodes
-                .iter()
-                .map(|node| node.run(&command, false, None, node.limits().connect)),
-        )
+        futures::future::join_all(self.nodes.iter().map(|node| {
+            let patience = Patience::Within(node.limits().request);
+            node.run(&command, patience, None, node.limits().connect)
+        }))
         .await
     }
 
@@ -487,6 +506,6 @@ async fn leave_queues(nodes: Vec<Node>, leave: Command, skip: Vec<bool>) {
         .iter()
         .zip(skip)
         .filter(|(_, skip)| !skip)
-        .map(|(node, _)| node.run(&leave, true, None, node.limits().request));
+        .map(|(node, _)| node.run(&leave, Patience::Cleanup, None, node.limits().request));
     futures::future::join_all(sent).await;
 }

@@ -54,7 +54,11 @@
 //! that goes silent without breaking (a partition with no RST, a dead NAT
 //! entry) would still look subscribed, so each is pinged every
 //! [`PING_EVERY`] unless a message came in since; one that does not answer
-//! in time is dropped like a broken one.
+//! in time is dropped like a broken one. While the node answers this
+//! process's commands, its network path is known to work, and only a fault
+//! of the idle subscriber connection alone is left to find (a middlebox
+//! that drops idle connections): it is pinged every [`PING_IDLE`] then.
+//! (256 waiting `Redlock`s on five nodes pinged 1 280 times a second.)
 //!
 //! The subscriber connections live in the same kind of [`Slot`] as the
 //! command connections: made in the background, shared, replaced by
@@ -99,11 +103,15 @@ use crate::clock::Moment;
 use crate::error::NodeFailure;
 use crate::kinds::queue;
 use crate::net::slot::Slot;
-use crate::net::{Limits, Node, classify, is_connection_error};
+use crate::net::{Limits, Node, Patience, classify, is_connection_error};
 use crate::proto::Prepared;
 
 /// How often an idle subscriber connection is pinged.
 pub(crate) const PING_EVERY: Duration = Duration::from_secs(1);
+
+/// How often an idle subscriber connection is pinged all the same while
+/// its node answers the command connection (see [`PING_EVERY`]).
+pub(crate) const PING_IDLE: Duration = Duration::from_secs(10);
 
 /// How long a channel stays subscribed after its last waiter went.
 pub(crate) const LINGER: Duration = Duration::from_secs(2);
@@ -707,7 +715,7 @@ impl Inner {
     fn pass_on(&self, i: usize, key: &str, token: &[u8]) {
         let node = &self.nodes[i].node;
         let command = Prepared::new(queue::pass_on(key, token));
-        tokio::spawn(node.run(&command, true, None, node.limits().request));
+        tokio::spawn(node.run(&command, Patience::Cleanup, None, node.limits().request));
     }
 
     /// The channel of `key` on which this `Redlock`'s waiters are woken.
@@ -769,6 +777,8 @@ async fn connect(
         // When the node was last heard from on this connection: a message
         // as good as a pong, so a busy connection is not pinged.
         let mut heard = tokio::time::Instant::now();
+        // When it last answered a ping.
+        let mut checked = heard;
         loop {
             tokio::select! {
                 // The connection was replaced or the `Redlock` dropped.
@@ -792,10 +802,21 @@ async fn connect(
                     }
                 }
                 _ = ping.tick() => {
-                    if heard.elapsed() < PING_EVERY {
+                    // Alive by a message; or by a ping not long ago while
+                    // the node's command connection answers: the path to
+                    // the node works, and only a fault of this connection
+                    // alone (an idle connection dropped by a middlebox)
+                    // is left to find.
+                    if heard.elapsed() < PING_EVERY
+                        || (heard.max(checked).elapsed() < PING_IDLE
+                            && inner.upgrade().is_some_and(|inner| {
+                                inner.nodes[i].node.answered_within(PING_EVERY)
+                            }))
+                    {
                         continue;
                     }
                     let pong = tokio::time::timeout(ping_limit, pinger.ping::<redis::Value>()).await;
+                    checked = tokio::time::Instant::now();
                     if !matches!(pong, Ok(Ok(_))) {
                         tracing::debug!(node = i, generation, "subscriber connection silent");
                         if let Some(inner) = inner.upgrade() {

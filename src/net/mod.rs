@@ -201,6 +201,19 @@ impl Conn {
     }
 }
 
+/// How long a request may take, from its call to its answer (its turn
+/// behind this process's other requests to the node aside).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Patience {
+    /// Connecting and the reply within this (never less than the request
+    /// timeout): the request timeout for a vote whose wait counts against
+    /// a validity, longer for a release (see `Engine::release`).
+    Within(Duration),
+    /// Cleanup nobody waits for: a connection within the connect timeout,
+    /// then the reply within the request timeout.
+    Cleanup,
+}
+
 impl Node {
     /// A node reached through `client`. `lives` is shared by the nodes of
     /// one `Redlock` when the restart guard is on.
@@ -236,9 +249,9 @@ impl Node {
         &self.inner.name
     }
 
-    /// Runs `command`, bounded by the request timeout; a `patient` one (for
-    /// cleanup nobody waits for) may first wait for a connection up to the
-    /// connect timeout. Refused at once, with nothing sent, if it may create
+    /// Runs `command`, bounded as `patience` says: by the request timeout,
+    /// as a vote is; or, for cleanup nobody waits for, first waiting for a
+    /// connection up to the connect timeout. Refused at once, with nothing sent, if it may create
     /// a key on a node that may have forgotten keys (see [`guard`]). With a
     /// `gated` lock (its record), nothing is sent once its [`Gate`] is shut
     /// ([`NodeFailure::NotWaited`]).
@@ -248,7 +261,7 @@ impl Node {
     pub(crate) fn run(
         &self,
         command: &Arc<Prepared>,
-        patient: bool,
+        patience: Patience,
         gated: Option<&Shared>,
         queue: Duration,
     ) -> impl Future<Output = Result<Value, NodeFailure>> + Send + 'static + use<> {
@@ -264,7 +277,7 @@ impl Node {
             #[cfg(feature = "metrics")]
             let start = Moment::now();
             let gate = gated.as_ref().map(|shared| &shared.gate);
-            let reply = inner.run(&command, patient, gate, queue).await;
+            let reply = inner.run(&command, patience, gate, queue).await;
             #[cfg(feature = "metrics")]
             metrics::request(&inner.name, &reply, start.elapsed());
             if command.effect == Effect::Remove {
@@ -298,6 +311,14 @@ impl Node {
     /// connection is replaced too, unless it answered within the last
     /// [`SILENCE_FLOOR`]. Saves the requests that would otherwise time out
     /// on it before it counts as silent by itself.
+    /// Whether this node answered a request on its command connection
+    /// within `within`: its network path worked then.
+    pub(crate) fn answered_within(&self, within: Duration) -> bool {
+        self.inner.slot.live().is_some_and(|live| {
+            Moment::from_nanos(live.conn.heard_at.load(Ordering::Acquire)).elapsed() < within
+        })
+    }
+
     pub(crate) fn suspect(&self) {
         let Some(live) = self.inner.slot.live() else {
             return;
@@ -338,18 +359,18 @@ impl Inner {
     async fn run(
         self: &Arc<Self>,
         command: &Prepared,
-        patient: bool,
+        patience: Patience,
         gate: Option<&Gate>,
         queue: Duration,
     ) -> Result<Value, NodeFailure> {
         let start = tokio::time::Instant::now();
-        // A patient request may wait for a connection up to the connect
-        // timeout, and then has a request timeout for the reply; any other
-        // has one request timeout for both.
-        let connected_by = if patient {
-            start + self.limits.connect.max(self.limits.request)
-        } else {
-            start + self.limits.request
+        // A cleanup may wait for a connection up to the connect timeout,
+        // and then has a request timeout for the reply; any other request
+        // has one budget for both.
+        let patient = matches!(patience, Patience::Cleanup);
+        let connected_by = match patience {
+            Patience::Cleanup => start + self.limits.connect.max(self.limits.request),
+            Patience::Within(within) => start + within.clamp(self.limits.request, MAX_QUEUE),
         };
         let mut retried = false;
         let mut permit = None;
@@ -457,11 +478,14 @@ impl Inner {
             let Some(mut round) = self.removals.take() else {
                 return;
             };
-            let replies = futures::future::join_all(
-                round
-                    .iter()
-                    .map(|queued| self.run(&queued.command, true, None, queued.until.remaining())),
-            )
+            let replies = futures::future::join_all(round.iter().map(|queued| {
+                self.run(
+                    &queued.command,
+                    Patience::Cleanup,
+                    None,
+                    queued.until.remaining(),
+                )
+            }))
             .await;
             // After the answers, as in `Node::run`.
             for queued in &mut round {
@@ -746,7 +770,15 @@ mod tests {
         let release = Prepared::new(Mutex.release(&id, true));
         let sent = |r: Result<Value, NodeFailure>| matches!(r, Err(NodeFailure::Connection(_)));
 
-        assert!(sent(node.run(&acquire, false, None, limits.connect).await));
+        assert!(sent(
+            node.run(
+                &acquire,
+                Patience::Within(limits.request),
+                None,
+                limits.connect
+            )
+            .await
+        ));
         let guard = node.inner.guard.as_ref().unwrap();
         guard.connected(
             "n",
@@ -762,15 +794,34 @@ mod tests {
                 uptime: Duration::ZERO,
             }),
         );
-        match node.run(&acquire, false, None, limits.connect).await {
+        match node
+            .run(
+                &acquire,
+                Patience::Within(limits.request),
+                None,
+                limits.connect,
+            )
+            .await
+        {
             Err(NodeFailure::Restarted { remaining }) => {
                 assert!(remaining > Duration::from_millis(1_400), "{remaining:?}");
                 assert!(remaining <= Duration::from_millis(1_600), "{remaining:?}");
             }
             other => panic!("{other:?}"),
         }
-        assert!(sent(node.run(&extend, false, None, limits.connect).await));
-        assert!(sent(node.run(&release, true, None, limits.connect).await));
+        assert!(sent(
+            node.run(
+                &extend,
+                Patience::Within(limits.request),
+                None,
+                limits.connect
+            )
+            .await
+        ));
+        assert!(sent(
+            node.run(&release, Patience::Cleanup, None, limits.connect)
+                .await
+        ));
         assert_eq!(release.effect, Effect::Remove);
     }
 }
