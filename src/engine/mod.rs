@@ -39,7 +39,7 @@ use crate::kinds::{Kind, queue};
 use crate::metrics;
 use crate::net::guard::Lives;
 use crate::net::{Limits, Node, Patience};
-use crate::proto::quorum::{self, Plan, Tally};
+use crate::proto::quorum::{self, Plan, Stragglers, Tally};
 use crate::proto::{Answer, Command, Keys, LockId, Prepared, Shared};
 use waiters::Waiters;
 
@@ -124,6 +124,9 @@ impl Sending<'_> {
         }
     }
 }
+
+/// A rollback's want of stragglers (see [`Engine::rollback`]).
+type NoStragglers = Stragglers<std::future::Ready<Answer>>;
 
 /// The outcome of one acquisition attempt.
 pub(crate) enum Attempt {
@@ -307,7 +310,8 @@ impl Engine {
                 if !self.holds(plan, start, &second, "confirm") {
                     let took = start.elapsed();
                     drop(stragglers);
-                    self.rollback(kind, id, &tally, plan).await;
+                    self.rollback(kind, id, &tally, plan, None::<NoStragglers>)
+                        .await;
                     return Attempt::Failed(second, took);
                 }
             }
@@ -342,13 +346,24 @@ impl Engine {
             // nodes out (each within its timeout) rather than back off as
             // if waiters split the vote.
             stragglers.hear_out(&mut tally).await;
+            self.rollback(kind, id, &tally, plan, None::<NoStragglers>)
+                .await;
+        } else if waiter.is_some() {
+            // The nodes not waited for are heard out in the background, and
+            // rolled back only where they may have written our key: a
+            // waiter's attempt names the holder where it wrote nothing, as
+            // most of them do once the refusals decided the vote (rolled
+            // back blindly, they cost two requests per hand-off).
+            self.rollback(kind, id, &tally, plan, Some(stragglers))
+                .await;
         } else {
             // Stragglers are dropped: a command not yet written is then
             // never sent, and one already written is ordered before the
             // rollback on its connection.
             drop(stragglers);
+            self.rollback(kind, id, &tally, plan, None::<NoStragglers>)
+                .await;
         }
-        self.rollback(kind, id, &tally, plan).await;
         Attempt::Failed(tally, took)
     }
 
@@ -372,13 +387,26 @@ impl Engine {
     /// Releases on every node: waits for the nodes that replied to the
     /// acquisition (they are fast) and leaves the others — timed out, not
     /// connected, not waited for — to finish in the background, patiently:
-    /// a node that was only paused still gets it.
-    async fn rollback(&self, kind: &Arc<dyn Kind>, id: &LockId, tally: &Tally, plan: &Plan) {
+    /// a node that was only paused still gets it. With the attempt's
+    /// `stragglers` (the nodes not waited for), each of those is sent the
+    /// release once it has answered, unless its answer shows that it wrote
+    /// nothing (it named the holder, or the attempt was never sent to it).
+    async fn rollback<F>(
+        &self,
+        kind: &Arc<dyn Kind>,
+        id: &LockId,
+        tally: &Tally,
+        plan: &Plan,
+        stragglers: Option<Stragglers<F>>,
+    ) where
+        F: Future<Output = Answer> + Send + 'static,
+    {
         // Whatever of the attempt has not been sent by now never is; what
         // has is queued ahead of the rollback.
         id.gate().shut();
         let release = kind.release(id, tally.might_hold_majority());
         let mut waited = FuturesUnordered::new();
+        let mut later = Vec::new();
         let silent = |i| !tally.replied(i);
         for (i, answer) in self
             .outcomes(kind, release, &silent, Sending::removal(plan))
@@ -390,9 +418,29 @@ impl Engine {
                 continue;
             } else if tally.replied(i) {
                 waited.push(answer);
+            } else if stragglers.is_some() && !tally.counted(i) {
+                later.push((i, answer));
             } else {
                 self.detach(answer);
             }
+        }
+        if let Some(stragglers) = stragglers {
+            self.detach(async move {
+                let mut later: Vec<_> = later.into_iter().map(Some).collect();
+                let mut needed = Vec::new();
+                for (i, answer) in stragglers.answers().await {
+                    let wrote_nothing = answer.holder.is_some()
+                        || matches!(answer.vote, Err(NodeFailure::NotWaited));
+                    let rollback = later.iter_mut().find_map(|l| match l {
+                        Some((j, _)) if *j == i => l.take(),
+                        _ => None,
+                    });
+                    if let (false, Some((_, rollback))) = (wrote_nothing, rollback) {
+                        needed.push(rollback);
+                    }
+                }
+                futures::future::join_all(needed).await;
+            });
         }
         while waited.next().await.is_some() {}
     }

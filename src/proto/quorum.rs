@@ -273,6 +273,12 @@ impl Tally {
         self.named[i]
     }
 
+    /// Whether node `i`'s answer came before the decision (a reply, a
+    /// timeout or a failure), as opposed to not being waited for.
+    pub(crate) fn counted(&self, i: usize) -> bool {
+        self.votes[i].is_some()
+    }
+
     /// Whether node `i` replied before the decision (yes, no, or an error
     /// reply), as opposed to timing out, failing to connect, or not being
     /// waited for.
@@ -376,6 +382,16 @@ impl<F: Future<Output = Answer>> Stragglers<F> {
             said_yes[i] |= answer.vote.is_ok();
         }
         said_yes
+    }
+
+    /// Runs the outstanding requests to their end: each node's answer, in
+    /// the order they came.
+    pub(crate) async fn answers(mut self) -> Vec<(usize, Answer)> {
+        let mut answers = Vec::new();
+        while let Some(answer) = self.0.next().await {
+            answers.push(answer);
+        }
+        answers
     }
 
     /// Waits for the outstanding answers (each is bounded by its node's
