@@ -10,7 +10,7 @@
 //! |---|---|---|
 //! | [`key_prefix`](Builder::key_prefix) | `"redquorum:"` | prepended to every resource name to form the Redis key |
 //! | [`drift_factor`](Builder::drift_factor) | `0.01` | clock drift allowance: `ttl × factor + 2 ms` is taken off the validity |
-//! | [`node_timeout`](Builder::node_timeout) | 50 ms | bound on each request to one node (at most a day) |
+//! | [`node_timeout`](Builder::node_timeout) | 50 ms | bound on each request to one node, but a release's (at most a day) |
 //! | [`connect_timeout`](Builder::connect_timeout) | 2 s | bound on making a connection to one node, in the background (at most a day) |
 //! | [`max_in_flight`](Builder::max_in_flight) | 256 | requests on the wire to one node at once; more wait their turn, outside the node timeout |
 //! | [`retry_count`](Builder::retry_count) | 10 | retries after the first attempt in [`lock`](crate::Redlock::lock) |
@@ -153,7 +153,12 @@ impl Builder {
     /// The bound on each request to one node, from the call to the reply.
     /// Keep it small against the TTL: the Redis docs suggest 5–50 ms for a
     /// 10 s TTL. A dead or frozen node costs at most this much, and nothing
-    /// when a majority has already answered. Connecting is bounded
+    /// when a majority has already answered. A release is the exception:
+    /// its answers count as long as the lock is valid, so it waits for a
+    /// slow node up to the lock's remaining validity, at most the
+    /// [`connect_timeout`](Self::connect_timeout) (a release on busy nodes
+    /// would otherwise report failures for keys it deleted); a majority of
+    /// answers still decides it at once. Connecting is bounded
     /// separately ([`connect_timeout`](Self::connect_timeout)). A request
     /// that times out on a connection that has left a request unanswered for
     /// three node timeouts (a second at least) replaces it. Default 50 ms;
@@ -166,7 +171,8 @@ impl Builder {
     /// The bound on making a connection to one node: TCP, handshake (auth)
     /// and the restart guard's `INFO server`. Connecting runs in the
     /// background, shared by the requests that need it; a request waits for
-    /// it no longer than its own [`node_timeout`](Self::node_timeout) and
+    /// it no longer than its own [`node_timeout`](Self::node_timeout) (a
+    /// release: no longer than this) and
     /// votes `Timeout` meanwhile, so a node several round trips away joins
     /// after a few attempts instead of never. Default 2 s; at most a day
     /// ([`ConfigError::TimeoutTooLong`]).

@@ -140,7 +140,10 @@ impl Lock {
     /// Every [`Held`] view says the lock is lost from the start of the call.
     ///
     /// Returns `Ok` if a majority still held our token and deleted it while
-    /// the lock was valid. A node that did not answer (a timeout, a broken
+    /// the lock was valid. Each node's answer is waited for while the lock
+    /// is valid, up to the connect timeout (not just the node timeout: a
+    /// slow "deleted" still counts), and the call returns as soon as a
+    /// majority has answered. A node that did not answer (a timeout, a broken
     /// connection) is sent the release again in the background until it
     /// answers or the keys have expired ([`Redlock::drain`](crate::Redlock::drain)
     /// waits for that).

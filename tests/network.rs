@@ -303,6 +303,74 @@ async fn a_waiter_with_silently_dead_connections_still_takes_over() {
     lock.release().await.unwrap();
 }
 
+/// The same with a waiter whose `Redlock` is busy meanwhile (it takes and
+/// releases another lock every 100 ms): its command connections, replaced
+/// for their silence, answer again at once through the proxy, which must
+/// not pass for proof that the subscriber connections work (found in
+/// review: they were then pinged only every 10 s, and the waiter took over
+/// 7.4-9.5 s after the release).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_waiter_with_silently_dead_connections_still_takes_over() {
+    const WITHIN: Duration = Duration::from_secs(5);
+    let c = cluster(3);
+    let proxies = proxies(&c);
+    let holder = builder(&c).build().unwrap();
+    let waiter = std::sync::Arc::new(
+        Redlock::builder()
+            .nodes(urls(&proxies))
+            .node_timeout(ms(300))
+            .retry_count(1_000)
+            .retry_delay(Duration::from_secs(5))
+            .retry_jitter(Duration::ZERO)
+            .wait_timeout(Duration::from_secs(25))
+            .build()
+            .unwrap(),
+    );
+    let lock = holder.try_lock("r", LONG_TTL).await.unwrap();
+    let busy = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move {
+            loop {
+                if let Ok(other) = waiter.try_lock("other", TTL).await {
+                    let _ = other.release().await;
+                }
+                tokio::time::sleep(ms(100)).await;
+            }
+        })
+    };
+    let task = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move {
+            let result = waiter.lock("r", LONG_TTL).await;
+            (result, Instant::now())
+        })
+    };
+    let subscribed = Instant::now();
+    while (0..3).any(|i| subscriber_connections(&c, i) == 0) {
+        assert!(
+            subscribed.elapsed() < Duration::from_secs(3),
+            "the waiter did not subscribe"
+        );
+        tokio::time::sleep(ms(20)).await;
+    }
+    tokio::time::sleep(ms(1_500)).await;
+    assert!(!task.is_finished(), "the waiter did not wait");
+    for proxy in &proxies {
+        proxy.blackhole_existing();
+    }
+    let released_at = Instant::now();
+    lock.release().await.unwrap();
+    let (result, got_at) = tokio::time::timeout(WITHIN, task)
+        .await
+        .unwrap_or_else(|_| {
+            panic!("the waiter did not get the lock within {WITHIN:?} of the release")
+        })
+        .unwrap();
+    busy.abort();
+    println!("release to next holder: {:?}", got_at - released_at);
+    result.unwrap().release().await.unwrap();
+}
+
 /// Found in review: an extension sent with a little validity left, whose
 /// round outlasts it, used to return `Ok` on a lock that it had just marked
 /// lost. Once lost, a lock stays lost, and `extend` says so.
@@ -522,8 +590,14 @@ async fn an_acquisition_delivered_after_the_heal_is_followed_by_its_release() {
         .retry_count(0)
         .build()
         .unwrap();
-    // Connected, with the scripts loaded.
+    // Connected, with the scripts loaded, and every node's answer to the
+    // warm-up's release in: one still due when the partition begins (the
+    // release is decided by the other two) is sent again on the held
+    // connection, which is then silent long enough to be replaced before
+    // the second lock, whose acquisition then waits for a new connection
+    // that the partition never lets through, and is never delivered.
     warm(&redlock).await;
+    assert!(redlock.drain(Duration::from_secs(5)).await);
     proxies[2].hold();
     let first = redlock.try_lock("first", SHORT_TTL).await.unwrap();
     // Silent for over a second: the next timeout replaces the connection

@@ -6,6 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::proxy::Proxy;
 use common::*;
 use redquorum::local_cluster::{LocalCluster, Reply};
 use redquorum::{Error, GaveUp, Lock, Redlock};
@@ -482,6 +483,105 @@ async fn a_subscriber_whose_node_answers_other_commands_is_pinged_rarely() {
     // Still subscribed: the release wakes the waiter.
     assert!(subscribers(&c, 0, &key("r")) >= 1);
     hand_over(lock, task).await;
+}
+
+/// A waiter's attempt that the holder's refusals decide leaves two of five
+/// nodes unheard (here the two slow ones, behind 10 ms proxies). They answer
+/// "held by" the holder too, and wrote nothing: no rollback is sent there.
+/// (Before, each such attempt sent them a rollback blindly: two requests
+/// per hand-off in the bench, a tenth of its node requests.)
+#[tokio::test]
+async fn a_waiters_attempt_rolls_back_nothing_on_the_nodes_it_did_not_wait_for() {
+    let c = cluster(5);
+    let slow: Vec<Proxy> = (3..5).map(|i| Proxy::start(c.port(i))).collect();
+    for proxy in &slow {
+        proxy.set_delay(ms(10));
+    }
+    let urls: Vec<String> = (0..3)
+        .map(|i| format!("redis://127.0.0.1:{}", c.port(i)))
+        .chain(slow.iter().map(Proxy::url))
+        .collect();
+    let holder = redlock(&c);
+    let waiting = Redlock::builder()
+        .nodes(urls)
+        .node_timeout(ms(300))
+        .retry_delay(ms(100))
+        .retry_jitter(Duration::ZERO)
+        .build()
+        .unwrap();
+    // Connected, and the scripts known on every node: one wait, served.
+    let warm = holder.lock("warm", LONG_TTL).await.unwrap();
+    let served = {
+        let waiting = waiting.clone();
+        tokio::spawn(async move { waiting.lock("warm", LONG_TTL).await })
+    };
+    tokio::time::sleep(ms(300)).await;
+    warm.release().await.unwrap();
+    served.await.unwrap().unwrap().release().await.unwrap();
+    assert!(waiting.drain(Duration::from_secs(5)).await);
+    let lock = holder.lock("r", LONG_TTL).await.unwrap();
+    for i in 3..5 {
+        run(&c, i, &["CONFIG", "RESETSTAT"]);
+    }
+    // Attempts at once, after subscribing, and at each second (the longest a
+    // waiter sleeps on a holder's expiry with this retry delay); then it
+    // gives up.
+    let gave_up = waiting
+        .lock("r", LONG_TTL)
+        .wait(Duration::from_millis(3_500))
+        .await
+        .unwrap_err();
+    assert!(matches!(gave_up, Error::NotAcquired { .. }), "{gave_up}");
+    assert!(waiting.drain(Duration::from_secs(5)).await);
+    for i in 3..5 {
+        // Every script here reads the key once: the attempts, which queued
+        // the waiter, and the rollbacks.
+        let read = command_stat(&c, i, "get", "calls");
+        let queued = command_stat(&c, i, "zadd", "calls");
+        assert!(queued >= 3, "node {i}: {queued} attempts queued the waiter");
+        // The one rollback due: the first attempt's, a plain SET NX, whose
+        // refusal names nobody.
+        let rollbacks = read - queued;
+        assert!(
+            rollbacks <= 1,
+            "node {i}: {rollbacks} rollbacks of {queued} attempts that wrote nothing"
+        );
+    }
+    lock.release().await.unwrap();
+}
+
+/// A node slower than the others (behind a 10 ms proxy) that lacks a script
+/// answers `NOSCRIPT` after the round was decided, too late for the
+/// `EVAL` that would follow: it used to stay without the script for good,
+/// every attempt there cut off the same way. Loaded in the background, the
+/// script runs there from the next attempt on.
+#[tokio::test]
+async fn a_slow_node_learns_the_scripts_it_lacked() {
+    let c = cluster(3);
+    let slow = Proxy::start(c.port(2));
+    slow.set_delay(ms(10));
+    let urls = vec![
+        format!("redis://127.0.0.1:{}", c.port(0)),
+        format!("redis://127.0.0.1:{}", c.port(1)),
+        slow.url(),
+    ];
+    let holder = redlock(&c);
+    let lock = holder.lock("r", LONG_TTL).await.unwrap();
+    let waiting = Redlock::builder()
+        .nodes(urls)
+        .node_timeout(ms(300))
+        .retry_delay(ms(100))
+        .retry_jitter(Duration::ZERO)
+        .build()
+        .unwrap();
+    let _ = waiting
+        .lock("r", LONG_TTL)
+        .wait(Duration::from_millis(2_500))
+        .await
+        .unwrap_err();
+    let ran = command_stat(&c, 2, "zadd", "calls");
+    assert!(ran >= 1, "no attempt of the waiter ran on the slow node");
+    lock.release().await.unwrap();
 }
 
 /// The member names on node `i`'s queue of resource "r".

@@ -55,9 +55,13 @@
 //! entry) would still look subscribed, so each is pinged every
 //! [`PING_EVERY`] unless a message came in since; one that does not answer
 //! in time is dropped like a broken one. While the node answers this
-//! process's commands, its network path is known to work, and only a fault
-//! of the idle subscriber connection alone is left to find (a middlebox
-//! that drops idle connections): it is pinged every [`PING_IDLE`] then.
+//! process's commands on a connection made before the subscriber
+//! connection was last known to work, the network path is known to work,
+//! and only a fault of the idle subscriber connection alone is left to find
+//! (a middlebox that drops idle connections): it is pinged every
+//! [`PING_IDLE`] then. (A command connection made since does not count: a
+//! fault that silences the connections open at some moment, and lets new
+//! ones through, would hide behind it.)
 //! (256 waiting `Redlock`s on five nodes pinged 1 280 times a second.)
 //!
 //! The subscriber connections live in the same kind of [`Slot`] as the
@@ -752,7 +756,8 @@ impl Inner {
 }
 
 /// A new subscriber connection to node `i`, with a task that hands its
-/// messages to the channels and pings the node every [`PING_EVERY`].
+/// messages to the channels and pings the node every [`PING_EVERY`] (or
+/// [`PING_IDLE`]: see the module doc).
 async fn connect(
     inner: Weak<Inner>,
     client: redis::Client,
@@ -777,8 +782,8 @@ async fn connect(
         // When the node was last heard from on this connection: a message
         // as good as a pong, so a busy connection is not pinged.
         let mut heard = tokio::time::Instant::now();
-        // When it last answered a ping.
-        let mut checked = heard;
+        // When it was last known to work (a message or a pong).
+        let mut known = Moment::now();
         loop {
             tokio::select! {
                 // The connection was replaced or the `Redlock` dropped.
@@ -786,6 +791,7 @@ async fn connect(
                 message = stream.next() => {
                     let Some(message) = message else { break };
                     heard = tokio::time::Instant::now();
+                    known = Moment::now();
                     let Some(inner) = inner.upgrade() else { return };
                     let payload = message.get_payload_bytes();
                     let name = message.get_channel_name();
@@ -802,21 +808,21 @@ async fn connect(
                     }
                 }
                 _ = ping.tick() => {
-                    // Alive by a message; or by a ping not long ago while
-                    // the node's command connection answers: the path to
-                    // the node works, and only a fault of this connection
-                    // alone (an idle connection dropped by a middlebox)
-                    // is left to find.
+                    // Alive by a message; or known to work not long ago,
+                    // and the node's command connection of then answers
+                    // still: the path to the node works, and only a fault
+                    // of this connection alone (an idle connection dropped
+                    // by a middlebox) is left to find.
                     if heard.elapsed() < PING_EVERY
-                        || (heard.max(checked).elapsed() < PING_IDLE
+                        || (known.elapsed() < PING_IDLE
                             && inner.upgrade().is_some_and(|inner| {
-                                inner.nodes[i].node.answered_within(PING_EVERY)
+                                inner.nodes[i].node.answered_within(PING_EVERY, known)
                             }))
                     {
                         continue;
                     }
+                    let asked = Moment::now();
                     let pong = tokio::time::timeout(ping_limit, pinger.ping::<redis::Value>()).await;
-                    checked = tokio::time::Instant::now();
                     if !matches!(pong, Ok(Ok(_))) {
                         tracing::debug!(node = i, generation, "subscriber connection silent");
                         if let Some(inner) = inner.upgrade() {
@@ -824,6 +830,7 @@ async fn connect(
                         }
                         break;
                     }
+                    known = asked;
                 }
             }
         }

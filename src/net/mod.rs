@@ -5,7 +5,8 @@
 //! protocol honest:
 //!
 //! * **Every request is bounded** by the per-node timeout, from the call to
-//!   the reply. Connecting is not part of it: a connection is made in the
+//!   the reply; a release, whose slower answers still count while its lock
+//!   is valid, by at most the connect timeout ([`Patience`]). Connecting is not part of it: a connection is made in the
 //!   background under its own connect timeout, shared by the requests that
 //!   need it ([`slot`]); a request that runs out of time waiting for it
 //!   votes `Timeout`, and the next one finds it made.
@@ -168,6 +169,8 @@ struct Conn {
     conn: MultiplexedConnection,
     waiting_since: Arc<AtomicU64>,
     heard_at: Arc<AtomicU64>,
+    /// When it was made.
+    made: u64,
 }
 
 impl Conn {
@@ -306,19 +309,23 @@ impl Node {
         start.then(|| self.inner.clone().send_removals())
     }
 
+    /// Whether this node answered a request sent within `within` on a
+    /// command connection made before `known`: the network path that worked
+    /// at `known` still does. (A connection made since does not count: a
+    /// fault that silences the connections open at some moment and lets
+    /// new ones through, a dead NAT entry, would pass unseen.)
+    pub(crate) fn answered_within(&self, within: Duration, known: Moment) -> bool {
+        self.inner.slot.live().is_some_and(|live| {
+            Moment::from_nanos(live.conn.made) <= known
+                && Moment::from_nanos(live.conn.heard_at.load(Ordering::Acquire)).elapsed() < within
+        })
+    }
+
     /// Another connection to this node went silent (a subscriber that did
     /// not answer its ping): the network path may be dead, so the command
     /// connection is replaced too, unless it answered within the last
     /// [`SILENCE_FLOOR`]. Saves the requests that would otherwise time out
     /// on it before it counts as silent by itself.
-    /// Whether this node answered a request on its command connection
-    /// within `within`: its network path worked then.
-    pub(crate) fn answered_within(&self, within: Duration) -> bool {
-        self.inner.slot.live().is_some_and(|live| {
-            Moment::from_nanos(live.conn.heard_at.load(Ordering::Acquire)).elapsed() < within
-        })
-    }
-
     pub(crate) fn suspect(&self) {
         let Some(live) = self.inner.slot.live() else {
             return;
@@ -374,13 +381,14 @@ impl Inner {
         };
         let mut retried = false;
         let mut permit = None;
+        // How long it waited for its turn (once: a retry keeps the permit).
+        let mut queued = Duration::ZERO;
         loop {
             let (live, fresh) = timeout_at(connected_by, self.connection())
                 .await
                 .map_err(|_| NodeFailure::Timeout)??;
             // Its turn on the wire: the time spent waiting behind this
             // process's own requests is not the node's, and is not counted.
-            let mut queued = Duration::ZERO;
             if permit.is_none() {
                 let waiting = tokio::time::Instant::now();
                 let until = waiting.checked_add(queue).unwrap_or(waiting + MAX_QUEUE);
@@ -558,10 +566,12 @@ impl Inner {
         if !self.policy_checked.swap(true, Ordering::Relaxed) {
             tokio::spawn(check_eviction_policy(self.name.clone(), conn.clone()));
         }
+        let made = Moment::now().as_nanos();
         Ok(Conn {
             conn,
             waiting_since: Arc::default(),
-            heard_at: Arc::new(AtomicU64::new(Moment::now().as_nanos())),
+            heard_at: Arc::new(AtomicU64::new(made)),
+            made,
         })
     }
 }
@@ -576,11 +586,25 @@ async fn send(
     let reply = hand_over(gate, query(conn.clone(), &command.first)).await?;
     match (reply, &command.script) {
         (Err(e), Some(call)) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-            hand_over(gate, query(conn.clone(), &call.eval())).await
+            let eval = hand_over(gate, query(conn.clone(), &call.eval())).await;
+            if eval.is_none() {
+                // The round was decided (its lock's removal began) while the
+                // node said it lacked the script: a node slower than the
+                // others would be cut off so every time, and never learn it.
+                // Loading it runs nothing and touches no key.
+                let (conn, load) = (conn.clone(), call.load());
+                tokio::spawn(async move {
+                    let _ = tokio::time::timeout(MAX_LOAD, query(conn, &load)).await;
+                });
+            }
+            eval
         }
         (reply, _) => Some(reply),
     }
 }
+
+/// How long a script's loading, in the background, may take.
+const MAX_LOAD: Duration = Duration::from_secs(5);
 
 /// Runs `send` through `gate`, if there is one.
 async fn hand_over<F: Future>(gate: Option<&Gate>, send: F) -> Option<F::Output> {

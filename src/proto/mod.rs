@@ -171,6 +171,13 @@ impl ScriptCall {
     pub(crate) fn eval(&self) -> redis::Cmd {
         script_call("EVAL", self.script.source, &self.keys, &self.args)
     }
+
+    /// `SCRIPT LOAD source`: caches the script on a node without running it.
+    pub(crate) fn load(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("SCRIPT");
+        cmd.arg("LOAD").arg(self.script.source);
+        cmd
+    }
 }
 
 impl Prepared {
