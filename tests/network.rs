@@ -371,6 +371,66 @@ async fn a_busy_waiter_with_silently_dead_connections_still_takes_over() {
     result.unwrap().release().await.unwrap();
 }
 
+/// Found in review: a waiter's attempt reaches a node after the other
+/// nodes' refusals decided it; the node runs it (and takes the free key),
+/// but the connection breaks before the answer. The one retry on a new
+/// connection then meets the shut gate. That used to read as "never sent",
+/// and the background rollback skipped the node: the key stayed there for
+/// its TTL, held by nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_that_ran_before_its_connection_broke_is_rolled_back() {
+    let c = cluster(3);
+    let direct = |i: usize| format!("redis://127.0.0.1:{}", c.port(i));
+    let slow = Proxy::start(c.port(2));
+    slow.set_delay(ms(20));
+    // Holds the key on nodes 0 and 1 (a majority of its two): node 2 is free.
+    let holder = Redlock::builder()
+        .nodes([direct(0), direct(1)])
+        .build()
+        .unwrap();
+    let lock = holder.lock("r", LONG_TTL).await.unwrap();
+    // The slow node first: its requests are handed over first in each
+    // round (one handed over after the decision would never be sent).
+    let waiting = Redlock::builder()
+        .nodes([slow.url(), direct(0), direct(1)])
+        .node_timeout(ms(300))
+        .retry_delay(ms(100))
+        .build()
+        .unwrap();
+    // A first wait: connected, subscribed (the channel lingers a while, so
+    // that the next call's first attempt is a waiter's), and the script
+    // loaded on node 2, where its attempts ran (and were rolled back).
+    let _ = waiting
+        .lock("r", LONG_TTL)
+        .wait(ms(2_500))
+        .await
+        .unwrap_err();
+    assert!(waiting.drain(Duration::from_secs(5)).await);
+    // (Node 2 is free: an attempt that runs there sets the key.)
+    assert!(
+        command_stat(&c, 2, "set", "calls") >= 1,
+        "no attempt ran on node 2"
+    );
+    assert_eq!(get(&c, 2, &key("r")), None, "the first wait left its key");
+    // Nothing else in flight through the proxy (a script's loading).
+    tokio::time::sleep(ms(200)).await;
+    let ran = command_stat(&c, 2, "set", "calls");
+    slow.close_on_next_reply();
+    let _ = waiting.lock("r", LONG_TTL).wait(ms(300)).await.unwrap_err();
+    assert!(waiting.drain(Duration::from_secs(5)).await);
+    assert_eq!(
+        command_stat(&c, 2, "set", "calls"),
+        ran + 1,
+        "the attempt did not run on node 2"
+    );
+    assert_eq!(
+        get(&c, 2, &key("r")),
+        None,
+        "the attempt that ran on node 2 was not rolled back"
+    );
+    lock.release().await.unwrap();
+}
+
 /// Found in review: an extension sent with a little validity left, whose
 /// round outlasts it, used to return `Ok` on a lock that it had just marked
 /// lost. Once lost, a lock stays lost, and `extend` says so.

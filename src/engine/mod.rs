@@ -424,22 +424,29 @@ impl Engine {
                 self.detach(answer);
             }
         }
-        if let Some(stragglers) = stragglers {
+        if let Some(mut stragglers) = stragglers {
             self.detach(async move {
                 let mut later: Vec<_> = later.into_iter().map(Some).collect();
-                let mut needed = Vec::new();
-                for (i, answer) in stragglers.answers().await {
-                    let wrote_nothing = answer.holder.is_some()
-                        || matches!(answer.vote, Err(NodeFailure::NotWaited));
-                    let rollback = later.iter_mut().find_map(|l| match l {
-                        Some((j, _)) if *j == i => l.take(),
-                        _ => None,
-                    });
-                    if let (false, Some((_, rollback))) = (wrote_nothing, rollback) {
-                        needed.push(rollback);
+                // Each node's rollback goes as soon as its own answer is in.
+                let mut sent = FuturesUnordered::new();
+                loop {
+                    tokio::select! {
+                        answer = stragglers.next() => {
+                            let Some((i, answer)) = answer else { break };
+                            let wrote_nothing = answer.holder.is_some()
+                                || matches!(answer.vote, Err(NodeFailure::NotWaited));
+                            let rollback = later.iter_mut().find_map(|l| match l {
+                                Some((j, _)) if *j == i => l.take(),
+                                _ => None,
+                            });
+                            if let (false, Some((_, rollback))) = (wrote_nothing, rollback) {
+                                sent.push(rollback);
+                            }
+                        }
+                        Some(_) = sent.next(), if !sent.is_empty() => {}
                     }
                 }
-                futures::future::join_all(needed).await;
+                while sent.next().await.is_some() {}
             });
         }
         while waited.next().await.is_some() {}

@@ -379,12 +379,14 @@ impl Inner {
             Patience::Cleanup => start + self.limits.connect.max(self.limits.request),
             Patience::Within(within) => start + within.clamp(self.limits.request, MAX_QUEUE),
         };
-        let mut retried = false;
+        // The failure of a first try on a connection that broke after it
+        // was handed the command (it may have run), once a retry is made.
+        let mut first_try: Option<NodeFailure> = None;
         let mut permit = None;
         // How long it waited for its turn (once: a retry keeps the permit).
         let mut queued = Duration::ZERO;
         loop {
-            let (live, fresh) = timeout_at(connected_by, self.connection())
+            let (live, fresh) = timeout_at(connected_by + queued, self.connection())
                 .await
                 .map_err(|_| NodeFailure::Timeout)??;
             // Its turn on the wire: the time spent waiting behind this
@@ -408,10 +410,12 @@ impl Inner {
             let sent = conn.sending();
             match timeout_at(deadline, send(&conn.conn, command, gate)).await {
                 Err(_) => return Err(self.timed_out(&live)),
-                // The lock's removal began before this could be sent.
+                // The lock's removal began before this could be sent; but a
+                // first try may have run, and the removal must not take
+                // "never sent" for an answer then.
                 Ok(None) => {
                     conn.unsent(sent);
-                    return Err(NodeFailure::NotWaited);
+                    return Err(first_try.unwrap_or(NodeFailure::NotWaited));
                 }
                 Ok(Some(Ok(reply))) => {
                     conn.heard(sent);
@@ -419,9 +423,9 @@ impl Inner {
                 }
                 // A connection made earlier went stale (the node restarted,
                 // say): make a new one and try once more.
-                Ok(Some(Err(e))) if is_connection_error(&e) && !fresh && !retried => {
+                Ok(Some(Err(e))) if is_connection_error(&e) && !fresh && first_try.is_none() => {
                     self.drop_connection(live.generation, &e);
-                    retried = true;
+                    first_try = Some(classify(&e));
                 }
                 Ok(Some(Err(e))) => return Err(self.failed(live.generation, conn, sent, &e)),
             }

@@ -384,14 +384,10 @@ impl<F: Future<Output = Answer>> Stragglers<F> {
         said_yes
     }
 
-    /// Runs the outstanding requests to their end: each node's answer, in
-    /// the order they came.
-    pub(crate) async fn answers(mut self) -> Vec<(usize, Answer)> {
-        let mut answers = Vec::new();
-        while let Some(answer) = self.0.next().await {
-            answers.push(answer);
-        }
-        answers
+    /// The next outstanding answer, with its node's index; `None` once all
+    /// are in. Cancel-safe.
+    pub(crate) async fn next(&mut self) -> Option<(usize, Answer)> {
+        self.0.next().await
     }
 
     /// Waits for the outstanding answers (each is bounded by its node's

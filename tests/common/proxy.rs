@@ -17,7 +17,7 @@
 //! [`command`]: redquorum::local_cluster::command
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -43,6 +43,8 @@ struct Shared {
     delay: AtomicU64,
     /// How many connections have been accepted.
     accepted: AtomicUsize,
+    /// Set by [`Proxy::close_on_next_reply`].
+    close_on_reply: AtomicBool,
     /// The switches of the connections that may still be open (pruned of
     /// ended ones as new ones come), and whether the proxy is cut: under
     /// the one lock, so that a connection is either accepted before a cut
@@ -84,6 +86,7 @@ impl Proxy {
             upstream: SocketAddr::from(([127, 0, 0, 1], upstream_port)),
             delay: AtomicU64::new(0),
             accepted: AtomicUsize::new(0),
+            close_on_reply: AtomicBool::new(false),
             open: Mutex::default(),
         });
         let (stop, stopped) = oneshot::channel();
@@ -174,6 +177,14 @@ impl Proxy {
             Flow::Held => Some(Flow::Open),
             Flow::Open | Flow::Closed => None,
         });
+    }
+
+    /// The next reply the node sends (the next chunk towards a client, on
+    /// any connection) is swallowed, and every connection open then is
+    /// closed: the node ran the command, and the client sees its connection
+    /// break before the answer.
+    pub fn close_on_next_reply(&self) {
+        self.shared.close_on_reply.store(true, Ordering::SeqCst);
     }
 
     /// How many connections the proxy has accepted so far.
@@ -279,8 +290,8 @@ async fn serve(client: TcpStream, shared: Arc<Shared>, mut flow: watch::Receiver
     let (up, down) = (flow.clone(), flow.clone());
     let forward = async {
         tokio::join!(
-            pipe(&mut client_read, &mut upstream_write, &shared, up),
-            pipe(&mut upstream_read, &mut client_write, &shared, down),
+            pipe(&mut client_read, &mut upstream_write, &shared, up, false),
+            pipe(&mut upstream_read, &mut client_write, &shared, down, true),
         )
     };
     tokio::select! {
@@ -304,6 +315,7 @@ async fn pipe(
     to: &mut OwnedWriteHalf,
     shared: &Shared,
     mut flow: watch::Receiver<Flow>,
+    towards_client: bool,
 ) {
     // `None`: the end of the stream.
     let (queue, mut queued) = mpsc::unbounded_channel::<(Instant, Option<Vec<u8>>)>();
@@ -323,6 +335,10 @@ async fn pipe(
         while let Some((due, chunk)) = queued.recv().await {
             tokio::time::sleep_until(due).await;
             if flow.wait_for(|&f| f != Flow::Held).await.is_err() {
+                return;
+            }
+            if towards_client && shared.close_on_reply.swap(false, Ordering::SeqCst) {
+                shared.switch(|_| Some(Flow::Closed));
                 return;
             }
             match chunk {
