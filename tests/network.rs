@@ -233,6 +233,33 @@ fn subscriber_connections(c: &LocalCluster, i: usize) -> usize {
     String::from_utf8(list).unwrap().lines().count()
 }
 
+/// Waits (bounded) until every node of `c` has a subscriber connection.
+async fn subscribed_everywhere(c: &LocalCluster) {
+    let subscribed = Instant::now();
+    while (0..c.len()).any(|i| subscriber_connections(c, i) == 0) {
+        assert!(
+            subscribed.elapsed() < Duration::from_secs(3),
+            "the waiter did not subscribe"
+        );
+        tokio::time::sleep(ms(20)).await;
+    }
+}
+
+/// A waiter through `proxies` with a retry pause of 5 s: one that hears no
+/// announcement sleeps until the holder's keys expire, at most 10 pauses
+/// (50 s).
+fn patient_waiter(proxies: &[Proxy]) -> Redlock {
+    Redlock::builder()
+        .nodes(urls(proxies))
+        .node_timeout(ms(300))
+        .retry_count(1_000)
+        .retry_delay(Duration::from_secs(5))
+        .retry_jitter(Duration::ZERO)
+        .wait_timeout(Duration::from_secs(25))
+        .build()
+        .unwrap()
+}
+
 /// A waiter whose connections, subscriber connections included, all go
 /// silent (no FIN, no RST) just before the holder releases: the release's
 /// announcement is lost, and the waiter must notice that its connections
@@ -245,31 +272,14 @@ async fn a_waiter_with_silently_dead_connections_still_takes_over() {
     let proxies = proxies(&c);
     // Connected directly, so that its release reaches every node.
     let holder = builder(&c).build().unwrap();
-    // A retry pause of 5 s; a waiter that hears no announcement sleeps
-    // until the holder's keys expire, at most 10 pauses (50 s).
-    let waiter = Redlock::builder()
-        .nodes(urls(&proxies))
-        .node_timeout(ms(300))
-        .retry_count(1_000)
-        .retry_delay(Duration::from_secs(5))
-        .retry_jitter(Duration::ZERO)
-        .wait_timeout(Duration::from_secs(25))
-        .build()
-        .unwrap();
+    let waiter = patient_waiter(&proxies);
     let lock = holder.try_lock("r", LONG_TTL).await.unwrap();
     let task = tokio::spawn(async move {
         let result = waiter.lock("r", LONG_TTL).await;
         (result, Instant::now())
     });
     // Subscribed on every node, and waiting.
-    let subscribed = Instant::now();
-    while (0..3).any(|i| subscriber_connections(&c, i) == 0) {
-        assert!(
-            subscribed.elapsed() < Duration::from_secs(3),
-            "the waiter did not subscribe"
-        );
-        tokio::time::sleep(ms(20)).await;
-    }
+    subscribed_everywhere(&c).await;
     tokio::time::sleep(ms(500)).await;
     assert!(!task.is_finished(), "the waiter did not wait");
     let before: Vec<usize> = proxies.iter().map(Proxy::connections).collect();
@@ -315,17 +325,7 @@ async fn a_busy_waiter_with_silently_dead_connections_still_takes_over() {
     let c = cluster(3);
     let proxies = proxies(&c);
     let holder = builder(&c).build().unwrap();
-    let waiter = std::sync::Arc::new(
-        Redlock::builder()
-            .nodes(urls(&proxies))
-            .node_timeout(ms(300))
-            .retry_count(1_000)
-            .retry_delay(Duration::from_secs(5))
-            .retry_jitter(Duration::ZERO)
-            .wait_timeout(Duration::from_secs(25))
-            .build()
-            .unwrap(),
-    );
+    let waiter = std::sync::Arc::new(patient_waiter(&proxies));
     let lock = holder.try_lock("r", LONG_TTL).await.unwrap();
     let busy = {
         let waiter = waiter.clone();
@@ -345,14 +345,7 @@ async fn a_busy_waiter_with_silently_dead_connections_still_takes_over() {
             (result, Instant::now())
         })
     };
-    let subscribed = Instant::now();
-    while (0..3).any(|i| subscriber_connections(&c, i) == 0) {
-        assert!(
-            subscribed.elapsed() < Duration::from_secs(3),
-            "the waiter did not subscribe"
-        );
-        tokio::time::sleep(ms(20)).await;
-    }
+    subscribed_everywhere(&c).await;
     tokio::time::sleep(ms(1_500)).await;
     assert!(!task.is_finished(), "the waiter did not wait");
     for proxy in &proxies {
