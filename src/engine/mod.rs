@@ -116,11 +116,12 @@ impl Sending<'_> {
     }
 
     /// A removal of the keys of `plan`, sent now: they cannot outlive
-    /// their life from now.
-    fn removal(plan: &Plan) -> Sending<'static> {
+    /// their life from now. Its answers are waited for `within`, the node
+    /// timeout at least.
+    fn removal(plan: &Plan, within: Duration) -> Sending<'static> {
         Sending::Removal {
             until: Moment::now().after(plan.life()),
-            within: Duration::ZERO,
+            within,
         }
     }
 }
@@ -406,27 +407,33 @@ impl Engine {
         id.gate().shut();
         let release = kind.release(id, tally.might_hold_majority());
         let mut waited = FuturesUnordered::new();
-        let mut later = Vec::new();
+        // Per node, the rollback that waits for the node's answer.
+        let mut later = Vec::with_capacity(self.nodes.len());
         let silent = |i| !tally.replied(i);
         for (i, answer) in self
-            .outcomes(kind, release, &silent, Sending::removal(plan))
+            .outcomes(
+                kind,
+                release,
+                &silent,
+                Sending::removal(plan, Duration::ZERO),
+            )
             .into_iter()
             .enumerate()
         {
+            let mut after_answer = None;
             if tally.named_another(i) {
                 // Nothing of ours there; the request is never sent.
-                continue;
             } else if tally.replied(i) {
                 waited.push(answer);
             } else if stragglers.is_some() && !tally.counted(i) {
-                later.push((i, answer));
+                after_answer = Some(answer);
             } else {
                 self.detach(answer);
             }
+            later.push(after_answer);
         }
         if let Some(mut stragglers) = stragglers {
             self.detach(async move {
-                let mut later: Vec<_> = later.into_iter().map(Some).collect();
                 // Each node's rollback goes as soon as its own answer is in.
                 let mut sent = FuturesUnordered::new();
                 loop {
@@ -435,11 +442,7 @@ impl Engine {
                             let Some((i, answer)) = answer else { break };
                             let wrote_nothing = answer.holder.is_some()
                                 || matches!(answer.vote, Err(NodeFailure::NotWaited));
-                            let rollback = later.iter_mut().find_map(|l| match l {
-                                Some((j, _)) if *j == i => l.take(),
-                                _ => None,
-                            });
-                            if let (false, Some((_, rollback))) = (wrote_nothing, rollback) {
+                            if let (false, Some(rollback)) = (wrote_nothing, later[i].take()) {
                                 sent.push(rollback);
                             }
                         }
@@ -498,11 +501,12 @@ impl Engine {
         // node timeout, a release on busy nodes reported failures for keys
         // that it did delete.) A majority of answers decides it sooner.
         let within = valid.min(self.options.connect_timeout);
-        let sent = match Sending::removal(plan) {
-            Sending::Removal { until, .. } => Sending::Removal { until, within },
-            gated => gated,
-        };
-        let outcomes = self.outcomes(kind, kind.release(id, true), &|_| false, sent);
+        let outcomes = self.outcomes(
+            kind,
+            kind.release(id, true),
+            &|_| false,
+            Sending::removal(plan, within),
+        );
         let (tally, stragglers) = quorum::decide(outcomes).await;
         self.detach(stragglers.finish());
         tally
@@ -547,7 +551,12 @@ impl Engine {
             return;
         }
         let release = kind.release(id, true);
-        for answer in self.outcomes(kind, release, &|_| true, Sending::removal(plan)) {
+        for answer in self.outcomes(
+            kind,
+            release,
+            &|_| true,
+            Sending::removal(plan, Duration::ZERO),
+        ) {
             self.detach(answer);
         }
     }
