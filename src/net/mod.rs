@@ -6,10 +6,11 @@
 //!
 //! * **Every request is bounded** by the per-node timeout, from the call to
 //!   the reply; a release, whose slower answers still count while its lock
-//!   is valid, by at most the connect timeout ([`Patience`]). Connecting is not part of it: a connection is made in the
-//!   background under its own connect timeout, shared by the requests that
-//!   need it ([`slot`]); a request that runs out of time waiting for it
-//!   votes `Timeout`, and the next one finds it made.
+//!   is valid, by at most the connect timeout ([`Patience`]). Connecting is
+//!   not part of it: a connection is made in the background under its own
+//!   connect timeout, shared by the requests that need it ([`slot`]); a
+//!   request that runs out of time waiting for it votes `Timeout`, and the
+//!   next one finds it made.
 //! * **Nothing is replayed behind our back.** We use a plain multiplexed
 //!   connection, not a connection manager that resends commands after a
 //!   reconnect, where they could land after a rollback. The one retry we
@@ -254,10 +255,10 @@ impl Node {
 
     /// Runs `command`, bounded as `patience` says: by the request timeout,
     /// as a vote is; or, for cleanup nobody waits for, first waiting for a
-    /// connection up to the connect timeout. Refused at once, with nothing sent, if it may create
-    /// a key on a node that may have forgotten keys (see [`guard`]). With a
-    /// `gated` lock (its record), nothing is sent once its [`Gate`] is shut
-    /// ([`NodeFailure::NotWaited`]).
+    /// connection up to the connect timeout. Refused at once, with nothing
+    /// sent, if it may create a key on a node that may have forgotten keys
+    /// (see [`guard`]). With a `gated` lock (its record), nothing is sent
+    /// once its [`Gate`] is shut ([`NodeFailure::NotWaited`]).
     /// Waits its turn behind this process's other requests to the node (at
     /// most [`Limits::in_flight`] on the wire) no longer than `queue`; that
     /// wait is not counted in its timeout.
@@ -797,16 +798,9 @@ mod tests {
         let extend = Prepared::new(Mutex.extend(&id, &plan));
         let release = Prepared::new(Mutex.release(&id, true));
         let sent = |r: Result<Value, NodeFailure>| matches!(r, Err(NodeFailure::Connection(_)));
+        let vote = Patience::Within(limits.request);
 
-        assert!(sent(
-            node.run(
-                &acquire,
-                Patience::Within(limits.request),
-                None,
-                limits.connect
-            )
-            .await
-        ));
+        assert!(sent(node.run(&acquire, vote, None, limits.connect).await));
         let guard = node.inner.guard.as_ref().unwrap();
         guard.connected(
             "n",
@@ -822,30 +816,14 @@ mod tests {
                 uptime: Duration::ZERO,
             }),
         );
-        match node
-            .run(
-                &acquire,
-                Patience::Within(limits.request),
-                None,
-                limits.connect,
-            )
-            .await
-        {
+        match node.run(&acquire, vote, None, limits.connect).await {
             Err(NodeFailure::Restarted { remaining }) => {
                 assert!(remaining > Duration::from_millis(1_400), "{remaining:?}");
                 assert!(remaining <= Duration::from_millis(1_600), "{remaining:?}");
             }
             other => panic!("{other:?}"),
         }
-        assert!(sent(
-            node.run(
-                &extend,
-                Patience::Within(limits.request),
-                None,
-                limits.connect
-            )
-            .await
-        ));
+        assert!(sent(node.run(&extend, vote, None, limits.connect).await));
         assert!(sent(
             node.run(&release, Patience::Cleanup, None, limits.connect)
                 .await
