@@ -245,6 +245,30 @@ async fn subscribed_everywhere(c: &LocalCluster) {
     }
 }
 
+/// Silences every connection open through `proxies` (no FIN, no RST),
+/// releases `lock` (held directly), and waits up to `within` for the
+/// waiting `task` to take it over: the lock it took, and how long after the
+/// release.
+async fn released_in_silence(
+    proxies: &[Proxy],
+    lock: Lock,
+    task: tokio::task::JoinHandle<(Result<Lock, Error>, Instant)>,
+    within: Duration,
+) -> (Lock, Duration) {
+    for proxy in proxies {
+        proxy.blackhole_existing();
+    }
+    let released_at = Instant::now();
+    lock.release().await.unwrap();
+    let (result, got_at) = tokio::time::timeout(within, task)
+        .await
+        .unwrap_or_else(|_| {
+            panic!("the waiter did not get the lock within {within:?} of the release")
+        })
+        .unwrap();
+    (result.unwrap(), got_at - released_at)
+}
+
 /// A waiter through `proxies` with a retry pause of 5 s: one that hears no
 /// announcement sleeps until the holder's keys expire, at most 10 pauses
 /// (50 s).
@@ -283,11 +307,6 @@ async fn a_waiter_with_silently_dead_connections_still_takes_over() {
     tokio::time::sleep(ms(500)).await;
     assert!(!task.is_finished(), "the waiter did not wait");
     let before: Vec<usize> = proxies.iter().map(Proxy::connections).collect();
-    for proxy in &proxies {
-        proxy.blackhole_existing();
-    }
-    let released_at = Instant::now();
-    lock.release().await.unwrap();
     // The budget: the subscriber connections found silent by their ping
     // (within 2 s), which also replaces the command connections that went
     // silent with them, and a new attempt (measured: 1.5-1.8 s in all).
@@ -295,14 +314,7 @@ async fn a_waiter_with_silently_dead_connections_still_takes_over() {
     // would add a retry pause (5 s); sleeping until the holder's keys
     // expire would take 30 s, the wait deadline 25 s, the cap on a waiter's
     // sleep 50 s.
-    let (result, got_at) = tokio::time::timeout(WITHIN, task)
-        .await
-        .unwrap_or_else(|_| {
-            panic!("the waiter did not get the lock within {WITHIN:?} of the release")
-        })
-        .unwrap();
-    let lock = result.unwrap();
-    let gap = got_at - released_at;
+    let (lock, gap) = released_in_silence(&proxies, lock, task, WITHIN).await;
     let after: Vec<usize> = proxies.iter().map(Proxy::connections).collect();
     println!("release to next holder: {gap:?}; connections accepted {before:?} -> {after:?}");
     assert!(gap < WITHIN, "took {gap:?}");
@@ -348,20 +360,10 @@ async fn a_busy_waiter_with_silently_dead_connections_still_takes_over() {
     subscribed_everywhere(&c).await;
     tokio::time::sleep(ms(1_500)).await;
     assert!(!task.is_finished(), "the waiter did not wait");
-    for proxy in &proxies {
-        proxy.blackhole_existing();
-    }
-    let released_at = Instant::now();
-    lock.release().await.unwrap();
-    let (result, got_at) = tokio::time::timeout(WITHIN, task)
-        .await
-        .unwrap_or_else(|_| {
-            panic!("the waiter did not get the lock within {WITHIN:?} of the release")
-        })
-        .unwrap();
+    let (taken, gap) = released_in_silence(&proxies, lock, task, WITHIN).await;
     busy.abort();
-    println!("release to next holder: {:?}", got_at - released_at);
-    result.unwrap().release().await.unwrap();
+    println!("release to next holder: {gap:?}");
+    taken.release().await.unwrap();
 }
 
 /// Found in review: a waiter's attempt reaches a node after the other
