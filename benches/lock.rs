@@ -12,7 +12,8 @@
 //!
 //! For profiling, `REDQUORUM_BENCH_ONLY=throughput64,uncontended` runs only
 //! the named scenarios (`memory` is one: the held-lock figures below), and
-//! `REDQUORUM_BENCH_IMPLS=redquorum` only the named implementations (the
+//! `REDQUORUM_BENCH_IMPLS=redquorum` only the named implementations (or,
+//! in the hand-off, `redquorum/wake` one way of waiting; the
 //! floor always runs where it belongs, unless `REDQUORUM_BENCH_FLOOR=0`:
 //! then the process's own counts, as `perf stat` gives them, are the named
 //! implementation's alone).
@@ -753,96 +754,140 @@ impl Waiting {
 }
 
 /// `waiters` want one resource: hold 2 ms, release, 2 ms elsewhere,
-/// again. Besides the wait from asking to holding (the p50/p99), it
-/// measures the share of the time the lock was held (from acquired to
+/// again, for each waiter count in `counts` (8 and 256: `handoff` and
+/// `handoff_many`). Besides the wait from asking to holding (the p50/p99),
+/// it measures the share of the time the lock was held (from acquired to
 /// released) and the gap from a holder starting its release to the next
-/// holder's acquire.
-async fn handoff(kinds: &[Waiting], urls: &[String], scale: Scale, waiters: usize) -> Vec<Sample> {
-    const HOLD: Duration = Duration::from_millis(2);
-    const ELSEWHERE: Duration = Duration::from_millis(2);
-    let mut samples: Vec<Sample> = kinds.iter().map(|_| Sample::default()).collect();
-    let mut gaps: Vec<Vec<Duration>> = kinds.iter().map(|_| Vec::new()).collect();
-    let rounds = scale.rounds.min(2);
-    let round = Duration::from_secs_f64(scale.timed_secs / rounds as f64);
+/// holder's acquire. The counts are interleaved round by round as the
+/// implementations are (8, 256, 8, 256 …, each kind in turn within): the
+/// issue's goal compares the 256-waiter CPU per acquisition with the
+/// 8-waiter one, and figures taken a minute apart on a shared machine
+/// drift by a third. Returns, per count, a sample per kind.
+async fn handoff(
+    kinds: &[Waiting],
+    urls: &[String],
+    scale: Scale,
+    counts: &[usize],
+) -> Vec<Vec<Sample>> {
+    let mut samples: Vec<Vec<Sample>> = counts
+        .iter()
+        .map(|_| kinds.iter().map(|_| Sample::default()).collect())
+        .collect();
+    let mut gaps: Vec<Vec<Vec<Duration>>> = counts
+        .iter()
+        .map(|_| kinds.iter().map(|_| Vec::new()).collect())
+        .collect();
+    let rounds = scale.rounds.min(4);
+    // Two seconds a round in the full run: each count and kind is timed
+    // for twice `timed_secs` in all.
+    let round = Duration::from_secs_f64(scale.timed_secs / 2.0);
     for r in 0..rounds {
-        for (k, (kind, sample)) in kinds.iter().zip(&mut samples).enumerate() {
-            let resource: Arc<str> =
-                format!("bench:handoff:{waiters}:{}:{k}:{r}", kind.imp()).into();
-            let clients: Vec<Client> = (0..waiters).map(|_| kind.client(urls)).collect();
-            // Connect, then subscribe, before timing: what is timed is the
-            // steady state. (The waking kind subscribes when a call first
-            // has to wait, so every client waits once, all at once; taken
-            // in turn, as it used to be, no call waited, and the first
-            // timed call of every waiter paid for its subscriptions.)
-            for c in &clients {
-                c.hold(&resource, Duration::ZERO).await.unwrap();
-            }
-            futures::future::join_all(clients.iter().map(|c| c.hold(&resource, HOLD))).await;
-            let stop = Arc::new(AtomicBool::new(false));
-            let usage = Usage::now();
-            let started = Instant::now();
-            let handles: Vec<_> = clients
-                .into_iter()
-                .map(|client| {
-                    let (resource, stop) = (resource.clone(), stop.clone());
-                    tokio::spawn(async move {
-                        // (asked, acquired, release started, released)
-                        let mut turns = Vec::new();
-                        let mut errors = 0;
-                        while !stop.load(Ordering::Relaxed) {
-                            let asked = Instant::now();
-                            match client.hold(&resource, HOLD).await {
-                                Ok((got, letting_go)) => {
-                                    turns.push((asked, got, letting_go, Instant::now()))
-                                }
-                                Err(e) => {
-                                    // The first of each waiter's, so that an
-                                    // error figure says what it was.
-                                    if errors == 0 {
-                                        eprintln!("  handoff ({waiters} waiters) error: {e}");
-                                    }
-                                    errors += 1
-                                }
-                            }
-                            tokio::time::sleep(ELSEWHERE).await;
-                        }
-                        (turns, errors)
-                    })
-                })
-                .collect();
-            tokio::time::sleep(round).await;
-            stop.store(true, Ordering::Relaxed);
-            let mut turns = Vec::new();
-            for h in handles {
-                let (t, errors) = h.await.unwrap();
-                turns.extend(t);
-                sample.errors += errors;
-            }
-            sample.busy += started.elapsed();
-            usage.charge(sample);
-            turns.sort_by_key(|t| t.1);
-            for (asked, got, _, released) in &turns {
-                sample.latencies.push(*got - *asked);
-                *sample.extra.entry("held_us").or_default() +=
-                    (*released - *got).as_secs_f64() * 1e6;
-            }
-            sample.ops += turns.len() as u64;
-            for pair in turns.windows(2) {
-                gaps[k].push(pair[1].1.saturating_duration_since(pair[0].2));
+        for (c, &waiters) in counts.iter().enumerate() {
+            for (k, kind) in kinds.iter().enumerate() {
+                let resource: Arc<str> =
+                    format!("bench:handoff:{waiters}:{}:{k}:{r}", kind.imp()).into();
+                handoff_round(
+                    kind,
+                    urls,
+                    &resource,
+                    waiters,
+                    round,
+                    &mut samples[c][k],
+                    &mut gaps[c][k],
+                )
+                .await;
             }
         }
     }
-    for (s, gaps) in samples.iter_mut().zip(gaps) {
-        let held = s.extra.remove("held_us").unwrap_or_default() / 1e6;
-        s.extra.insert("held_share", held / s.busy.as_secs_f64());
-        let mut gaps = Sample {
-            latencies: gaps,
-            ..Sample::default()
-        };
-        s.extra.insert("gap_p50_us", gaps.percentile_us(0.5));
-        s.extra.insert("gap_p99_us", gaps.percentile_us(0.99));
+    for (samples, gaps) in samples.iter_mut().zip(gaps) {
+        for (s, gaps) in samples.iter_mut().zip(gaps) {
+            let held = s.extra.remove("held_us").unwrap_or_default() / 1e6;
+            s.extra.insert("held_share", held / s.busy.as_secs_f64());
+            let mut gaps = Sample {
+                latencies: gaps,
+                ..Sample::default()
+            };
+            s.extra.insert("gap_p50_us", gaps.percentile_us(0.5));
+            s.extra.insert("gap_p99_us", gaps.percentile_us(0.99));
+        }
     }
     samples
+}
+
+/// One timed round of [`handoff`]: `waiters` clients of `kind` on
+/// `resource` for `round`, added to `sample` and `gaps`.
+async fn handoff_round(
+    kind: &Waiting,
+    urls: &[String],
+    resource: &Arc<str>,
+    waiters: usize,
+    round: Duration,
+    sample: &mut Sample,
+    gaps: &mut Vec<Duration>,
+) {
+    const HOLD: Duration = Duration::from_millis(2);
+    const ELSEWHERE: Duration = Duration::from_millis(2);
+    let clients: Vec<Client> = (0..waiters).map(|_| kind.client(urls)).collect();
+    // Connect, then subscribe, before timing: what is timed is the steady
+    // state. (The waking kind subscribes when a call first has to wait, so
+    // every client waits once, all at once; taken in turn, as it used to
+    // be, no call waited, and the first timed call of every waiter paid for
+    // its subscriptions.)
+    for c in &clients {
+        c.hold(resource, Duration::ZERO).await.unwrap();
+    }
+    futures::future::join_all(clients.iter().map(|c| c.hold(resource, HOLD))).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let usage = Usage::now();
+    let started = Instant::now();
+    let handles: Vec<_> = clients
+        .into_iter()
+        .map(|client| {
+            let (resource, stop) = (resource.clone(), stop.clone());
+            tokio::spawn(async move {
+                // (asked, acquired, release started, released)
+                let mut turns = Vec::new();
+                let mut errors = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let asked = Instant::now();
+                    match client.hold(&resource, HOLD).await {
+                        Ok((got, letting_go)) => {
+                            turns.push((asked, got, letting_go, Instant::now()))
+                        }
+                        Err(e) => {
+                            // The first of each waiter's, so that an error
+                            // figure says what it was.
+                            if errors == 0 {
+                                eprintln!("  handoff ({waiters} waiters) error: {e}");
+                            }
+                            errors += 1
+                        }
+                    }
+                    tokio::time::sleep(ELSEWHERE).await;
+                }
+                (turns, errors)
+            })
+        })
+        .collect();
+    tokio::time::sleep(round).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut turns = Vec::new();
+    for h in handles {
+        let (t, errors) = h.await.unwrap();
+        turns.extend(t);
+        sample.errors += errors;
+    }
+    sample.busy += started.elapsed();
+    usage.charge(sample);
+    turns.sort_by_key(|t| t.1);
+    for (asked, got, _, released) in &turns {
+        sample.latencies.push(*got - *asked);
+        *sample.extra.entry("held_us").or_default() += (*released - *got).as_secs_f64() * 1e6;
+    }
+    sample.ops += turns.len() as u64;
+    for pair in turns.windows(2) {
+        gaps.push(pair[1].1.saturating_duration_since(pair[0].2));
+    }
 }
 
 /// A lock taken in the burst, to be released.
@@ -1417,20 +1462,28 @@ fn main() {
             let s = throughput(&all, 64, scale).await;
             scenario("throughput64", s, &all, &mut rows);
         }
-        for (name, waiters) in [("handoff", 8), ("handoff_many", scale.many_waiters)] {
-            if !wanted(name) {
-                continue;
-            }
-            println!("{name} ({waiters} waiters) …");
+        let handoffs: Vec<(&str, usize)> = [("handoff", 8), ("handoff_many", scale.many_waiters)]
+            .into_iter()
+            .filter(|(name, _)| wanted(name))
+            .collect();
+        if !handoffs.is_empty() {
+            let names: Vec<String> = handoffs
+                .iter()
+                .map(|(name, waiters)| format!("{name} ({waiters} waiters)"))
+                .collect();
+            println!("{}, interleaved …", names.join(" and "));
             let kinds: Vec<Waiting> = [Waiting::Wake, Waiting::Poll, Waiting::Rslock]
                 .into_iter()
-                .filter(|k| picked_name(k.imp()))
+                .filter(|k| picked_name(k.imp()) || picked_name(&format!("{}/{}", k.imp(), k.mode())))
                 .collect();
-            let s = handoff(&kinds, &urls, scale, waiters).await;
-            for (kind, s) in kinds.iter().zip(s) {
-                let mut r = row(name, kind.imp(), s);
-                r.mode = Some(kind.mode());
-                rows.push(r);
+            let counts: Vec<usize> = handoffs.iter().map(|&(_, waiters)| waiters).collect();
+            let samples = handoff(&kinds, &urls, scale, &counts).await;
+            for ((name, _), samples) in handoffs.iter().zip(samples) {
+                for (kind, s) in kinds.iter().zip(samples) {
+                    let mut r = row(name, kind.imp(), s);
+                    r.mode = Some(kind.mode());
+                    rows.push(r);
+                }
             }
         }
         if wanted("keep_alive_many") && loopback {
