@@ -2,7 +2,7 @@
 //! one run, interleaved (A B A B …) so that drift hits all alike.
 //!
 //! ```text
-//! cargo bench --bench lock     # the full run (about a minute), prints the table
+//! cargo bench --bench lock     # the full run (six to seven minutes), prints the table
 //! cargo test  --bench lock     # the smoke run (seconds): same code, tiny counts
 //! ```
 //!
@@ -778,8 +778,8 @@ async fn handoff(
         .map(|_| kinds.iter().map(|_| Vec::new()).collect())
         .collect();
     let rounds = scale.rounds.min(4);
-    // Two seconds a round in the full run: each count and kind is timed
-    // for twice `timed_secs` in all.
+    // In the full run four rounds of two seconds: each count and kind is
+    // timed for 8 s in all.
     let round = Duration::from_secs_f64(scale.timed_secs / 2.0);
     for r in 0..rounds {
         for (c, &waiters) in counts.iter().enumerate() {
