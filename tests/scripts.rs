@@ -365,11 +365,28 @@ fn the_queue_orders_waiters_by_when_they_began_and_a_release_wakes_the_first_hea
     // The subscription's confirmation: *3, $9 subscribe, $9 k:wake:bb, :1.
     read_lines(6, &mut lines);
     assert_eq!(lines.last().map(String::as_str), Some(":1"), "{lines:?}");
+    // A monitoring tool hears every channel, aa's too: it wakes nobody, and
+    // aa must not count as heard for it.
+    let mut monitor = std::net::TcpStream::connect(("127.0.0.1", c.port(0))).unwrap();
+    monitor
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    monitor
+        .write_all(b"*2\r\n$10\r\nPSUBSCRIBE\r\n$1\r\n*\r\n")
+        .unwrap();
+    // Its confirmation: *3, $10 psubscribe, $1 *, :1.
+    let mut monitor = BufReader::new(monitor);
+    let mut confirmed = String::new();
+    for _ in 0..6 {
+        monitor.read_line(&mut confirmed).unwrap();
+    }
+    assert!(confirmed.ends_with(":1\r\n"), "{confirmed:?}");
     assert_eq!(
         eval(&c, MUTEX_RELEASE, &["k"], &[TOKEN, "1"]),
         Reply::Int(1)
     );
-    // aa is heard by nobody: dropped; bb is woken and taken out; cc waits.
+    // aa is heard by no client of its own (only by the monitor): dropped;
+    // bb is woken and taken out; cc waits.
     lines.clear();
     read_lines(7, &mut lines);
     assert_eq!(
@@ -385,4 +402,20 @@ fn the_queue_orders_waiters_by_when_they_began_and_a_release_wakes_the_first_hea
     );
     assert_eq!(queue(&c), Vec::<String>::new());
     assert_eq!(run(&c, 0, &["EXISTS", "k:waiters"]), Reply::Int(0));
+    // Where an ACL forbids PUBSUB, PUBLISH's count decides, as it did: the
+    // release still wakes bb's next wait, queued behind cc.
+    run(&c, 0, &["ACL", "SETUSER", "default", "-pubsub"]);
+    let ee = "0000000000000005:bb:2";
+    match eval(&c, MUTEX_ACQUIRE, &["k"], &[TOKEN, "5000", ee]) {
+        Reply::Array(Some(seen)) => assert_eq!(seen[0], Reply::Bulk(Some(other.into()))),
+        reply => panic!("{reply:?}"),
+    }
+    assert_eq!(
+        eval(&c, MUTEX_RELEASE, &["k"], &[other, "1"]),
+        Reply::Int(1)
+    );
+    lines.clear();
+    read_lines(7, &mut lines);
+    assert_eq!(lines[6], format!("{ee} {other}"), "{lines:?}");
+    assert_eq!(queue(&c), Vec::<String>::new());
 }

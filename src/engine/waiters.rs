@@ -26,10 +26,14 @@
 //! wait that cannot act passes the turn on: a wait that has ended (its
 //! client asks the node to wake the next if the key is free there:
 //! [`queue`]'s pass-on), or one that gives up (leaving the queue wakes the
-//! next if the key is free). What escapes that — a wake-up counted by a
-//! pattern subscriber (`PSUBSCRIBE *`, a monitoring tool) or by a
-//! `Redlock` dropped a moment before — costs the next waiter its timer:
-//! the holder's PTTL, capped at ten retry delays.
+//! next if the key is free). A waiter whose client no longer subscribes
+//! on a node is skipped there, also when a pattern subscriber (`PSUBSCRIBE
+//! *`, a monitoring tool) would count the wake-up as heard (the node asks
+//! `PUBSUB NUMSUB` first). What escapes that — a wake-up for a `Redlock`
+//! dropped a moment before, its subscriptions not yet closed, or one
+//! counted by a pattern subscriber where an ACL forbids `PUBSUB` — costs
+//! the next waiter its timer: the holder's PTTL, capped at ten retry
+//! delays.
 //! Below that the waiter is [`listening`](Channel::listening) no more, and
 //! the retry loop falls back to its ordinary retry pause. The
 //! subscriptions that count for a wait are those made before the attempt

@@ -26,6 +26,15 @@ local function dequeue(key, member)
   redis.call('ZREM', key .. ':waiters', member)
 end
 
+-- Whether `channel` has a subscriber of its own: PUBLISH also counts
+-- pattern subscribers (a monitoring tool's PSUBSCRIBE *), which hear every
+-- channel and wake nobody. True where the node refuses PUBSUB (an ACL):
+-- then PUBLISH's count decides alone.
+local function subscribed(channel)
+  local subscribers = redis.pcall('PUBSUB', 'NUMSUB', channel)
+  return subscribers.err ~= nil or subscribers[2] > 0
+end
+
 -- Wakes the first waiter of `key`'s queue whose client listens: publishes
 -- '<member> <token>' (`token`: the holder that let go) on its client's
 -- channel, and takes it out of the queue; a waiter nobody hears (its
@@ -41,12 +50,15 @@ local function wake(key, token)
     end
     redis.call('ZREM', queue, first)
     local client = string.match(first, '^[^:]*:([^:]*):') or ''
-    local heard = redis.pcall('PUBLISH', key .. ':wake:' .. client, first .. ' ' .. token)
-    if type(heard) == 'table' then
-      return false
-    end
-    if heard > 0 then
-      return true
+    local channel = key .. ':wake:' .. client
+    if subscribed(channel) then
+      local heard = redis.pcall('PUBLISH', channel, first .. ' ' .. token)
+      if type(heard) == 'table' then
+        return false
+      end
+      if heard > 0 then
+        return true
+      end
     end
   end
 end

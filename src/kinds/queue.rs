@@ -21,9 +21,13 @@
 //! * **Waking.** A release (or a rollback that may have reached a majority,
 //!   or an operator's clear) that deletes a key takes the first waiter out of
 //!   its queue and publishes `<member> <token>` on that waiter's client's
-//!   channel `<key>:wake:<client id>` ([`channel`]). `PUBLISH` says how many
-//!   subscribers heard: nobody (the process is gone, or its subscription
-//!   is) and the next waiter is tried, in the same script.
+//!   channel `<key>:wake:<client id>` ([`channel`]). A waiter whose
+//!   channel has no subscriber of its own (the process is gone, or its
+//!   subscription is) is skipped and the next one tried, in the same
+//!   script: the node asks `PUBSUB NUMSUB` before it publishes, since
+//!   `PUBLISH`'s count of those who heard includes pattern subscribers (a
+//!   monitoring tool's `PSUBSCRIBE *`), which wake nobody. (Where an ACL
+//!   forbids `PUBSUB`, `PUBLISH`'s count decides alone.)
 //! * **Leaving.** A waiter that stops waiting without the lock takes itself
 //!   out of the queues ([`leave`]), in the background, best effort.
 //! * **Passing on.** A wake-up can name a wait that has ended: one that got
