@@ -204,66 +204,66 @@ impl Engine {
     /// A gated round sends nothing once its lock's gate is shut. A removal
     /// that gets no answer from a node is sent there again in the
     /// background until it does, or until its keys have expired.
-    fn ask<R>(
-        &self,
+    ///
+    /// The requests are made as the iterator is read, in node order, each
+    /// future straight into its place (a burst keeps thousands of rounds at
+    /// once: they are not first collected and then moved).
+    fn ask<'a, R>(
+        &'a self,
         command: Command,
         read: R,
-        patient: &dyn Fn(usize) -> bool,
-        sent: Sending<'_>,
-    ) -> Vec<impl Future<Output = Answer> + Send + 'static + use<R>>
+        patient: &'a (dyn Fn(usize) -> bool + Sync),
+        sent: Sending<'a>,
+    ) -> impl Iterator<Item = impl Future<Output = Answer> + Send + 'static + use<R>> + use<'a, R>
     where
         R: Fn(Value) -> Answer + Clone + Send + Sync + 'static,
     {
         let command = Prepared::new(command);
-        self.nodes
-            .iter()
-            .enumerate()
-            .map(|(i, node)| {
-                let (gate, queue, within, retry) = match sent {
-                    Sending::Gated { lock, queue } => (Some(lock), queue, Duration::ZERO, None),
-                    Sending::Removal { until, within } => (
-                        None,
-                        until.remaining(),
-                        within,
-                        Some((self.background.clone(), command.clone(), until)),
-                    ),
-                };
-                let patience = if patient(i) {
-                    Patience::Cleanup
-                } else {
-                    Patience::Within(within)
-                };
-                let reply = node.run(&command, patience, gate, queue);
-                let (read, node) = (read.clone(), node.clone());
-                async move {
-                    let answer = match reply.await {
-                        Ok(reply) => read(reply),
-                        Err(failure) => {
-                            if let Some((background, command, until)) = retry
-                                && failure.unanswered()
-                                && let Some(send) = node.remove_later(command, until)
-                            {
-                                background.spawn(send);
-                            }
-                            Err(failure).into()
+        self.nodes.iter().enumerate().map(move |(i, node)| {
+            let (gate, queue, within, retry) = match sent {
+                Sending::Gated { lock, queue } => (Some(lock), queue, Duration::ZERO, None),
+                Sending::Removal { until, within } => (
+                    None,
+                    until.remaining(),
+                    within,
+                    Some((self.background.clone(), command.clone(), until)),
+                ),
+            };
+            let patience = if patient(i) {
+                Patience::Cleanup
+            } else {
+                Patience::Within(within)
+            };
+            let reply = node.run(&command, patience, gate, queue);
+            let (read, node) = (read.clone(), node.clone());
+            async move {
+                let answer = match reply.await {
+                    Ok(reply) => read(reply),
+                    Err(failure) => {
+                        if let Some((background, command, until)) = retry
+                            && failure.unanswered()
+                            && let Some(send) = node.remove_later(command, until)
+                        {
+                            background.spawn(send);
                         }
-                    };
-                    if answer.unannounced {
-                        node.publish_refused();
+                        Err(failure).into()
                     }
-                    answer
+                };
+                if answer.unannounced {
+                    node.publish_refused();
                 }
-            })
-            .collect()
+                answer
+            }
+        })
     }
 
-    fn outcomes(
-        &self,
+    fn outcomes<'a>(
+        &'a self,
         kind: &Arc<dyn Kind>,
         command: Command,
-        patient: &dyn Fn(usize) -> bool,
-        sent: Sending<'_>,
-    ) -> Vec<impl Future<Output = Answer> + Send + 'static + use<>> {
+        patient: &'a (dyn Fn(usize) -> bool + Sync),
+        sent: Sending<'a>,
+    ) -> impl Iterator<Item = impl Future<Output = Answer> + Send + 'static + use<>> + use<'a> {
         let kind = kind.clone();
         self.ask(
             command,
@@ -417,7 +417,6 @@ impl Engine {
                 &silent,
                 Sending::removal(plan, Duration::ZERO),
             )
-            .into_iter()
             .enumerate()
         {
             let mut after_answer = None;
