@@ -630,7 +630,10 @@ mod tests {
         assert_eq!(hold.token(), id.token());
         // A straggler of the acquisition is stopped by the round's removal.
         round.gate().shut();
-        assert_eq!(id.gate().pass(async { 1 }).await, None);
+        assert_eq!(
+            crate::proto::Pass::new(Some(id.gate()), async { 1 }).await,
+            None
+        );
     }
 
     #[tokio::test]

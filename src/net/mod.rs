@@ -93,7 +93,7 @@ use crate::clock::Moment;
 use crate::error::NodeFailure;
 #[cfg(feature = "metrics")]
 use crate::metrics;
-use crate::proto::{Effect, Gate, Prepared, Shared};
+use crate::proto::{Effect, Gate, Pass, Prepared, ScriptCall, Shared};
 use guard::{Guard, Lives};
 use removals::Removals;
 use retired::Retired;
@@ -588,36 +588,39 @@ async fn send(
     command: &Prepared,
     gate: Option<&Gate>,
 ) -> Option<Result<Value, RedisError>> {
-    let reply = hand_over(gate, query(conn.clone(), &command.first)).await?;
+    let reply = Pass::new(gate, query(conn.clone(), &command.first)).await?;
     match (reply, &command.script) {
+        // Boxed: rare (after a restart or `SCRIPT FLUSH`), it would
+        // otherwise add its `EVAL` to the state every request keeps.
         (Err(e), Some(call)) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-            let eval = hand_over(gate, query(conn.clone(), &call.eval())).await;
-            if eval.is_none() {
-                // The round was decided (its lock's removal began) while the
-                // node said it lacked the script: a node slower than the
-                // others would be cut off so every time, and never learn it.
-                // Loading it runs nothing and touches no key.
-                let (conn, load) = (conn.clone(), call.load());
-                tokio::spawn(async move {
-                    let _ = tokio::time::timeout(MAX_LOAD, query(conn, &load)).await;
-                });
-            }
-            eval
+            Box::pin(send_eval(conn, call, gate)).await
         }
         (reply, _) => Some(reply),
     }
 }
 
+/// `send`'s second try of a script the node lacked, with `EVAL`.
+async fn send_eval(
+    conn: &MultiplexedConnection,
+    call: &ScriptCall,
+    gate: Option<&Gate>,
+) -> Option<Result<Value, RedisError>> {
+    let eval = Pass::new(gate, query(conn.clone(), &call.eval())).await;
+    if eval.is_none() {
+        // The round was decided (its lock's removal began) while the node
+        // said it lacked the script: a node slower than the others would be
+        // cut off so every time, and never learn it. Loading it runs
+        // nothing and touches no key.
+        let (conn, load) = (conn.clone(), call.load());
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(MAX_LOAD, query(conn, &load)).await;
+        });
+    }
+    eval
+}
+
 /// How long a script's loading, in the background, may take.
 const MAX_LOAD: Duration = Duration::from_secs(5);
-
-/// Runs `send` through `gate`, if there is one.
-async fn hand_over<F: Future>(gate: Option<&Gate>, send: F) -> Option<F::Output> {
-    match gate {
-        Some(gate) => gate.pass(send).await,
-        None => Some(send.await),
-    }
-}
 
 async fn query(mut conn: MultiplexedConnection, cmd: &redis::Cmd) -> Result<Value, RedisError> {
     cmd.query_async(&mut conn).await

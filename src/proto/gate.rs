@@ -34,10 +34,12 @@
 //! `net::PIPELINE_BUFFER`) and tokio's cooperative budget does not make it
 //! yield first (the send runs unconstrained).
 
-use std::future::{Future, poll_fn};
-use std::pin::pin;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Mutex;
-use std::task::Poll;
+use std::task::{Context, Poll};
+
+use tokio::task::coop::{Unconstrained, unconstrained};
 
 /// The gate of one lock; shared by its requests and its removal.
 #[derive(Debug, Default)]
@@ -53,27 +55,55 @@ impl Gate {
         *self.lock() = true;
     }
 
-    /// Runs `send`, whose first poll hands a request to its connection,
-    /// if the gate is still open then: `None`, with nothing sent, if it is
-    /// shut.
-    pub(crate) async fn pass<F: Future>(&self, send: F) -> Option<F::Output> {
-        let mut send = pin!(tokio::task::coop::unconstrained(send));
-        let first = poll_fn(|cx| {
-            let shut = self.lock();
-            if *shut {
-                return Poll::Ready(None);
-            }
-            Poll::Ready(Some(send.as_mut().poll(cx)))
-        })
-        .await?;
-        Some(match first {
-            Poll::Ready(out) => out,
-            Poll::Pending => send.await,
-        })
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, bool> {
         self.shut.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Runs `send`, whose first poll hands a request to its connection,
+/// through a gate if there is one: if the gate is still open then; `None`,
+/// with nothing sent, if it is shut. A hand-written future rather than an
+/// `async fn`, so that it keeps `send` once, in place: a burst keeps
+/// thousands of requests at once, five a lock.
+#[must_use = "a request is sent only when its future is polled"]
+pub(crate) struct Pass<'g, F> {
+    /// `None` once the first poll has handed `send` over (or where there
+    /// is no gate).
+    gate: Option<&'g Gate>,
+    send: Unconstrained<F>,
+}
+
+impl<'g, F: Future> Pass<'g, F> {
+    /// `send` through `gate`, if there is one (without, it only runs it).
+    pub(crate) fn new(gate: Option<&'g Gate>, send: F) -> Pass<'g, F> {
+        Pass {
+            gate,
+            send: unconstrained(send),
+        }
+    }
+}
+
+impl<F: Future> Future for Pass<'_, F> {
+    type Output = Option<F::Output>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // SAFETY: `send` is pinned where it lies: it is never moved out of
+        // `self`, nor is `self` moved (no `Unpin` unless `F` is, no `Drop`
+        // that moves it); `gate` is a plain reference.
+        let this = unsafe { self.get_unchecked_mut() };
+        let send = unsafe { Pin::new_unchecked(&mut this.send) };
+        let Some(gate) = this.gate.take() else {
+            return send.poll(cx).map(Some);
+        };
+        // The first poll, under the gate's lock: handed over before a
+        // removal shuts it, or never.
+        let shut = gate.lock();
+        if *shut {
+            // Shut, and stays so: polled again, it still sends nothing.
+            this.gate = Some(gate);
+            return Poll::Ready(None);
+        }
+        send.poll(cx).map(Some)
     }
 }
 
@@ -92,10 +122,10 @@ mod tests {
             tokio::task::yield_now().await;
             7
         };
-        assert_eq!(gate.pass(send(polled.clone())).await, Some(7));
+        assert_eq!(Pass::new(Some(&gate), send(polled.clone())).await, Some(7));
         assert!(polled.swap(false, Ordering::SeqCst));
         gate.shut();
-        assert_eq!(gate.pass(send(polled.clone())).await, None);
+        assert_eq!(Pass::new(Some(&gate), send(polled.clone())).await, None);
         assert!(!polled.load(Ordering::SeqCst), "polled behind a shut gate");
     }
 
@@ -103,7 +133,7 @@ mod tests {
     async fn a_request_handed_over_before_the_gate_shut_is_not_cut_off() {
         let gate = Gate::default();
         let (tx, rx) = tokio::sync::oneshot::channel::<u8>();
-        let mut passing = pin!(gate.pass(async { rx.await.unwrap() }));
+        let mut passing = std::pin::pin!(Pass::new(Some(&gate), async { rx.await.unwrap() }));
         // Handed over (its first poll done), then the gate shuts.
         assert!(futures::poll!(passing.as_mut()).is_pending());
         gate.shut();

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::NodeFailure;
-pub(crate) use gate::Gate;
+pub(crate) use gate::{Gate, Pass};
 pub(crate) use shared::Shared;
 use shared::TOKEN_BYTES;
 
