@@ -9,29 +9,33 @@ mod common;
 use common::*;
 use redquorum::local_cluster::{LocalCluster, Reply};
 
-const MUTEX_ACQUIRE: &str = concat!(
-    include_str!("../src/kinds/queue.lua"),
-    include_str!("../src/kinds/mutex/acquire.lua")
-);
-const MUTEX_RELEASE: &str = concat!(
-    include_str!("../src/kinds/queue.lua"),
-    include_str!("../src/kinds/mutex/release.lua")
-);
-const MUTEX_EXTEND: &str = include_str!("../src/kinds/mutex/extend.lua");
-const REENTRANT_ACQUIRE: &str = concat!(
-    include_str!("../src/kinds/queue.lua"),
-    include_str!("../src/kinds/reentrant/acquire.lua")
-);
-const REENTRANT_RELEASE: &str = concat!(
-    include_str!("../src/kinds/queue.lua"),
-    include_str!("../src/kinds/reentrant/release.lua")
-);
-const REENTRANT_EXTEND: &str = include_str!("../src/kinds/reentrant/extend.lua");
-const FENCED_ACQUIRE: &str = concat!(
-    include_str!("../src/kinds/queue.lua"),
-    include_str!("../src/kinds/fenced/acquire.lua")
-);
-const FENCED_CONFIRM: &str = include_str!("../src/kinds/fenced/confirm.lua");
+/// A script as the crate builds it: the key space's prelude (see
+/// `src/kinds/keyspace.rs`), then the script's own text.
+macro_rules! script {
+    ($file:literal) => {
+        concat!(
+            include_str!("../src/kinds/keyspace.lua"),
+            include_str!("../src/kinds/queue.lua"),
+            include_str!($file)
+        )
+    };
+    (keys $file:literal) => {
+        concat!(
+            include_str!("../src/kinds/keyspace.lua"),
+            include_str!($file)
+        )
+    };
+}
+
+const MUTEX_ACQUIRE: &str = script!("../src/kinds/mutex/acquire.lua");
+const MUTEX_RELEASE: &str = script!("../src/kinds/mutex/release.lua");
+const MUTEX_EXTEND: &str = script!(keys "../src/kinds/mutex/extend.lua");
+const REENTRANT_ACQUIRE: &str = script!("../src/kinds/reentrant/acquire.lua");
+const REENTRANT_RELEASE: &str = script!("../src/kinds/reentrant/release.lua");
+const REENTRANT_EXTEND: &str = script!(keys "../src/kinds/reentrant/extend.lua");
+const FENCED_ACQUIRE: &str = script!("../src/kinds/fenced/acquire.lua");
+const FENCED_CONFIRM: &str = script!(keys "../src/kinds/fenced/confirm.lua");
+const ADMIN_CLEAR: &str = script!("../src/kinds/admin/clear.lua");
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef01234567";
 
@@ -218,8 +222,116 @@ fn a_key_of_a_foreign_type_is_wrongtype_to_every_kind() {
         &["r"],
         &["o", TOKEN, "0"]
     )));
+    assert!(wrongtype(eval(&c, MUTEX_EXTEND, &["r"], &[TOKEN, "5000"])));
+    assert!(wrongtype(eval(
+        &c,
+        REENTRANT_EXTEND,
+        &["r"],
+        &["o", TOKEN, "5000"]
+    )));
+    assert!(wrongtype(eval(&c, ADMIN_CLEAR, &["r"], &[TOKEN])));
     // Nothing was taken on the way: the set's other key is still free.
     assert_eq!(holders(&c, &[0], "a"), 0);
+    // A hash that no layout claims (no owner field) is no reentrant lock:
+    // not "another holder" either, but the same plain error, to every kind.
+    run(&c, 0, &["HSET", "h", "user", "data"]);
+    assert!(wrongtype(eval(
+        &c,
+        MUTEX_ACQUIRE,
+        &["h"],
+        &[TOKEN, "5000", "0000000000000001:c:1"]
+    )));
+    assert!(wrongtype(eval(
+        &c,
+        REENTRANT_ACQUIRE,
+        &["h"],
+        &["o", TOKEN, "5000", ""]
+    )));
+    assert!(wrongtype(eval(&c, ADMIN_CLEAR, &["h"], &["user"])));
+    assert_eq!(
+        run(&c, 0, &["HGET", "h", "user"]),
+        Reply::Bulk(Some("data".into()))
+    );
+}
+
+/// The key space's owner classifies a key for every kind: a mutex's key is
+/// another holder's to a reentrant lock and the other way round, with the
+/// token waiters wait for; and an operator's clear lets a hold go by its
+/// token whichever kind made it, as that kind's own release would.
+#[test]
+fn every_kind_sees_every_other_kind_as_another_holder() {
+    let c = cluster(1);
+    let other = "fedcba9876543210fedcba9876543210fedcba98";
+    let waiter = "0000000000000001:c:1";
+    // A mutex holds "m": the reentrant kind is refused, and told the token.
+    assert_eq!(
+        eval(&c, MUTEX_ACQUIRE, &["m"], &[TOKEN, "5000", ""]),
+        Reply::Int(1)
+    );
+    match eval(&c, REENTRANT_ACQUIRE, &["m"], &["o", other, "5000", waiter]) {
+        Reply::Array(Some(seen)) => assert_eq!(seen[0], Reply::Bulk(Some(TOKEN.into()))),
+        reply => panic!("{reply:?}"),
+    }
+    assert_eq!(
+        eval(&c, REENTRANT_ACQUIRE, &["m"], &["o", other, "5000", ""]),
+        Reply::Int(0)
+    );
+    assert_eq!(
+        eval(&c, REENTRANT_EXTEND, &["m"], &["o", other, "5000"]),
+        Reply::Int(-1)
+    );
+    assert_eq!(
+        eval(&c, REENTRANT_RELEASE, &["m"], &["o", other, "0"]),
+        Reply::Int(-1)
+    );
+    // Reentrant holds of "o" on "r": the mutex and the fenced kind are
+    // refused, and told the smallest hold.
+    let (h1, h2) = (
+        "1111111111111111111111111111111111111111",
+        "2222222222222222222222222222222222222222",
+    );
+    for hold in [h2, h1] {
+        assert_eq!(
+            eval(&c, REENTRANT_ACQUIRE, &["r"], &["o", hold, "5000", ""]),
+            Reply::Int(1)
+        );
+    }
+    match eval(&c, MUTEX_ACQUIRE, &["r"], &[other, "5000", waiter]) {
+        Reply::Array(Some(seen)) => assert_eq!(seen[0], Reply::Bulk(Some(h1.into()))),
+        reply => panic!("{reply:?}"),
+    }
+    assert_eq!(
+        eval(
+            &c,
+            FENCED_ACQUIRE,
+            &["r", "r:fence"],
+            &[other, "5000", "", "0"]
+        ),
+        Reply::Int(0)
+    );
+    assert_eq!(
+        eval(&c, MUTEX_EXTEND, &["r"], &[other, "5000"]),
+        Reply::Int(-1)
+    );
+    assert_eq!(
+        eval(&c, MUTEX_RELEASE, &["r"], &[other, "0"]),
+        Reply::Int(-1)
+    );
+    assert_eq!(
+        eval(&c, FENCED_CONFIRM, &["r", "r:fence"], &[other, "1"]),
+        Reply::Int(-1)
+    );
+    // Clearing by token: a token the key does not hold changes nothing; one
+    // hold goes and the key stays while another is left; the last one
+    // takes the key with it.
+    assert_eq!(eval(&c, ADMIN_CLEAR, &["r"], &[other]), Reply::Int(-1));
+    assert_eq!(eval(&c, ADMIN_CLEAR, &["r"], &["o"]), Reply::Int(-1));
+    assert_eq!(eval(&c, ADMIN_CLEAR, &["r"], &[h1]), Reply::Int(1));
+    assert_eq!(hget(&c, "r", "i"), h2, "the smallest hold left");
+    assert_eq!(eval(&c, ADMIN_CLEAR, &["r"], &[h2]), Reply::Int(1));
+    assert_eq!(run(&c, 0, &["EXISTS", "r"]), Reply::Int(0));
+    assert_eq!(eval(&c, ADMIN_CLEAR, &["m"], &[TOKEN]), Reply::Int(1));
+    assert_eq!(eval(&c, ADMIN_CLEAR, &["m"], &[TOKEN]), Reply::Int(0));
 }
 
 /// A counter that cannot grow (at 2^53 - 1: Lua's doubles stop counting at

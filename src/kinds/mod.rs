@@ -17,11 +17,15 @@
 //!   free when every hold has gone.
 //!
 //! The kinds share the key space and exclude each other: a key of another
-//! kind is "held by another owner" to every script, never an error.
-//! [`admin`] reads and clears any kind's key, for operators.
+//! kind is "held by another owner" to every script, never an error. What a
+//! key is, is said once, by the key space's owner ([`keyspace`]): a Lua
+//! prelude before every script classifies a key for any kind, so that a
+//! kind's scripts speak only of their own layout. [`admin`] reads and
+//! clears any kind's key through it, for operators.
 
 pub(crate) mod admin;
 pub(crate) mod fenced;
+pub(crate) mod keyspace;
 pub(crate) mod mutex;
 pub(crate) mod queue;
 pub(crate) mod reentrant;

@@ -1,5 +1,5 @@
 -- The waiters' queue of a lock key, shared by every kind's scripts (this
--- text is put before theirs). A waiter is '<since>:<client id>:<wait id>',
+-- text comes after keyspace.lua and before theirs). A waiter is '<since>:<client id>:<wait id>',
 -- <since> the time its wait began (16 digits); the queue of <key> is the
 -- sorted set <key>:waiters, every score 0, so in the order of the names:
 -- by <since>, the same on every node. A release wakes the first waiter of
@@ -63,3 +63,29 @@ local function wake(key, token)
   end
 end
 
+
+-- The reply of an attempt that found `key` held, waiters waiting for
+-- `token`: 0, or for a `waiter` {token, the key's PTTL}, and the waiter
+-- queues for the key.
+local function refuse(key, token, waiter)
+  if waiter == '' then
+    return 0
+  end
+  local pttl = redis.call('PTTL', key)
+  enqueue(key, waiter, math.max(pttl, 0) + QUEUE_SLACK)
+  return {token, pttl}
+end
+
+-- Lets the hold `hold` of `key` go (see keyspace.lua's `remove`); when the
+-- key goes with it and `announce`, wakes its first waiter with the token
+-- waiters saw. 0: no such hold; 1: let go; 2: let go and the key deleted,
+-- but the wake-up refused (an ACL).
+local function let_go(key, layout, id, token, hold, announce)
+  local gone = remove(key, layout, id, token, hold)
+  if gone == nil then
+    return 0
+  elseif gone and announce and not wake(key, token or '') then
+    return 2
+  end
+  return 1
+end

@@ -64,25 +64,13 @@
 
 use std::sync::LazyLock;
 
+use crate::kinds::keyspace::script;
 use crate::proto::{Call, Command, Effect, Keys, Script};
-
-/// The queue's Lua functions (`enqueue`, `dequeue`, `wake`), put before
-/// the text of every script that uses them.
-macro_rules! with_queue {
-    ($script:literal) => {
-        concat!(
-            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/kinds/queue.lua")),
-            include_str!($script)
-        )
-    };
-}
-pub(crate) use with_queue;
 
 /// Takes a waiter out of the queues of its keys.
 static LEAVE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("queue.lua"),
-        "for _, key in ipairs(KEYS) do\n  dequeue(key, ARGV[1])\n  \
+    Script::new(script!(
+        text "for _, key in ipairs(KEYS) do\n  dequeue(key, ARGV[1])\n  \
          if redis.call('EXISTS', key) == 0 then\n    wake(key, '')\n  end\nend\nreturn 1\n"
     ))
 });
@@ -90,9 +78,8 @@ static LEAVE: LazyLock<Script> = LazyLock::new(|| {
 /// Wakes the next waiter of a key if the key is free: a wake-up reached a
 /// client whose named wait had ended.
 static PASS_ON: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("queue.lua"),
-        "if redis.call('EXISTS', KEYS[1]) == 0 then\n  wake(KEYS[1], ARGV[1])\nend\nreturn 1\n"
+    Script::new(script!(
+        text "if redis.call('EXISTS', KEYS[1]) == 0 then\n  wake(KEYS[1], ARGV[1])\nend\nreturn 1\n"
     ))
 });
 

@@ -4,8 +4,11 @@
 //!
 //! | operation | on each node | round trips |
 //! |---|---|---|
-//! | status | [`inspect.lua`](INSPECT): the key's type, holder, PTTL, holds, and the fencing counter; changes nothing | 1 |
-//! | release by token | [`clear.lua`](CLEAR): compare-and-delete with that token only, announced | 1 |
+//! | status | [`inspect.lua`](INSPECT): the key's layout, holder, PTTL, holds, and the fencing counter; changes nothing | 1 |
+//! | release by token | [`clear.lua`](CLEAR): lets the hold with that token go, whatever its kind, announced | 1 |
+//!
+//! Both read keys through the key space's owner ([`keyspace`](super::keyspace)),
+//! so they know every kind's layout without a line of their own.
 //!
 //! Neither takes part in the protocol: a status is a snapshot of each node
 //! at a slightly different moment (a lock may move between two nodes'
@@ -21,16 +24,16 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::error::NodeFailure;
-use crate::kinds::queue::with_queue;
+use crate::kinds::keyspace::script;
 use crate::kinds::{script_outcome, unexpected};
 use crate::proto::{Answer, Call, Command, Effect, Keys, Script};
 
 /// Reads what one node holds for a key, changing nothing.
 pub(crate) static INSPECT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("inspect.lua")));
+    LazyLock::new(|| Script::new(script!(keys "inspect.lua")));
 
 /// Compare-and-delete by a token, of any kind's key.
-pub(crate) static CLEAR: LazyLock<Script> = LazyLock::new(|| Script::new(with_queue!("clear.lua")));
+pub(crate) static CLEAR: LazyLock<Script> = LazyLock::new(|| Script::new(script!("clear.lua")));
 
 /// What the nodes hold for one resource: [`Redlock::status`](crate::Redlock::status).
 #[derive(Debug, Clone)]
@@ -181,8 +184,8 @@ pub(crate) fn read_inspect(reply: Value) -> Result<NodeState, NodeFailure> {
     let kind = text(kind).ok_or_else(bad)?;
     let lock = match kind.as_str() {
         "none" => None,
-        "string" => Some(Holding::Token(text(holder).ok_or_else(bad)?)),
-        "hash" => Some(Holding::Reentrant {
+        "exclusive" => Some(Holding::Token(text(holder).ok_or_else(bad)?)),
+        "reentrant" => Some(Holding::Reentrant {
             owner: text(holder).unwrap_or_default(),
             holds: holds.iter().filter_map(text).collect(),
         }),
@@ -239,17 +242,18 @@ mod tests {
         let free = read(vec![bulk("none"), Value::Nil, Value::Int(-2), Value::Nil]).unwrap();
         assert_eq!(free, state(None).unwrap());
         let plain = read(vec![
-            bulk("string"),
+            bulk("exclusive"),
             bulk("t1"),
             Value::Int(900),
             bulk("42"),
+            bulk("t1"),
         ])
         .unwrap();
         assert_eq!(plain.lock, Some(Holding::Token("t1".into())));
         assert_eq!(plain.ttl, Some(Duration::from_millis(900)));
         assert_eq!(plain.fence, Some(42));
         let holds = read(vec![
-            bulk("hash"),
+            bulk("reentrant"),
             bulk("job-1"),
             Value::Int(-1),
             Value::Nil,
@@ -267,6 +271,9 @@ mod tests {
         assert_eq!(holds.ttl, None, "no expiry");
         let other = read(vec![bulk("list"), Value::Nil, Value::Int(-1), Value::Nil]).unwrap();
         assert_eq!(other.lock, Some(Holding::Other("list".into())));
+        // A hash that no layout claims is no reentrant lock.
+        let hash = read(vec![bulk("hash"), Value::Nil, Value::Int(-1), Value::Nil]).unwrap();
+        assert_eq!(hash.lock, Some(Holding::Other("hash".into())));
         // Not our script's reply, or a counter that is not a number.
         assert!(read_inspect(Value::Int(1)).is_err());
         assert!(read(vec![bulk("none"), Value::Nil, Value::Int(-2), bulk("x")]).is_err());

@@ -1,16 +1,18 @@
 -- Takes the key and draws the next fencing token, atomically.
 -- KEYS[1] = the key, KEYS[2] = its counter (no TTL), ARGV[1] = our token,
--- ARGV[2] = TTL in milliseconds, ARGV[3] = the waiter ('' for none): it is told
--- who holds the key we could not take, and queues for it (see queue.lua), ARGV[4] = the floor: the least the counter may become (our
--- wall clock in microseconds; '0' without the time floor).
+-- ARGV[2] = TTL in milliseconds, ARGV[3] = the waiter ('' for none): it is
+-- told who holds the key we could not take, and queues for it (see
+-- queue.lua), ARGV[4] = the floor: the least the counter may become (our
+-- wall clock in microseconds; '0' without the time floor). The key is the
+-- exclusive layout (keyspace.lua).
 -- {n}: the key is ours, and the counter was raised to n = max(counter + 1,
 -- floor) in the same step (also when run twice: then the counter as it is);
--- 0: another owner's key (a string or a reentrant hash), nothing changed;
--- {holder, pttl}: the same, with the holder's token (false if unknown);
+-- 0: another holder's key, of any kind, nothing changed; {holder, pttl}:
+-- the same, with the holder's token (false if unknown);
 -- error BADFENCE: the counter is not one (see below), nothing changed.
-local v = redis.pcall('GET', KEYS[1])
-if type(v) == 'table' and redis.call('TYPE', KEYS[1]).ok ~= 'hash' then
-  return v
+local layout, id, holder = look(KEYS[1])
+if layout == nil then
+  return id
 end
 -- The counter, checked before anything is written: a whole number from 0
 -- below 2^53, where Lua's doubles (exact up to there) stop counting. Lua
@@ -23,20 +25,10 @@ c = tonumber(c or '0')
 if not c or c ~= c or c < 0 or c >= 9007199254740992 or math.floor(c) ~= c then
   return redis.error_reply('BADFENCE ' .. KEYS[2])
 end
-if v == ARGV[1] then
+if layout == 'exclusive' and id == ARGV[1] then
   return {c}
-end
-if v then
-  if ARGV[3] == '' then
-    return 0
-  end
-  local holder = v
-  if type(v) == 'table' then
-    holder = redis.call('HGET', KEYS[1], 'i')
-  end
-  local pttl = redis.call('PTTL', KEYS[1])
-  enqueue(KEYS[1], ARGV[3], math.max(pttl, 0) + QUEUE_SLACK)
-  return {holder, pttl}
+elseif layout then
+  return refuse(KEYS[1], holder, ARGV[3])
 end
 -- The next token (%.0f writes it without an exponent). Beyond 2^53 a
 -- counter would stop growing: refused, before anything is written.

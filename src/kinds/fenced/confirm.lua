@@ -3,7 +3,7 @@
 -- KEYS[1] = the key, KEYS[2] = its counter, ARGV[1] = our token,
 -- ARGV[2] = the fencing token.
 -- 1: our key is here, and the counter is at least the token; 0: no key;
--- -1: another owner's key. The counter is raised in every case: a node
+-- -1: another holder's key (or a key that is no lock). The counter is raised in every case: a node
 -- that lagged catches up. Error BADFENCE: the counter is not a whole number
 -- from 0 below 2^53 (see acquire.lua), nothing changed.
 local c = redis.pcall('GET', KEYS[2])
@@ -14,10 +14,10 @@ end
 if c < tonumber(ARGV[2]) then
   redis.call('SET', KEYS[2], ARGV[2])
 end
-local v = redis.pcall('GET', KEYS[1])
-if v == ARGV[1] then
+local layout, id = look(KEYS[1])
+if layout == 'exclusive' and id == ARGV[1] then
   return 1
-elseif v then
-  return -1
+elseif layout == false then
+  return 0
 end
-return 0
+return -1

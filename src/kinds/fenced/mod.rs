@@ -111,19 +111,18 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use redis::Value;
 
+use crate::kinds::keyspace::script;
 use crate::kinds::mutex::Mutex;
-use crate::kinds::queue::with_queue;
 use crate::kinds::{Agreed, Kind, acquire_outcome};
 use crate::proto::quorum::{Plan, Tally};
 use crate::proto::{Answer, Call, Command, Effect, Keys, LockId, Script};
 
 /// Take the key and draw the next token, in one step.
-pub(crate) static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(with_queue!("acquire.lua")));
+pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(script!("acquire.lua")));
 
 /// Raise the counter to the token; is our key still here?
 pub(crate) static CONFIRM: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("confirm.lua")));
+    LazyLock::new(|| Script::new(script!(keys "confirm.lua")));
 
 /// The fenced kind, for one resource.
 #[derive(Debug, Clone)]

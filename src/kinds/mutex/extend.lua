@@ -6,21 +6,17 @@
 -- newer extension's deadline counts on. The caller's deadline is its own
 -- lower bound either way.
 -- 1: every key lives at least ARGV[2] ms from now; 0: a key is missing (none
--- another owner's); -1: a key is another owner's (a string or a reentrant hash). Nothing is
+-- another holder's); -1: a key is another holder's, of any kind. Nothing is
 -- changed unless 1.
 local missing = false
 for _, key in ipairs(KEYS) do
-  local v = redis.pcall('GET', key)
-  -- A reentrant lock's hash is another owner's; any other type is not a
-  -- lock: the node's WRONGTYPE error.
-  if type(v) == 'table' and redis.call('TYPE', key).ok ~= 'hash' then
-    return v
-  end
-  if v ~= ARGV[1] then
-    if v then
-      return -1
-    end
+  local layout, id = look(key)
+  if layout == nil then
+    return id
+  elseif not layout then
     missing = true
+  elseif layout ~= 'exclusive' or id ~= ARGV[1] then
+    return -1
   end
 end
 if missing then

@@ -7,6 +7,11 @@
 //! | release | [`release.lua`](RELEASE): compare-and-delete each key, announce | 1 |
 //! | extend | [`extend.lua`](EXTEND): compare-and-pexpire, never shortening | 1 |
 //!
+//! The key is in the `exclusive` layout of the key space's owner
+//! ([`keyspace`](super::keyspace)): a string holding the holder's token, as
+//! every Redlock client's `SET NX PX` makes it. The fenced kind keeps its
+//! key so too.
+//!
 //! **Guarantee.** While a majority of nodes run and keep their keys and
 //! clocks drift within the allowance, at most one holder at a time believes
 //! it holds a resource within the validity its lock reports — whether it
@@ -17,7 +22,8 @@
 //! those keys can expire. On one node a key belongs to one token at a time:
 //! `SET NX` and the acquisition script create a key only where it is
 //! absent, and the scripts touch a key only when it holds the caller's token
-//! (a key of any other type — a reentrant lock's hash — is another owner's).
+//! (a key of any other layout — a reentrant lock's hash — is another
+//! owner's: see [`keyspace`](super::keyspace)).
 //! So a node's key belongs to one holder until it expires or that holder
 //! lets go. Two believing holders of one resource would need two majorities
 //! of such keys at one moment; any two majorities of `N` share a node, which
@@ -54,21 +60,19 @@
 use std::sync::{Arc, LazyLock};
 
 use crate::kinds::Kind;
-use crate::kinds::queue::with_queue;
+use crate::kinds::keyspace::script;
 use crate::proto::quorum::Plan;
 use crate::proto::{Call, Command, Effect, LockId, Script};
 
 /// Every key or none, saying who holds a key it could not take.
-pub(crate) static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(with_queue!("acquire.lua")));
+pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(script!("acquire.lua")));
 
 /// Compare-and-delete, announcing the release to waiters.
-pub(crate) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(with_queue!("release.lua")));
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(script!("release.lua")));
 
 /// Compare-and-pexpire, never shortening.
 pub(crate) static EXTEND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("extend.lua")));
+    LazyLock::new(|| Script::new(script!(keys "extend.lua")));
 
 /// The mutex kind.
 #[derive(Debug, Clone, Copy, Default)]

@@ -3,23 +3,21 @@
 -- hold is there; never creates it, never shortens the key (other holds, and
 -- a newer extension of this one, may count on a longer life).
 -- 1: the key lives at least ARGV[3] ms from now; 0: the hold is not there;
--- -1: the key is another owner's (a string, or another owner's hash).
+-- -1: the key is another holder's, of any kind.
 local key, owner, token, ttl = KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3])
-local kind = redis.call('TYPE', key).ok
--- A mutex's string is another owner's; any other type is not a lock.
-if kind ~= 'none' and kind ~= 'hash' and kind ~= 'string' then
-  return redis.error_reply('WRONGTYPE the lock key holds a ' .. kind)
+local layout, id = look(key)
+if layout == nil then
+  return id
+elseif not layout then
+  return 0
+elseif layout ~= 'reentrant' or id ~= owner then
+  return -1
 end
-if kind == 'hash' and redis.call('HGET', key, 'o') == owner then
-  if redis.call('HEXISTS', key, token) == 0 then
-    return 0
-  end
-  local left = redis.call('PTTL', key)
-  if left == -1 or left < ttl then
-    redis.call('PEXPIRE', key, ARGV[3])
-  end
-  return 1
-elseif kind == 'none' then
+if redis.call('HEXISTS', key, token) == 0 then
   return 0
 end
-return -1
+local left = redis.call('PTTL', key)
+if left == -1 or left < ttl then
+  redis.call('PEXPIRE', key, ARGV[3])
+end
+return 1

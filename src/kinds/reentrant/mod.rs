@@ -17,7 +17,10 @@
 //! token in it: what another owner's waiters see and wait for; nodes with
 //! the same holds name the key alike, and once a token's release has been
 //! announced no live key is named by it), and one field per hold, named by
-//! the hold's token.
+//! the hold's token: the `reentrant` layout of the key space's owner
+//! ([`keyspace`](super::keyspace)), which reads it for every kind and
+//! removes a hold from it (this kind's release, and an operator's clear by
+//! token, both let a hold go that way).
 //!
 //! **Guarantee.** While a majority of nodes run and keep their keys and
 //! clocks drift within the allowance: for as long as any hold of owner `A`
@@ -69,21 +72,19 @@
 use std::sync::{Arc, LazyLock};
 
 use crate::kinds::Kind;
-use crate::kinds::queue::with_queue;
+use crate::kinds::keyspace::script;
 use crate::proto::quorum::Plan;
 use crate::proto::{Call, Command, Effect, LockId, Script};
 
 /// Create the hash or add a hold to our owner's, refreshing the TTL.
-pub(crate) static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(with_queue!("acquire.lua")));
+pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(script!("acquire.lua")));
 
 /// Remove one hold; delete and announce the key when none is left.
-pub(crate) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(with_queue!("release.lua")));
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(script!("release.lua")));
 
 /// Prolong the key while this hold is there, never shortening.
 pub(crate) static EXTEND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("extend.lua")));
+    LazyLock::new(|| Script::new(script!(keys "extend.lua")));
 
 /// The reentrant kind, for one owner.
 #[derive(Debug, Clone)]
