@@ -16,7 +16,7 @@ use crate::engine::acquire::{self, Call};
 use crate::engine::hold::{Context, Hold};
 use crate::error::{ConfigError, Error, Report};
 use crate::kinds::admin::{self, Status};
-use crate::kinds::{Kind, fenced, mutex, reentrant};
+use crate::kinds::{Kind, fenced, mutex, reentrant, semaphore};
 use crate::lock::{Held, Lock};
 use crate::proto::Keys;
 use crate::proto::quorum::Tally;
@@ -201,6 +201,7 @@ impl Redlock {
             ttl,
             owner: None,
             fenced: false,
+            permits: None,
             call: Call {
                 retries: options.retry_count,
                 wait: options.wait_timeout,
@@ -416,6 +417,8 @@ pub struct LockRequest<'a> {
     /// Set for a reentrant lock.
     owner: Option<String>,
     fenced: bool,
+    /// Set for a semaphore.
+    permits: Option<u32>,
     call: Call,
 }
 
@@ -501,6 +504,44 @@ impl<'a> LockRequest<'a> {
         self
     }
 
+    /// Makes this one of **`permits` permits** of a semaphore: up to
+    /// `permits` holders at a time hold the resource, each with a [`Lock`]
+    /// of its own (its token, validity, [`extend`](Lock::extend),
+    /// [`keep_alive`](Lock::keep_alive), release), and the next one waits
+    /// for any of them to let go.
+    ///
+    /// ```no_run
+    /// # async fn run(redlock: redquorum::Redlock) -> Result<(), redquorum::Error> {
+    /// use std::time::Duration;
+    /// // At most three workers call the rate-limited API at once.
+    /// let permit = redlock
+    ///     .lock("partner-api", Duration::from_secs(30))
+    ///     .permits(3)
+    ///     .await?;
+    /// // … call the API …
+    /// permit.release().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// Each permit is one of `permits` slots, each slot a mutex held on a
+    /// majority of nodes; why "each node admits `permits` holders" would
+    /// not be a semaphore, and what is guaranteed, is in the README's "Lock
+    /// kinds". The number belongs to the semaphore: a call that asks for
+    /// another one than the holders on the nodes is refused
+    /// ([`GaveUp::Mismatch`](crate::GaveUp::Mismatch), with
+    /// [`NodeFailure::PermitsMismatch`](crate::NodeFailure::PermitsMismatch)
+    /// from each node), never admitted beyond it. A semaphore and other
+    /// kinds of lock on the same name exclude each other.
+    ///
+    /// # Errors
+    /// [`ConfigError::Permits`] for 0 or more than 1 024 permits;
+    /// [`ConfigError::Combination`] with [`reentrant`](Self::reentrant),
+    /// [`fenced`](Self::fenced), or on a set of more than one resource.
+    pub fn permits(mut self, permits: u32) -> Self {
+        self.permits = Some(permits);
+        self
+    }
+
     /// Runs `work` while holding the lock: acquires it, keeps it alive in
     /// the background ([`Lock::keep_alive`]) however long `work` takes, and
     /// releases it when `work` returns or panics (the panic then goes on).
@@ -540,6 +581,19 @@ impl<'a> LockRequest<'a> {
             Resources::All(names) => (names.iter().map(|r| key(r)).collect(), names.join(",")),
         };
         let fenced = self.fenced || options.fenced;
+        if let Some(permits) = self.permits {
+            return match (keys.len(), self.owner.is_some(), self.fenced) {
+                (0, _, _) => Err(ConfigError::NoResources),
+                (_, true, _) => Err(ConfigError::Combination("permits and reentrant")),
+                (_, _, true) => Err(ConfigError::Combination("permits and fenced")),
+                (2.., _, _) => Err(ConfigError::Combination("permits on a set")),
+                _ if permits == 0 || permits > semaphore::MAX_PERMITS => {
+                    Err(ConfigError::Permits { permits })
+                }
+                // (The builder's `fenced` default applies to plain locks.)
+                _ => Ok((semaphore::kind(permits), keys, resource)),
+            };
+        }
         let kind = match (keys.len(), self.owner.as_deref(), fenced) {
             (0, _, _) => return Err(ConfigError::NoResources),
             (_, Some(""), _) => return Err(ConfigError::EmptyOwner),
@@ -594,6 +648,7 @@ impl fmt::Debug for LockRequest<'_> {
             .field("ttl", &self.ttl)
             .field("owner", &self.owner)
             .field("fenced", &self.fenced)
+            .field("permits", &self.permits)
             .field("call", &self.call)
             .finish()
     }

@@ -97,6 +97,10 @@ pub enum GaveUp {
     /// ([`Builder::wait_timeout`](crate::Builder::wait_timeout)) would have
     /// passed before the next attempt.
     Deadline,
+    /// So many nodes refused in a way no retry changes that no majority
+    /// could agree: they hold the resource as a semaphore of another number
+    /// of permits ([`NodeFailure::PermitsMismatch`]).
+    Mismatch,
 }
 
 impl Error {
@@ -126,6 +130,7 @@ impl fmt::Display for Error {
                 let why = match gave_up {
                     GaveUp::Retries => "retry limit reached",
                     GaveUp::Deadline => "wait deadline reached",
+                    GaveUp::Mismatch => "refused: see the nodes' reasons",
                 };
                 write!(
                     f,
@@ -263,6 +268,13 @@ pub enum ConfigError {
     },
     /// [`lock_all`](crate::Redlock::lock_all) was given no resource.
     NoResources,
+    /// A semaphore's number of permits
+    /// ([`LockRequest::permits`](crate::LockRequest::permits)) is 0 or
+    /// more than 1 024.
+    Permits {
+        /// The number asked for.
+        permits: u32,
+    },
     /// A resource's key (the key prefix and its name) is longer than
     /// Redis takes (512 MB).
     KeyTooLong {
@@ -399,6 +411,11 @@ impl fmt::Display for ConfigError {
                 "the PEM given to Builder::{option} cannot be used ({reason}): \
                  pass the file's contents, e.g. std::fs::read(\"ca.pem\")?"
             ),
+            ConfigError::Permits { permits } => write!(
+                f,
+                "a semaphore of {permits} permits: ask for 1 to 1024 (for one holder at a time, \
+                 take a plain lock)"
+            ),
             ConfigError::Combination(asked) => write!(
                 f,
                 "a lock cannot be {asked}: reentrant holds and fencing tokens are on one resource, \
@@ -515,6 +532,16 @@ pub enum NodeFailure {
         /// The counter's key.
         key: String,
     },
+    /// The resource is a semaphore of another number of permits on this
+    /// node than the call asked for
+    /// ([`LockRequest::permits`](crate::LockRequest::permits)). The
+    /// number belongs to the semaphore, set by its first holder; a caller
+    /// that disagrees is refused, never admitted beyond it. Nothing was
+    /// written.
+    PermitsMismatch {
+        /// The semaphore's number of permits on this node.
+        permits: u32,
+    },
     /// The Redis client refused to send the request: a mistake in its
     /// configuration for this node (redis-rs's `InvalidClientConfig` and
     /// client-side errors), not an answer from the node. Nothing was sent.
@@ -588,6 +615,10 @@ impl fmt::Display for NodeFailure {
                  someone else wrote it; on this node, set it to the largest counter the other \
                  nodes hold for the resource, or delete it where tokens follow the clock \
                  (Builder::fence_time_floor, the default)"
+            ),
+            NodeFailure::PermitsMismatch { permits } => write!(
+                f,
+                "the resource is a semaphore of {permits} permits here, not the number this call                  asked for: every caller of one semaphore must ask for the same number (a new                  number takes effect once every permit has been let go or has expired)"
             ),
             NodeFailure::Client(e) => write!(
                 f,

@@ -46,7 +46,8 @@
 //! * [`LockRequest`]: one call's options — [`wait`](LockRequest::wait),
 //!   [`retries`](LockRequest::retries), [`reentrant`](LockRequest::reentrant)
 //!   holds for an owner, [`fenced`](LockRequest::fenced) locks with a
-//!   fencing token, and [`with`](LockRequest::with) to run work under it.
+//!   fencing token, one of k [`permits`](LockRequest::permits) of a
+//!   semaphore, and [`with`](LockRequest::with) to run work under it.
 //! * [`Lock`]: a held lock — remaining validity, extend, release,
 //!   [`keep_alive`](Lock::keep_alive); [`Held`]: a view of it for the code
 //!   it protects, saying when it is lost.
@@ -60,8 +61,10 @@
 //! * `client` and `lock`: the handles above.
 //! * `kinds`: what a lock is on one node — its Lua scripts and how a node's
 //!   reply becomes a vote: `kinds::mutex` (one resource or a set),
-//!   `kinds::reentrant`, `kinds::fenced`. Each states its guarantee and why
-//!   it holds. `kinds::admin` reads and clears any kind's key.
+//!   `kinds::reentrant`, `kinds::fenced`, `kinds::semaphore`. Each states
+//!   its guarantee and why it holds. `kinds::keyspace` is the one owner of
+//!   what a key is, for every kind; `kinds::admin` reads and clears any
+//!   kind's key through it.
 //! * `engine`: the acquire loop (attempt, decide, validity, rollback,
 //!   cancel safety, retries), waiting for a release over pub/sub, and the
 //!   watchdog — the same for every kind.

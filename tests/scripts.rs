@@ -36,6 +36,9 @@ const REENTRANT_EXTEND: &str = script!(keys "../src/kinds/reentrant/extend.lua")
 const FENCED_ACQUIRE: &str = script!("../src/kinds/fenced/acquire.lua");
 const FENCED_CONFIRM: &str = script!(keys "../src/kinds/fenced/confirm.lua");
 const ADMIN_CLEAR: &str = script!("../src/kinds/admin/clear.lua");
+const SEMAPHORE_ACQUIRE: &str = script!("../src/kinds/semaphore/acquire.lua");
+const SEMAPHORE_EXTEND: &str = script!(keys "../src/kinds/semaphore/extend.lua");
+const SEMAPHORE_RELEASE: &str = script!("../src/kinds/semaphore/release.lua");
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef01234567";
 
@@ -530,4 +533,167 @@ fn the_queue_orders_waiters_by_when_they_began_and_a_release_wakes_the_first_hea
     read_lines(7, &mut lines);
     assert_eq!(lines[6], format!("{ee} {other}"), "{lines:?}");
     assert_eq!(queue(&c), Vec::<String>::new());
+}
+
+fn slot(reply: Reply) -> (i64, String) {
+    match reply {
+        Reply::Array(Some(items)) => match items.as_slice() {
+            [
+                Reply::Bulk(Some(tag)),
+                Reply::Int(slot),
+                Reply::Bulk(Some(free)),
+            ] if tag.as_slice() == b"slot" => (*slot, String::from_utf8(free.clone()).unwrap()),
+            _ => panic!("{items:?}"),
+        },
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A semaphore's scripts run twice change nothing the second time: the
+/// same slot, never shortened, no second slot; a slot our token took on a
+/// node that the others did not grant goes at our first extension there;
+/// each slot ends at its own expiry.
+#[test]
+fn a_resent_permit_takes_one_slot_and_shortens_nothing() {
+    let c = cluster(1);
+    let other = "fedcba9876543210fedcba9876543210fedcba98";
+    // The hint, slot 1, is free: taken, twice.
+    let args = [TOKEN, "5000", "3", "1", ""];
+    assert_eq!(
+        slot(eval(&c, SEMAPHORE_ACQUIRE, &["s"], &args)),
+        (1, "111".into())
+    );
+    run(&c, 0, &["HSET", "s", "x1", "99999999999999"]);
+    assert_eq!(
+        slot(eval(&c, SEMAPHORE_ACQUIRE, &["s"], &args)),
+        (1, "111".into())
+    );
+    assert_eq!(hget(&c, "s", "x1"), "99999999999999", "not shortened");
+    // Another holder hinting slot 1 gets the lowest free one, and is told
+    // which slots were free.
+    let theirs = [other, "5000", "3", "1", ""];
+    assert_eq!(
+        slot(eval(&c, SEMAPHORE_ACQUIRE, &["s"], &theirs)),
+        (0, "101".into())
+    );
+    // A slot our token was granted on a node where the others granted
+    // another (made by hand here): our first extension there lets it go.
+    run(&c, 0, &["HSET", "s", "t2", TOKEN, "x2", "99999999999999"]);
+    twice(
+        &c,
+        SEMAPHORE_EXTEND,
+        &["s"],
+        &[TOKEN, "8000", "1"],
+        Reply::Int(1),
+    );
+    assert_eq!(run(&c, 0, &["HEXISTS", "s", "t2"]), Reply::Int(0));
+    assert_eq!(hget(&c, "s", "x1"), "99999999999999", "never shortened");
+    // A third token: slot 2; a fourth finds all three held.
+    let third = "1111111111111111111111111111111111111111";
+    assert_eq!(
+        slot(eval(
+            &c,
+            SEMAPHORE_ACQUIRE,
+            &["s"],
+            &[third, "5000", "3", "0", ""]
+        ))
+        .0,
+        2
+    );
+    let fourth = "2222222222222222222222222222222222222222";
+    twice(
+        &c,
+        SEMAPHORE_ACQUIRE,
+        &["s"],
+        &[fourth, "5000", "3", "0", ""],
+        Reply::Int(0),
+    );
+    // Another number of permits: refused, naming the semaphore's.
+    match eval(
+        &c,
+        SEMAPHORE_ACQUIRE,
+        &["s"],
+        &[fourth, "5000", "4", "0", ""],
+    ) {
+        Reply::Error(e) => assert_eq!(e, "PERMITS 3"),
+        other => panic!("{other:?}"),
+    }
+    // Extending a slot that is not ours: 0.
+    twice(
+        &c,
+        SEMAPHORE_EXTEND,
+        &["s"],
+        &[TOKEN, "8000", "0"],
+        Reply::Int(0),
+    );
+    // Releases: ours goes, once.
+    assert_eq!(
+        eval(&c, SEMAPHORE_RELEASE, &["s"], &[TOKEN, "0"]),
+        Reply::Int(1)
+    );
+    assert_eq!(
+        eval(&c, SEMAPHORE_RELEASE, &["s"], &[TOKEN, "0"]),
+        Reply::Int(0)
+    );
+    // A slot past its expiry is free, though its fields are still there.
+    let now_ms = match run(&c, 0, &["TIME"]) {
+        Reply::Array(Some(t)) => match t.as_slice() {
+            [Reply::Bulk(Some(s)), _] => {
+                String::from_utf8(s.clone())
+                    .unwrap()
+                    .parse::<i64>()
+                    .unwrap()
+                    * 1000
+            }
+            _ => panic!(),
+        },
+        other => panic!("{other:?}"),
+    };
+    run(&c, 0, &["HSET", "s", "x0", &(now_ms - 1000).to_string()]);
+    assert_eq!(
+        slot(eval(
+            &c,
+            SEMAPHORE_ACQUIRE,
+            &["s"],
+            &[fourth, "5000", "3", "2", ""]
+        ))
+        .0,
+        0
+    );
+    // Other kinds see another holder; the semaphore sees theirs.
+    assert_eq!(
+        eval(&c, MUTEX_ACQUIRE, &["s"], &[TOKEN, "5000", ""]),
+        Reply::Int(0)
+    );
+    assert_eq!(
+        eval(&c, MUTEX_RELEASE, &["s"], &[TOKEN, "0"]),
+        Reply::Int(-1)
+    );
+    assert_eq!(
+        eval(&c, MUTEX_ACQUIRE, &["m"], &[TOKEN, "5000", ""]),
+        Reply::Int(1)
+    );
+    assert_eq!(
+        eval(
+            &c,
+            SEMAPHORE_ACQUIRE,
+            &["m"],
+            &[other, "5000", "3", "0", ""]
+        ),
+        Reply::Int(0)
+    );
+    assert_eq!(
+        eval(&c, SEMAPHORE_RELEASE, &["m"], &[other, "0"]),
+        Reply::Int(-1)
+    );
+    // An operator's clear by token lets one permit go; the last takes the
+    // key with it.
+    for token in [third, fourth] {
+        assert_eq!(
+            eval(&c, ADMIN_CLEAR, &["s"], &[token]),
+            Reply::Int(1),
+            "{token}"
+        );
+    }
+    assert_eq!(run(&c, 0, &["EXISTS", "s"]), Reply::Int(0));
 }

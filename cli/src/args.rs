@@ -109,6 +109,7 @@ The command gets these environment variables:
                       to the storage you write to, and have it refuse a
                       smaller one than it has seen.
   REDQUORUM_OWNER     with --reentrant-owner: the owner id
+  REDQUORUM_PERMITS   with --permits: K
 
 The command runs in a process group of its own (given the terminal, if
 redquorum has it). If renewing the lock keeps failing until no more than
@@ -168,6 +169,10 @@ pub struct Run {
     /// holds it.
     #[arg(long, value_name = "ID")]
     pub reentrant_owner: Option<String>,
+    /// Take one of K permits of a semaphore: up to K runs on RESOURCE hold
+    /// it at once (every run must give the same K).
+    #[arg(long, value_name = "K", conflicts_with_all = ["fence", "reentrant_owner"])]
+    pub permits: Option<u32>,
     /// How long the command has to exit after SIGTERM before it gets
     /// SIGKILL, when the lock is failing: SIGTERM goes out once renewals
     /// have failed until no more than this is left of the lock, and SIGKILL

@@ -102,6 +102,17 @@ fn describe(holder: &Holding) -> String {
                 holds.join(", ")
             )
         }
+        Holding::Permits { permits, holders } => {
+            let held: Vec<String> = holders
+                .iter()
+                .map(|(slot, token)| format!("{slot}: {token}"))
+                .collect();
+            format!(
+                "semaphore of {permits} permits ({} held: {})",
+                holders.len(),
+                held.join(", ")
+            )
+        }
         Holding::Other(kind) => format!("a {kind} key that is not a lock"),
         _ => "an unknown holder".to_owned(),
     }
@@ -112,6 +123,13 @@ fn holder_json(holder: &Holding) -> Value {
         Holding::Token(token) => json!({"kind": "lock", "token": token}),
         Holding::Reentrant { owner, holds } => {
             json!({"kind": "reentrant", "owner": owner, "holds": holds})
+        }
+        Holding::Permits { permits, holders } => {
+            let held: Vec<Value> = holders
+                .iter()
+                .map(|(slot, token)| json!({"slot": slot, "token": token}))
+                .collect();
+            json!({"kind": "semaphore", "permits": permits, "holders": held})
         }
         Holding::Other(kind) => json!({"kind": "other", "type": kind}),
         _ => json!({"kind": "unknown"}),

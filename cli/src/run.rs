@@ -80,6 +80,9 @@ async fn acquire(redlock: &Redlock, args: &Run, signals: &mut Signals) -> Result
     if let Some(owner) = &args.reentrant_owner {
         request = request.reentrant(owner.clone());
     }
+    if let Some(permits) = args.permits {
+        request = request.permits(permits);
+    }
     let acquiring = request.into_future();
     let progress = async {
         if args.no_wait || !std::io::stderr().is_terminal() {
@@ -137,6 +140,9 @@ fn describe_holder(status: &redquorum::Status) -> String {
     let who = match holder {
         Holding::Token(token) => format!("token {}…", token.chars().take(8).collect::<String>()),
         Holding::Reentrant { owner, .. } => format!("owner {owner:?}"),
+        Holding::Permits { permits, .. } => {
+            format!("{} of {permits} permits", status.permits().len())
+        }
         Holding::Other(kind) => format!("a {kind} key (not a lock)"),
         _ => "another holder".to_owned(),
     };
@@ -165,6 +171,9 @@ async fn supervise(mut lock: Lock, args: &Run, signals: &mut Signals) -> u8 {
     }
     if let Some(owner) = &args.reentrant_owner {
         command.env("REDQUORUM_OWNER", owner);
+    }
+    if let Some(permits) = args.permits {
+        command.env("REDQUORUM_PERMITS", permits.to_string());
     }
     let terminal = foreground_terminal();
     prepare(&mut command, terminal);

@@ -169,6 +169,47 @@ fn the_command_gets_its_lock_in_its_environment() {
     assert_eq!(stdout(&out).trim(), "deploy-7 none");
 }
 
+/// `--permits K`: K runs hold RESOURCE at once, the next is refused (or
+/// waits), and `status` shows the semaphore's holders.
+#[test]
+fn permits_let_k_runs_hold_at_once() {
+    let c = cluster();
+    let mut holders: Vec<_> = (0..2)
+        .map(|_| {
+            run_sh(
+                &c,
+                &["--permits", "2"],
+                "pool",
+                "echo held $REDQUORUM_PERMITS; exec sleep 30",
+            )
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    for holder in &mut holders {
+        assert_eq!(first_line(holder), "held 2");
+    }
+    let out = output(run_sh(
+        &c,
+        &["--permits", "2", "--no-wait"],
+        "pool",
+        "echo ran",
+    ));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "");
+    let status = output(redquorum(&c, &["status", "pool"]));
+    assert!(
+        stdout(&status).contains("semaphore of 2 permits (2 held"),
+        "{}",
+        stdout(&status)
+    );
+    for mut holder in holders {
+        holder.kill().unwrap();
+        holder.wait().unwrap();
+    }
+}
+
 #[test]
 fn every_exit_status() {
     let c = cluster();

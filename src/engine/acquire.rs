@@ -123,12 +123,16 @@ pub(crate) async fn acquire(
                     fence,
                 });
             }
-            Attempt::Failed(tally, took) => (tally, took),
+            Attempt::Failed(tally, took) => {
+                kind.refused(&tally);
+                (tally, took)
+            }
         };
         let give_up = |gave_up| {
             let cause = match gave_up {
                 GaveUp::Retries => "retries",
                 GaveUp::Deadline => "deadline",
+                GaveUp::Mismatch => "mismatch",
             };
             metrics::gave_up(kind.name(&id), cause);
             Error::NotAcquired {
@@ -138,6 +142,9 @@ pub(crate) async fn acquire(
                 report: engine.report(&tally),
             }
         };
+        if tally.mismatched() {
+            return Err(give_up(GaveUp::Mismatch));
+        }
         if counted > call.retries {
             return Err(give_up(GaveUp::Retries));
         }

@@ -11,37 +11,103 @@
 --     alike, and once a token's release is announced no live key is named
 --     by it), and one field per hold, named by the hold's token. The key
 --     goes when its last hold does.
+--   semaphore: a hash, 'k' = the number of permits, and per permit slot i
+--     (0 to k - 1) held: 't<i>' = its holder's token, 'x<i>' = when it
+--     expires, in ms of the node's clock (TIME). A slot is held while its
+--     expiry is ahead; the key's own TTL is the latest expiry, and it goes
+--     when its last slot is let go. (Expiries in the hash, not per-field
+--     TTLs: HPEXPIRE needs Redis 7.4, and Redis 6.2 and 7.0 are served.)
 -- (Plain functions and multiple values, no tables of closures: this text
 -- runs on every call, and a table of layouts cost each script a microsecond.)
 -- Nothing here wakes or queues: that is queue.lua's, built on `remove`.
 
 -- What `key` holds: false if it is free; else its layout's name, the
 -- holder's identity (the token of an exclusive holder, the owner of
--- reentrant holds) and the token waiters wait for (false if unknown). For a
--- key that no layout claims (a list, say, or a hash of somebody else's):
--- nil and the error reply to return. Such a key is never "held" or "free";
--- it is a mistake to say plainly, as the node's WRONGTYPE error does.
-local function look(key)
-  local v = redis.pcall('GET', key)
-  if not v then
-    return false
-  elseif type(v) == 'string' then
-    return 'exclusive', v, v
+-- reentrant holds, a semaphore's number of permits) and the token waiters
+-- wait for (false if unknown, as for a semaphore: see semaphore_slots). For a
+-- key that no layout claims (a list, say, or a hash without the fields of
+-- ours): nil and a WRONGTYPE error reply to return. Such a key is never
+-- "held" or "free"; it is a mistake to say plainly. `strings`: the caller
+-- expects a string (the exclusive kinds): GET first, one call where the
+-- key is one. Others ask TYPE first: a GET on a hash is an error reply
+-- that the node counts (errorstat_WRONGTYPE), and every call of a
+-- reentrant lock or a semaphore would raise a node's error rate.
+local function look(key, strings)
+  local kind
+  if strings then
+    local v = redis.pcall('GET', key)
+    if not v then
+      return false
+    elseif type(v) == 'string' then
+      return 'exclusive', v, v
+    end
+    kind = redis.call('TYPE', key).ok
+  else
+    kind = redis.call('TYPE', key).ok
+    if kind == 'none' then
+      return false
+    elseif kind == 'string' then
+      local v = redis.call('GET', key)
+      return 'exclusive', v, v
+    end
   end
-  local kind = redis.call('TYPE', key).ok
   if kind == 'hash' then
-    local owner, smallest = unpack(redis.call('HMGET', key, 'o', 'i'))
+    local owner, smallest, permits = unpack(redis.call('HMGET', key, 'o', 'i', 'k'))
     if owner then
       return 'reentrant', owner, smallest
+    elseif permits then
+      return 'semaphore', permits, false
     end
   end
   return nil, redis.error_reply('WRONGTYPE the lock key holds a ' .. kind .. ' that is no lock')
+end
+
+-- The node's clock, in ms.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- A semaphore's slots that are held now, by slot number (0 to k - 1):
+-- {token = ..., expires = ms of the node's clock}; and the node's time.
+local function semaphore_slots(key, k)
+  local now = now_ms()
+  local slots = {}
+  local fields = redis.call('HGETALL', key)
+  for n = 1, #fields, 2 do
+    local name = fields[n]
+    local kind, i = string.sub(name, 1, 1), tonumber(string.sub(name, 2))
+    if i and i >= 0 and i < k and (kind == 't' or kind == 'x') then
+      local slot = slots[i] or {}
+      if kind == 't' then
+        slot.token = fields[n + 1]
+      else
+        slot.expires = tonumber(fields[n + 1])
+      end
+      slots[i] = slot
+    end
+  end
+  for i, slot in pairs(slots) do
+    if not slot.token or not slot.expires or slot.expires <= now then
+      slots[i] = nil
+    end
+  end
+  return slots, now
 end
 
 -- The tokens of the holds in `key`, of `layout` (from `look`).
 local function holds(key, layout, id)
   if layout == 'exclusive' then
     return {id}
+  elseif layout == 'semaphore' then
+    local tokens = {}
+    local slots = semaphore_slots(key, tonumber(id))
+    for i = 0, tonumber(id) - 1 do
+      if slots[i] then
+        tokens[#tokens + 1] = i .. ':' .. slots[i].token
+      end
+    end
+    return tokens
   end
   local tokens = {}
   for _, field in ipairs(redis.call('HKEYS', key)) do
@@ -54,14 +120,44 @@ end
 
 -- Removes the hold `hold` of `key`, whatever its layout (`layout`, `id`,
 -- `token`: from `look`), as the key's own kind would. Nil if the key has no
--- such hold; else whether the key went with it.
+-- such hold; false if it is removed and nothing was freed that a waiter
+-- could take (a reentrant owner's other holds are left); else the token to
+-- announce to waiters: the one they saw.
 local function remove(key, layout, id, token, hold)
   if layout == 'exclusive' then
     if id ~= hold then
       return nil
     end
     redis.call('DEL', key)
-    return true
+    return id
+  elseif layout == 'semaphore' then
+    -- Every slot the token has (a holder keeps one; an acquisition whose
+    -- nodes granted it different slots left it others, see
+    -- kinds/semaphore), held or expired.
+    local k = tonumber(id)
+    local found = false
+    for i = 0, k - 1 do
+      if redis.call('HGET', key, 't' .. i) == hold then
+        redis.call('HDEL', key, 't' .. i, 'x' .. i)
+        found = true
+      end
+    end
+    if not found then
+      return nil
+    end
+    -- The key lives as long as its latest slot, so that a key is there
+    -- exactly while a slot is held.
+    local slots, now = semaphore_slots(key, k)
+    local latest = 0
+    for _, slot in pairs(slots) do
+      latest = math.max(latest, slot.expires)
+    end
+    if latest == 0 then
+      redis.call('DEL', key)
+    else
+      redis.call('PEXPIRE', key, latest - now)
+    end
+    return hold
   end
   if hold == 'o' or hold == 'i' or redis.call('HDEL', key, hold) == 0 then
     return nil
@@ -69,7 +165,7 @@ local function remove(key, layout, id, token, hold)
   -- Left: 'o', 'i' and the other holds.
   if redis.call('HLEN', key) <= 2 then
     redis.call('DEL', key)
-    return true
+    return token or ''
   end
   -- 'i' stays the smallest hold token left.
   if token == hold then

@@ -17,25 +17,38 @@
 //! |---|---|---|
 //! | `exclusive` | mutex, set, fenced | a string: the holder's token (`SET NX PX`, as every Redlock client makes it) |
 //! | `reentrant` | reentrant | a hash: `o` = owner, `i` = smallest hold token, a field per hold |
+//! | `semaphore` | semaphore | a hash: `k` = permits; per held slot `i`, `t<i>` = holder's token and `x<i>` = expiry (ms, node clock) |
 //!
 //! A kind's scripts ask `look` what a key is and speak only of their own
 //! layout: a key is theirs when `look` names their layout and their
 //! identity (a token, an owner); anything else that is held is another
 //! holder's, whatever made it. That is the whole argument for exclusion
-//! *between* kinds: on one node a key has one layout at a time, and each
-//! script creates its key only where `look` found it free, so a node grants
-//! one kind's holder only where no other kind's holder has the key; each
-//! kind's quorum argument then carries over unchanged, two majorities
-//! sharing a node. A key of a type no layout claims (a list, somebody
-//! else's hash) is never taken for free or for held: every script answers
-//! the node's `WRONGTYPE` error, which names the type, and the client
-//! reports it as such.
+//! *between* kinds: on one node a key has one layout at a time, and a key
+//! is created only where it is absent (by a script after `look` found it
+//! free, or by the plain lock's `SET NX`), so a node grants one kind's
+//! holder only where no other kind's holder has the key; each kind's quorum
+//! argument then carries over unchanged, two majorities sharing a node.
+//! (The mutex, a set and the fenced lock share the `exclusive` layout: a
+//! holder is told from another by its token, drawn fresh for every
+//! attempt.) A key that no layout claims (a list, a hash without the fields
+//! of ours) is never taken for free or for held: the scripts answer a
+//! `WRONGTYPE` error naming its type, before they write anything, and the
+//! client reports it as such; the plain lock's `SET NX`, which runs no
+//! script, finds such a key there and votes no; the fenced kind's second
+//! round counts it as another holder's; `status` shows its type. A foreign
+//! hash that happens to have an `o` field reads as reentrant holds: keep
+//! the lock's key prefix for locks.
 //!
 //! Operators' tools go through the owner too: [`admin`](super::admin)'s
 //! `inspect.lua` reports the layout's name, the holder and the holds, and
 //! `clear.lua` lets one hold go by its token with `let_go`, whichever kind
 //! made it. A new kind adds its layout to `keyspace.lua` and a variant to
 //! [`Holding`](super::admin::Holding); no other kind's script changes.
+//!
+//! `look` asks `GET` first for the kinds that expect a string and `TYPE`
+//! first for the others: a `GET` on a hash is an error reply the node
+//! counts (`errorstat_WRONGTYPE`), and a reentrant lock's or a semaphore's
+//! every call would raise the node's error rate.
 //!
 //! The prelude runs on every call of every script (a script is one Lua
 //! function, run whole, and each `local function` in it is a closure made

@@ -15,6 +15,8 @@
 //! * [`reentrant`]: one *owner* at a time, who may take the resource again
 //!   while holding it; each take is a hold of its own, and the resource is
 //!   free when every hold has gone.
+//! * [`semaphore`]: at most `k` holders at a time, each holding one of `k`
+//!   permit slots, every slot a mutex of its own.
 //!
 //! The kinds share the key space and exclude each other: a key of another
 //! kind is "held by another owner" to every script, never an error. What a
@@ -29,6 +31,7 @@ pub(crate) mod keyspace;
 pub(crate) mod mutex;
 pub(crate) mod queue;
 pub(crate) mod reentrant;
+pub(crate) mod semaphore;
 
 use std::time::Duration;
 
@@ -47,7 +50,7 @@ use crate::proto::{Answer, Command, Holder, LockId};
 /// reentrant kind names each hold by its token, so a repeat finds it).
 pub(crate) trait Kind: Send + Sync + 'static {
     /// The kind's name in metrics and logs: `mutex`, `set`, `reentrant`,
-    /// `fenced`.
+    /// `fenced`, `semaphore`.
     fn name(&self, id: &LockId) -> &'static str;
     /// Takes the lock on one node, for `plan.ttl`. For a `waiter` (its
     /// [`queue::member`]), the reply also says who holds the key there and
@@ -75,6 +78,10 @@ pub(crate) trait Kind: Send + Sync + 'static {
     fn agreed(&self, _id: &LockId, _tally: &Tally) -> Agreed {
         Agreed::default()
     }
+    /// After an attempt that failed (and was rolled back): what the kind
+    /// learns from its votes for the next one (the semaphore: which slot to
+    /// hint). Most kinds learn nothing.
+    fn refused(&self, _tally: &Tally) {}
 }
 
 /// What a kind makes of an acquisition a majority agreed to.

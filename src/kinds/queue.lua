@@ -76,15 +76,15 @@ local function refuse(key, token, waiter)
   return {token, pttl}
 end
 
--- Lets the hold `hold` of `key` go (see keyspace.lua's `remove`); when the
--- key goes with it and `announce`, wakes its first waiter with the token
--- waiters saw. 0: no such hold; 1: let go; 2: let go and the key deleted,
--- but the wake-up refused (an ACL).
+-- Lets the hold `hold` of `key` go (see keyspace.lua's `remove`); when
+-- that frees what a waiter could take (the key, or a semaphore's slot) and
+-- `announce`, wakes its first waiter with the token waiters saw. 0: no such
+-- hold; 1: let go; 2: let go and freed, but the wake-up refused (an ACL).
 local function let_go(key, layout, id, token, hold, announce)
-  local gone = remove(key, layout, id, token, hold)
-  if gone == nil then
+  local freed = remove(key, layout, id, token, hold)
+  if freed == nil then
     return 0
-  elseif gone and announce and not wake(key, token or '') then
+  elseif freed and announce and not wake(key, freed) then
     return 2
   end
   return 1

@@ -724,6 +724,12 @@ pub(crate) fn classify(e: &RedisError) -> NodeFailure {
             key: e.detail().unwrap_or_default().to_owned(),
         };
     }
+    if e.code() == Some("PERMITS")
+        && let Some(permits) = e.detail().and_then(|d| d.trim().parse().ok())
+    {
+        // The semaphore's refusal of another number of permits.
+        return NodeFailure::PermitsMismatch { permits };
+    }
     let message = e.to_string();
     let known = |code: Option<&str>| match code {
         Some("WRONGTYPE") => Some(NodeFailure::WrongType(message.clone())),

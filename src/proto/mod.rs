@@ -253,6 +253,10 @@ pub(crate) struct Answer {
     /// A number the node's yes carries: the fenced kind's counter, as the
     /// acquisition left it.
     pub(crate) counter: Option<u64>,
+    /// What the node's yes granted, where a kind grants one of several
+    /// things (the semaphore: which permit slot). Yes votes count toward a
+    /// majority only with the other yes votes for the same grant.
+    pub(crate) grant: Option<u32>,
 }
 
 /// Another owner of a key, as one node sees it.
@@ -271,6 +275,7 @@ impl From<Vote> for Answer {
             holder: None,
             unannounced: false,
             counter: None,
+            grant: None,
         }
     }
 }

@@ -126,7 +126,14 @@ impl Plan {
 #[derive(Debug)]
 pub(crate) struct Tally {
     needed: usize,
+    /// The yes votes for the grant with the most of them (see
+    /// [`Answer::grant`]): yes votes for different grants (different
+    /// permit slots) never add up to a majority.
     agreed: usize,
+    /// The yes votes per grant, where the yes votes carry one.
+    grants: Vec<(u32, usize)>,
+    /// The yes votes, whatever they granted.
+    yes: usize,
     /// `None` while a node has not answered.
     votes: Vec<Option<Vote>>,
     /// The other owners seen, where the acquisition asked.
@@ -142,6 +149,8 @@ impl Tally {
         Tally {
             needed: quorum(nodes),
             agreed: 0,
+            grants: Vec::new(),
+            yes: 0,
             votes: vec![None; nodes],
             holders: Vec::new(),
             named: vec![false; nodes],
@@ -151,8 +160,24 @@ impl Tally {
 
     pub(crate) fn record(&mut self, node: usize, answer: Answer) {
         if answer.vote.is_ok() {
-            self.agreed += 1;
+            self.yes += 1;
             self.counters.extend(answer.counter);
+            match answer.grant {
+                None => self.agreed += 1,
+                Some(grant) => {
+                    let count = match self.grants.iter_mut().find(|(g, _)| *g == grant) {
+                        Some((_, count)) => {
+                            *count += 1;
+                            *count
+                        }
+                        None => {
+                            self.grants.push((grant, 1));
+                            1
+                        }
+                    };
+                    self.agreed = self.agreed.max(count);
+                }
+            }
         }
         self.named[node] = answer.holder.is_some();
         self.holders.extend(answer.holder);
@@ -167,7 +192,7 @@ impl Tally {
     /// node (a reentrant owner whose holds reached different majorities):
     /// the other answers tell.
     pub(crate) fn unclear(&self) -> bool {
-        self.agreed == 0 && self.seen() == Seen::Contended
+        self.yes == 0 && self.seen() == Seen::Contended
     }
 
     /// What a failed acquisition that observed the key saw of its other
@@ -187,7 +212,7 @@ impl Tally {
                 };
             }
         }
-        if self.agreed + self.holders.len() >= self.needed {
+        if self.yes + self.holders.len() >= self.needed {
             Seen::Contended
         } else {
             Seen::Unreachable
@@ -205,6 +230,16 @@ impl Tally {
 
     pub(crate) fn agreed(&self) -> usize {
         self.agreed
+    }
+
+    /// The grant with the most yes votes (the first reached, of a tie), if
+    /// the yes votes carried grants.
+    pub(crate) fn leading_grant(&self) -> Option<u32> {
+        let most = self.grants.iter().map(|(_, count)| *count).max()?;
+        self.grants
+            .iter()
+            .find(|(_, count)| *count == most)
+            .map(|(grant, _)| *grant)
     }
 
     pub(crate) fn needed(&self) -> usize {
@@ -248,11 +283,23 @@ impl Tally {
                     v,
                     Some(Err(NodeFailure::Held
                         | NodeFailure::Missing
-                        | NodeFailure::WrongType(_)))
+                        | NodeFailure::WrongType(_)
+                        | NodeFailure::PermitsMismatch { .. }))
                 )
             })
             .count();
         self.votes.len() - hopeless >= self.needed
+    }
+
+    /// Whether so many nodes refused for a mismatch no retry mends (a
+    /// semaphore of another number of permits) that no majority is left.
+    pub(crate) fn mismatched(&self) -> bool {
+        let mismatched = self
+            .votes
+            .iter()
+            .filter(|v| matches!(v, Some(Err(NodeFailure::PermitsMismatch { .. }))))
+            .count();
+        mismatched > 0 && self.votes.len() - mismatched < self.needed
     }
 
     /// Whether the outcome no longer depends on the nodes still out.

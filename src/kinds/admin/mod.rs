@@ -87,6 +87,30 @@ impl Status {
         free >= self.quorum
     }
 
+    /// A semaphore's holders: each token that holds one slot on at least
+    /// [`quorum`](Self::quorum) nodes, with that slot, in slot order. Empty
+    /// for any other kind of lock.
+    pub fn permits(&self) -> Vec<(u32, &str)> {
+        let mut seen: Vec<(u32, &str, usize)> = Vec::new();
+        for holding in self.held() {
+            if let Holding::Permits { holders, .. } = holding {
+                for (slot, token) in holders {
+                    match seen.iter_mut().find(|(s, t, _)| s == slot && t == token) {
+                        Some((_, _, count)) => *count += 1,
+                        None => seen.push((*slot, token, 1)),
+                    }
+                }
+            }
+        }
+        let mut held: Vec<(u32, &str)> = seen
+            .into_iter()
+            .filter(|(_, _, count)| *count >= self.quorum)
+            .map(|(slot, token, _)| (slot, token))
+            .collect();
+        held.sort();
+        held
+    }
+
     fn held(&self) -> impl Iterator<Item = &Holding> {
         self.nodes
             .iter()
@@ -124,6 +148,14 @@ pub enum Holding {
         /// The token of each hold on this node.
         holds: Vec<String>,
     },
+    /// The permits of a semaphore held on this node: its number of
+    /// permits, and each held slot's number and holder's token.
+    Permits {
+        /// The semaphore's number of permits.
+        permits: u32,
+        /// Each held slot: its number and its holder's token.
+        holders: Vec<(u32, String)>,
+    },
     /// A key that is not a lock (another type, under the lock's name); the
     /// type Redis names. It keeps every lock out, like a holder would.
     Other(String),
@@ -131,12 +163,14 @@ pub enum Holding {
 
 impl Holding {
     /// Whether two nodes' holdings are the same holder's: the same token,
-    /// the same reentrant owner (whatever holds each node has seen), or the
-    /// same foreign type.
+    /// the same reentrant owner (whatever holds each node has seen), a
+    /// semaphore (whichever permits each node has seen: see
+    /// [`Status::permits`] for its holders), or the same foreign type.
     pub fn same_holder(&self, other: &Holding) -> bool {
         match (self, other) {
             (Holding::Token(a), Holding::Token(b)) => a == b,
             (Holding::Reentrant { owner: a, .. }, Holding::Reentrant { owner: b, .. }) => a == b,
+            (Holding::Permits { .. }, Holding::Permits { .. }) => true,
             (Holding::Other(a), Holding::Other(b)) => a == b,
             _ => false,
         }
@@ -188,6 +222,18 @@ pub(crate) fn read_inspect(reply: Value) -> Result<NodeState, NodeFailure> {
         "reentrant" => Some(Holding::Reentrant {
             owner: text(holder).unwrap_or_default(),
             holds: holds.iter().filter_map(text).collect(),
+        }),
+        "semaphore" => Some(Holding::Permits {
+            permits: text(holder).and_then(|k| k.parse().ok()).ok_or_else(bad)?,
+            holders: holds
+                .iter()
+                .map(|h| {
+                    let h = text(h)?;
+                    let (slot, token) = h.split_once(':')?;
+                    Some((slot.parse().ok()?, token.to_owned()))
+                })
+                .collect::<Option<_>>()
+                .ok_or_else(bad)?,
         }),
         _ => Some(Holding::Other(kind)),
     };

@@ -10,7 +10,7 @@
 -- 0: another holder's key, of any kind, nothing changed; {holder, pttl}:
 -- the same, with the holder's token (false if unknown);
 -- error BADFENCE: the counter is not one (see below), nothing changed.
-local layout, id, holder = look(KEYS[1])
+local layout, id, holder = look(KEYS[1], true)
 if layout == nil then
   return id
 end

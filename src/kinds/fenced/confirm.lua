@@ -14,7 +14,7 @@ end
 if c < tonumber(ARGV[2]) then
   redis.call('SET', KEYS[2], ARGV[2])
 end
-local layout, id = look(KEYS[1])
+local layout, id = look(KEYS[1], true)
 if layout == 'exclusive' and id == ARGV[1] then
   return 1
 elseif layout == false then

@@ -9,7 +9,7 @@
 -- with the holder's token (false if unknown) and that key's PTTL.
 local absent = {}
 for _, key in ipairs(KEYS) do
-  local layout, id, token = look(key)
+  local layout, id, token = look(key, true)
   if layout == nil then
     return id
   elseif not layout then

@@ -10,7 +10,7 @@
 -- changed unless 1.
 local missing = false
 for _, key in ipairs(KEYS) do
-  local layout, id = look(key)
+  local layout, id = look(key, true)
   if layout == nil then
     return id
   elseif not layout then

@@ -1,0 +1,312 @@
+//! Semaphores against real nodes: at most k holders, the next woken by any
+//! release, callers that disagree on k refused, each permit ending at its
+//! own TTL, other kinds kept out — and the trap: holders steered onto the
+//! majorities that fool a per-node count of holders.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::proxy::Proxy;
+use common::*;
+use redquorum::local_cluster::{LocalCluster, Reply, command};
+use redquorum::{ConfigError, Error, GaveUp, Lock, NodeFailure, Redlock};
+
+const TTL: Duration = Duration::from_secs(10);
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+async fn permit(redlock: &Redlock, name: &str, k: u32) -> Result<Lock, Error> {
+    redlock.lock(name, TTL).permits(k).await
+}
+
+/// k holders at once, the next refused; it waits, and the release of any
+/// permit lets it in at once (woken, not at a retry pause). Then every key
+/// is gone.
+#[tokio::test]
+async fn at_most_k_hold_and_a_release_lets_the_next_in() {
+    let c = cluster(5);
+    let redlock = redlock(&c);
+    let a = permit(&redlock, "pool", 2).await.unwrap();
+    let b = permit(&redlock, "pool", 2).await.unwrap();
+    assert_ne!(a.token(), b.token());
+    let err = permit(&redlock, "pool", 2).await.unwrap_err();
+    assert!(
+        matches!(err, Error::NotAcquired { .. }),
+        "a third permit of two: {err}"
+    );
+    let status = redlock.status("pool").await;
+    let held = status.permits();
+    assert_eq!(held.len(), 2, "{held:?}");
+    assert_ne!(held[0].0, held[1].0, "two holders of one slot: {held:?}");
+    // A waiter with a retry pause far longer than the test: only a wake-up
+    // gets it in quickly.
+    let patient = builder(&c)
+        .retry_count(u32::MAX)
+        .retry_delay(Duration::from_secs(30))
+        .retry_jitter(Duration::ZERO)
+        .build()
+        .unwrap();
+    let waiter = tokio::spawn(async move {
+        let asked = Instant::now();
+        let lock = patient
+            .lock("pool", TTL)
+            .permits(2)
+            .wait(Duration::from_secs(20))
+            .await
+            .unwrap();
+        (asked.elapsed(), lock, patient)
+    });
+    tokio::time::sleep(ms(300)).await;
+    b.release().await.unwrap();
+    let (waited, c_lock, patient) = waiter.await.unwrap();
+    assert!(waited < Duration::from_secs(5), "waited {waited:?}");
+    assert_eq!(redlock.status("pool").await.permits().len(), 2);
+    a.release().await.unwrap();
+    c_lock.release().await.unwrap();
+    drop(patient);
+    await_gone(&c, &ALL, &key("pool"), Duration::from_secs(5)).await;
+}
+
+const ALL: [usize; 5] = [0, 1, 2, 3, 4];
+
+/// The number of permits belongs to the semaphore: a caller that asks for
+/// another is refused at once, by every node, with what they hold.
+#[tokio::test]
+async fn callers_that_disagree_on_k_are_refused_at_once() {
+    let c = cluster(5);
+    let redlock = builder(&c).retry_count(100).build().unwrap();
+    let held = permit(&redlock, "jobs", 2).await.unwrap();
+    let asked = Instant::now();
+    let err = permit(&redlock, "jobs", 3).await.unwrap_err();
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        asked.elapsed()
+    );
+    match &err {
+        Error::NotAcquired {
+            gave_up, report, ..
+        } => {
+            assert_eq!(*gave_up, GaveUp::Mismatch, "{err}");
+            let mismatched = count(report, |f| {
+                matches!(f, NodeFailure::PermitsMismatch { permits: 2 })
+            });
+            assert!(mismatched >= 3, "{err}");
+        }
+        other => panic!("{other}"),
+    }
+    assert!(err.to_string().contains("semaphore of 2 permits"), "{err}");
+    // Nothing changed: the holder still holds, one slot of two taken.
+    assert_eq!(redlock.status("jobs").await.permits().len(), 1);
+    held.release().await.unwrap();
+    // Once every permit is gone, a new number may be set.
+    let three = permit(&redlock, "jobs", 3).await.unwrap();
+    three.release().await.unwrap();
+    // Bad numbers fail before any I/O.
+    for k in [0, 1025] {
+        let err = permit(&redlock, "jobs", k).await.unwrap_err();
+        assert!(
+            matches!(err, Error::Config(ConfigError::Permits { .. })),
+            "{err}"
+        );
+    }
+    let err = redlock
+        .lock("jobs", TTL)
+        .permits(2)
+        .fenced()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Config(ConfigError::Combination(_))),
+        "{err}"
+    );
+}
+
+/// A semaphore and a plain lock on one name keep each other out, both ways.
+#[tokio::test]
+async fn a_semaphore_and_a_mutex_on_one_name_exclude_each_other() {
+    let c = cluster(5);
+    let redlock = redlock(&c);
+    let p = permit(&redlock, "shared-name", 3).await.unwrap();
+    let err = redlock.try_lock("shared-name", TTL).await.unwrap_err();
+    assert!(matches!(err, Error::NotAcquired { .. }), "{err}");
+    let err = redlock
+        .lock("shared-name", TTL)
+        .reentrant("job")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotAcquired { .. }), "{err}");
+    p.release().await.unwrap();
+    let m = redlock.try_lock("shared-name", TTL).await.unwrap();
+    let err = permit(&redlock, "shared-name", 3).await.unwrap_err();
+    assert!(matches!(err, Error::NotAcquired { .. }), "{err}");
+    m.release().await.unwrap();
+}
+
+/// Each permit ends at its own TTL: a holder that vanished without a
+/// release frees its slot when its TTL passes, although another holder
+/// keeps renewing its own all along (one TTL for the whole set, refreshed
+/// by every holder, would keep the vanished one's permit for as long).
+#[tokio::test]
+async fn a_vanished_holders_permit_ends_at_its_own_ttl() {
+    let c = cluster(5);
+    let redlock = builder(&c)
+        .node_timeout(ms(150))
+        .retry_count(u32::MAX)
+        .build()
+        .unwrap();
+    let short = ms(800);
+    let mut renewing = redlock.lock("quota", short).permits(2).await.unwrap();
+    let held = renewing.keep_alive();
+    let vanished = redlock.lock("quota", short).permits(2).await.unwrap();
+    std::mem::forget(vanished);
+    let asked = Instant::now();
+    let third = redlock
+        .lock("quota", short)
+        .permits(2)
+        .wait(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let waited = asked.elapsed();
+    assert!(waited < Duration::from_secs(3), "waited {waited:?}");
+    assert!(!held.is_lost(), "the renewing holder kept its permit");
+    third.release().await.unwrap();
+    renewing.release().await.unwrap();
+}
+
+/// Many callers on a semaphore of three: never more than three inside at
+/// once, and all three in use at some point.
+#[tokio::test]
+async fn many_callers_never_exceed_k() {
+    const K: usize = 3;
+    let c = cluster(5);
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let redlock = builder(&c).retry_count(u32::MAX).build().unwrap();
+            let (inside, most) = (inside.clone(), most.clone());
+            tokio::spawn(async move {
+                for _ in 0..6 {
+                    let lock = redlock
+                        .lock("workers", TTL)
+                        .permits(K as u32)
+                        .wait(Duration::from_secs(30))
+                        .await
+                        .unwrap();
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(ms(20)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    lock.release().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let most = most.load(Ordering::SeqCst);
+    assert!(most <= K, "{most} inside a semaphore of {K}");
+    assert_eq!(most, K, "never all {K} permits in use");
+    await_gone(&c, &ALL, &key("workers"), Duration::from_secs(5)).await;
+}
+
+/// Five proxies for one client, in front of the five nodes.
+fn proxies(c: &LocalCluster) -> Vec<Proxy> {
+    (0..c.len()).map(|i| Proxy::start(c.port(i))).collect()
+}
+
+/// A client that reaches exactly `majority` of the nodes: the proxies to
+/// the others are cut (silent), so its requests there never arrive.
+fn steered(proxies: &[Proxy], majority: &[usize]) -> Redlock {
+    for (i, proxy) in proxies.iter().enumerate() {
+        if !majority.contains(&i) {
+            proxy.cut();
+        }
+    }
+    Redlock::builder()
+        .nodes(proxies.iter().map(Proxy::url))
+        .node_timeout(ms(300))
+        .retry_count(5)
+        .retry_delay(ms(20))
+        .wait_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap()
+}
+
+/// The majorities that fool a per-node count with N = 5 and k = 2: no node
+/// is in more than two of them.
+const MAJORITIES: [[usize; 3]; 3] = [[0, 1, 2], [2, 3, 4], [0, 1, 3]];
+
+/// The trap, steered: three holders, each reaching exactly one of
+/// [`MAJORITIES`]. A semaphore of two admits two of them, whatever slots
+/// they are given; the negative control below shows that the same steering
+/// admits all three under "each node admits at most k".
+#[tokio::test]
+async fn holders_steered_onto_majorities_that_fool_a_per_node_count_are_still_at_most_k() {
+    let c = cluster(5);
+    let mut held = Vec::new();
+    let mut refused = 0;
+    let mut all_proxies = Vec::new();
+    for majority in MAJORITIES {
+        let proxies = proxies(&c);
+        let client = steered(&proxies, &majority);
+        match client.lock("api", TTL).permits(2).await {
+            Ok(lock) => {
+                // Its grants are where it was steered, and nowhere else.
+                held.push((majority, lock, client));
+            }
+            Err(Error::NotAcquired { .. }) => refused += 1,
+            Err(e) => panic!("{e}"),
+        }
+        all_proxies.push(proxies);
+    }
+    let admitted: Vec<_> = held.iter().map(|(m, _, _)| *m).collect();
+    assert_eq!(held.len(), 2, "admitted on {admitted:?}");
+    assert_eq!(refused, 1);
+    // The nodes' own view agrees: two holders, in two slots.
+    let view = redlock(&c).status("api").await;
+    let permits = view.permits();
+    assert_eq!(permits.len(), 2, "{permits:?}");
+    for (_, lock, _) in held {
+        lock.release().await.unwrap();
+    }
+}
+
+/// The negative control of the trap test: "each node admits at most k
+/// holders (a set per node), a holder needs a majority of admissions",
+/// steered exactly as above, admits all three holders of a semaphore of
+/// two. (Run on the nodes directly: it is the design the crate must not
+/// have. A scratch build whose acquisition script counted holders per node
+/// failed the test above the same way: see the CHANGELOG.)
+#[tokio::test]
+async fn negative_control_a_per_node_count_admits_three_of_two() {
+    const PER_NODE: &str = "if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return 1 end \
+         if redis.call('SCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end \
+         redis.call('SADD', KEYS[1], ARGV[1]) return 1";
+    let c = cluster(5);
+    let mut admitted = 0;
+    for (holder, majority) in MAJORITIES.iter().enumerate() {
+        let token = format!("holder-{holder}");
+        let yes = majority
+            .iter()
+            .filter(|&&i| {
+                command(c.port(i), &["EVAL", PER_NODE, "1", "counted", &token, "2"]).unwrap()
+                    == Reply::Int(1)
+            })
+            .count();
+        if yes >= 3 {
+            admitted += 1;
+        }
+    }
+    assert_eq!(
+        admitted, 3,
+        "the per-node count admitted {admitted} of a semaphore of 2"
+    );
+}
