@@ -38,6 +38,9 @@
 //! * `fenced`: `lock().fenced()` on one random resource; its interval
 //!   carries the lock's token (drawn on the wall clock's floor, unless the
 //!   spec turns `fence_floor` off).
+//! * `semaphore`: `lock().permits(k)` on one random resource; the section
+//!   holds (sometimes extending) without the register, which several
+//!   holders at once would race on by design.
 //!
 //! One `lock()` call in `cancel_one_in` (inner holds included) is dropped
 //! after a random 0–2 ms instead of awaited.
@@ -74,6 +77,8 @@ pub struct Spec {
     pub wake_on_release: bool,
     /// `Builder::fence_time_floor`: off, tokens are plain counts.
     pub fence_floor: bool,
+    /// The permits a semaphore's holders ask for.
+    pub permits: u32,
     pub prefix: String,
     /// Names this process in the history.
     pub name: String,
@@ -98,6 +103,7 @@ impl Spec {
             format!("restart_guard={}", self.restart_guard),
             format!("wake_on_release={}", self.wake_on_release),
             format!("fence_floor={}", self.fence_floor),
+            format!("permits={}", self.permits),
             format!("prefix={}", self.prefix),
             format!("name={}", self.name),
             format!("history={}", self.history),
@@ -129,6 +135,7 @@ impl Spec {
             restart_guard: get("restart_guard") == "true",
             wake_on_release: get("wake_on_release") == "true",
             fence_floor: get("fence_floor") == "true",
+            permits: n("permits") as u32,
             prefix: get("prefix"),
             name: get("name"),
             history: get("history"),
@@ -203,10 +210,20 @@ pub enum Kind {
     Multi,
     /// `lock(resource).fenced()`: the mutex, with a fencing token.
     Fenced,
+    /// `lock(resource).permits(k)`: up to `k` holders at once; the section
+    /// holds without writing the register (several holders at once would
+    /// lose its updates by design).
+    Semaphore,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 4] = [Kind::Mutex, Kind::Reentrant, Kind::Multi, Kind::Fenced];
+    pub const ALL: [Kind; 5] = [
+        Kind::Mutex,
+        Kind::Reentrant,
+        Kind::Multi,
+        Kind::Fenced,
+        Kind::Semaphore,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -214,6 +231,7 @@ impl Kind {
             Kind::Reentrant => "reentrant",
             Kind::Multi => "multi",
             Kind::Fenced => "fenced",
+            Kind::Semaphore => "semaphore",
         }
     }
 
@@ -229,6 +247,9 @@ impl Kind {
             }
             Kind::Fenced => {
                 "fenced locks: tokens checked to grow per resource in acquire order; each section also read-modify-writes a register that refuses stale tokens"
+            }
+            Kind::Semaphore => {
+                "semaphores of 2 permits: at most 2 holders of a resource at any instant, and 2 seen at once"
             }
         }
     }
@@ -313,6 +334,14 @@ impl Task {
                 }
                 Kind::Reentrant => self.reentrant().await,
                 Kind::Multi => self.multi().await,
+                Kind::Semaphore => {
+                    let resource = self.resource();
+                    let request = self.redlock.lock(&resource, self.spec.ttl);
+                    let request = request.permits(self.spec.permits);
+                    if let Some(holding) = self.take(request, false).await {
+                        self.hold(holding, &[resource]).await;
+                    }
+                }
             }
         }
     }
@@ -441,6 +470,15 @@ impl Task {
         if pause && holding.lock.fence().is_none() {
             tokio::time::sleep(ttl + ttl / 4).await;
             return true;
+        }
+        if self.spec.kind == Kind::Semaphore {
+            // Held, extended now and then; no register (see `Kind`).
+            let hold = rand::random_range(0..=self.spec.hold_ms);
+            tokio::time::sleep(Duration::from_millis(hold)).await;
+            if Self::one_in(self.spec.extend_one_in) {
+                holding.extend(ttl).await;
+            }
+            return false;
         }
         let mut reads = Vec::new();
         for resource in resources {

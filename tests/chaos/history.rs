@@ -257,6 +257,8 @@ pub struct Verdict {
     pub fenced_writes: BTreeMap<String, u64>,
     pub refused_writes: usize,
     pub refused_reads: usize,
+    /// The most intervals of one resource that overlapped at one instant.
+    pub most_at_once: usize,
     /// Paused holders during whose pause another client took the resource.
     pub moved_on: usize,
     pub paused: usize,
@@ -265,8 +267,17 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    /// Checks the events of all clients of a run.
+    /// Checks the events of all clients of a run: at most one holder of a
+    /// resource at a time.
     pub fn check(events: impl IntoIterator<Item = Event>) -> Verdict {
+        Verdict::check_at_most(events, 1)
+    }
+
+    /// Checks the events of all clients of a run: at most `capacity`
+    /// holders of a resource at a time (a semaphore's permits). With a
+    /// capacity above one, a violation is an interval that began while
+    /// `capacity` others were held, paired with one of them.
+    pub fn check_at_most(events: impl IntoIterator<Item = Event>, capacity: usize) -> Verdict {
         let mut v = Verdict::default();
         for event in events {
             match event {
@@ -309,16 +320,32 @@ impl Verdict {
         v.latencies_us.sort_unstable();
         for (resource, intervals) in &mut v.intervals {
             intervals.sort_by_key(|i| i.start);
-            for (a, b) in overlaps(intervals) {
-                if a.owner == b.owner {
-                    v.nested += 1;
-                } else {
+            if capacity == 1 {
+                for (a, b) in overlaps(intervals) {
+                    if a.owner == b.owner {
+                        v.nested += 1;
+                    } else {
+                        v.violations.push(Violation {
+                            resource: resource.clone(),
+                            first: a.clone(),
+                            second: b.clone(),
+                        });
+                    }
+                }
+            }
+            // A sweep in the order of the starts: who holds at each start.
+            let mut active: Vec<&Interval> = Vec::new();
+            for b in intervals.iter() {
+                active.retain(|a| a.end > b.start);
+                if capacity > 1 && active.len() >= capacity {
                     v.violations.push(Violation {
                         resource: resource.clone(),
-                        first: a.clone(),
+                        first: active[0].clone(),
                         second: b.clone(),
                     });
                 }
+                active.push(b);
+                v.most_at_once = v.most_at_once.max(active.len());
             }
             let fenced: Vec<&Interval> = intervals.iter().filter(|i| i.fence.is_some()).collect();
             v.fenced += fenced.len();
@@ -415,6 +442,38 @@ pub mod self_test {
         a_token_that_does_not_grow_is_a_fence_violation();
         the_fenced_register_is_counted();
         counts_latency_gaps_and_paused_holders_that_were_taken_over();
+        more_than_capacity_at_once_is_a_violation_and_up_to_it_is_not();
+    }
+
+    /// A semaphore of two: two overlapping holders pass, a third while
+    /// both hold is a violation; the most at once is counted.
+    fn more_than_capacity_at_once_is_a_violation_and_up_to_it_is_not() {
+        let two = [
+            held("a", "x", 0, 10),
+            held("a", "y", 5, 15),
+            held("a", "z", 12, 20),
+        ];
+        let v = Verdict::check_at_most(two.clone(), 2);
+        assert!(v.violations.is_empty(), "{:?}", v.violations);
+        assert_eq!(v.most_at_once, 2);
+        let three = [
+            held("a", "x", 0, 10),
+            held("a", "y", 5, 15),
+            held("a", "z", 8, 20),
+        ];
+        let v = Verdict::check_at_most(three.clone(), 2);
+        assert_eq!(v.violations.len(), 1, "{:?}", v.violations);
+        assert_eq!(v.violations[0].second.owner, "z");
+        assert_eq!(v.most_at_once, 3);
+        // Other resources do not count together.
+        let apart = [
+            held("a", "x", 0, 10),
+            held("a", "y", 5, 15),
+            held("b", "z", 8, 20),
+        ];
+        assert!(Verdict::check_at_most(apart, 2).violations.is_empty());
+        // The mutex check sees each pair of two at once: x-y and y-z.
+        assert_eq!(Verdict::check(two).violations.len(), 2);
     }
 
     fn held(resource: &str, owner: &str, start: u64, end: u64) -> Event {

@@ -5,13 +5,16 @@
 //! it runs: its plain run is the mutex, and `<kind>_<scenario>` runs the
 //! same faults on another kind.
 //!
-//! | scenario | mutex | `reentrant_` | `multi_` | `fenced_` |
-//! |---|---|---|---|---|
-//! | `control_one_node_quorum` | yes | | | yes: tokens without the time floor, which must go backwards |
-//! | `kill`, `freeze` | yes | yes | yes | yes |
-//! | `restart_after_ttl` | yes | | | yes |
-//! | `cancel` | yes | yes | yes | |
-//! | `pause` | yes | | | yes: paused holders write after the pause; the plain register loses updates, the fenced one refuses the stale writes |
+//! | scenario | mutex | `reentrant_` | `multi_` | `fenced_` | `semaphore_` |
+//! |---|---|---|---|---|---|
+//! | `control_one_node_quorum` | yes | | | yes: tokens without the time floor, which must go backwards | |
+//! | `kill`, `freeze` | yes | yes | yes | yes | yes: at most 2 holders of 2 permits at once, 2 seen at once |
+//! | `restart_after_ttl` | yes | | | yes | |
+//! | `cancel` | yes | yes | yes | | |
+//! | `pause` | yes | | | yes: paused holders write after the pause; the plain register loses updates, the fenced one refuses the stale writes | yes |
+//!
+//! `control_semaphore_over_admit` is the semaphore's negative control: its
+//! clients take 3 permits where the checker allows 2 holders at once.
 //!
 //! `partition` puts a proxy (`tests/common/proxy.rs`) in front of each node
 //! and cuts nodes off without RST, in both ways a network does it.
@@ -61,6 +64,9 @@ const EVERY_KIND: &[Kind] = &Kind::ALL;
 /// The kinds of the scenarios whose load takes plain locks, and checks
 /// the fencing tokens of fenced ones.
 const PLAIN_AND_FENCED: &[Kind] = &[Kind::Mutex, Kind::Fenced];
+/// The kinds of `pause`: the fenced register's refusals, and a
+/// semaphore's permit moving on while its holder sleeps.
+const PAUSE_KINDS: &[Kind] = &[Kind::Mutex, Kind::Fenced, Kind::Semaphore];
 
 /// One run of a scenario, with one kind of lock.
 pub struct Case {
@@ -113,6 +119,11 @@ pub const ALL: &[Scenario] = &[
         run: Run::Kinds(PLAIN_AND_FENCED, control_one_node_quorum),
     },
     Scenario {
+        name: "control_semaphore_over_admit",
+        about: "NEGATIVE CONTROL: the clients take semaphores of 3 permits, the checker allows 2 holders at once; it must report violations",
+        run: Run::Once(control_semaphore_over_admit),
+    },
+    Scenario {
         name: "control_restart_at_once_unguarded",
         about: "NEGATIVE CONTROL: three nodes restarted at once without persistence, restart guard off; the checker must report violations",
         run: Run::Once(control_restart_at_once_unguarded),
@@ -155,7 +166,7 @@ pub const ALL: &[Scenario] = &[
     Scenario {
         name: "pause",
         about: "one holder in four sleeps past its TTL; its interval counts to its validity deadline, and the lock moves on (fenced: it writes after the pause; the plain register loses updates, the fenced one refuses the stale writes and loses none)",
-        run: Run::Kinds(PLAIN_AND_FENCED, pause),
+        run: Run::Kinds(PAUSE_KINDS, pause),
     },
     Scenario {
         name: "clock_fast_0_5pct",
@@ -204,6 +215,20 @@ fn control_one_node_quorum(secs: Duration, kind: Kind) {
             "the negative control found no token that did not grow: the checker cannot fail"
         );
     }
+}
+
+fn control_semaphore_over_admit(secs: Duration) {
+    let c = cluster(5);
+    let mut load = Load::of(Kind::Semaphore, "control_over_admit", &c, secs);
+    load.spec.permits = 3;
+    load.capacity = 2;
+    let clients = load.start_all(&c);
+    let v = clients.finish();
+    load.report(&v);
+    assert!(
+        !v.violations.is_empty(),
+        "the negative control found no third holder: the checker cannot fail"
+    );
 }
 
 fn control_restart_at_once_unguarded(secs: Duration) {
@@ -621,6 +646,9 @@ struct Load {
     spec: Spec,
     register: LocalCluster,
     processes: usize,
+    /// How many holders of a resource at once the checker allows: 1, or a
+    /// semaphore's permits.
+    capacity: usize,
 }
 
 impl Load {
@@ -638,6 +666,9 @@ impl Load {
         load.spec.kind = kind;
         if kind == Kind::Multi {
             load.spec.resources = 5;
+        }
+        if kind == Kind::Semaphore {
+            load.capacity = load.spec.permits as usize;
         }
         load
     }
@@ -660,12 +691,14 @@ impl Load {
                 restart_guard: true,
                 wake_on_release: true,
                 fence_floor: true,
+                permits: 2,
                 prefix: format!("chaos:{name}:"),
                 name: String::new(),
                 history: String::new(),
             },
             register,
             processes: 2,
+            capacity: 1,
         }
     }
 
@@ -705,6 +738,7 @@ impl Load {
             dir,
             limit: Instant::now() + self.spec.run + Duration::from_secs(60),
             started: now_ns(),
+            capacity: self.capacity,
         }
     }
 
@@ -738,8 +772,8 @@ impl Load {
         );
         let intervals: usize = v.intervals.values().map(Vec::len).sum();
         println!(
-            "   holding intervals: {intervals}, overlapping pairs of one owner's holds (nested): {}",
-            v.nested
+            "   holding intervals: {intervals}, overlapping pairs of one owner's holds (nested): {}; most holders of a resource at once: {} (allowed: {})",
+            v.nested, v.most_at_once, self.capacity
         );
         println!(
             "   acquire latency p50 {:.2} ms, p99 {:.2} ms; longest time without an acquisition {:.0} ms",
@@ -853,6 +887,8 @@ struct Clients {
     dir: PathBuf,
     limit: Instant,
     started: u64,
+    /// See [`Load::capacity`].
+    capacity: usize,
 }
 
 impl Clients {
@@ -875,7 +911,7 @@ impl Clients {
             let text = std::fs::read_to_string(&*history).expect("history file");
             events.extend(text.lines().map(|l| Event::parse(l).unwrap()));
         }
-        let mut v = Verdict::check(events);
+        let mut v = Verdict::check_at_most(events, self.capacity);
         v.window = (self.started, now_ns());
         v
     }
@@ -912,6 +948,11 @@ fn assert_safe(v: &Verdict, f: &Figures) {
         Kind::Mutex | Kind::Multi | Kind::Fenced => {
             assert_eq!(v.nested, 0, "a task overlapped its own non-reentrant lock")
         }
+        Kind::Semaphore => assert!(
+            v.most_at_once >= 2,
+            "never two holders of a semaphore at once ({} at most)",
+            v.most_at_once
+        ),
     }
     if f.kind == Kind::Fenced {
         assert_eq!(v.fenced, f.intervals, "fenced locks without a token");
