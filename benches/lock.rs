@@ -57,10 +57,11 @@
 //! take + release, always by one owner id; each take finds its fresh
 //! resource free), `reentrant_nested` (outer take, inner take by the same
 //! owner, inner release, outer release), `lock_all3` (`lock_all` of 3
-//! fresh resources + release) and `fenced` (a fenced lock + release: the
+//! fresh resources + release), `fenced` (a fenced lock + release: the
 //! issue's goal is at most one extra round trip at p50, none where the
-//! token folds into the acquisition, as it does on a healthy cluster). The table gives each its p50 over
-//! redquorum's `uncontended` p50.
+//! token folds into the acquisition, as it does on a healthy cluster) and
+//! `semaphore` (one permit of 8 + release, each on a fresh resource). The
+//! table gives each its p50 over redquorum's `uncontended` p50.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;
@@ -342,7 +343,12 @@ enum Cycle {
     LockAll3,
     /// A fenced lock + unlock (redquorum only).
     Fenced,
+    /// One permit of a semaphore of [`PERMITS`] + release (redquorum only).
+    Semaphore,
 }
+
+/// The permits of the semaphore row.
+const PERMITS: u32 = 8;
 
 /// The owner of the reentrant holds. One fixed id, as one job would use:
 /// each iteration takes a fresh resource, so every take finds it free.
@@ -350,11 +356,12 @@ const OWNER: &str = "bench-owner";
 
 impl Cycle {
     /// redquorum's kinds other than the plain lock.
-    const KINDS: [Cycle; 4] = [
+    const KINDS: [Cycle; 5] = [
         Cycle::Reentrant,
         Cycle::Nested,
         Cycle::LockAll3,
         Cycle::Fenced,
+        Cycle::Semaphore,
     ];
 
     /// Its rows' scenario (in the uncontended pass; the floor's is "floor").
@@ -365,6 +372,7 @@ impl Cycle {
             Cycle::Nested => "reentrant_nested",
             Cycle::LockAll3 => "lock_all3",
             Cycle::Fenced => "fenced",
+            Cycle::Semaphore => "semaphore",
         }
     }
 
@@ -375,6 +383,7 @@ impl Cycle {
             Cycle::Reentrant | Cycle::Nested => "reentrant",
             Cycle::LockAll3 => "multi-resource",
             Cycle::Fenced => "fenced",
+            Cycle::Semaphore => "semaphore",
         }
     }
 }
@@ -493,6 +502,10 @@ impl Client {
             }
             Cycle::Fenced => {
                 let lock = r.lock(resource, TTL).fenced().await.map_err(e)?;
+                lock.release().await.map_err(e)
+            }
+            Cycle::Semaphore => {
+                let lock = r.lock(resource, TTL).permits(PERMITS).await.map_err(e)?;
                 lock.release().await.map_err(e)
             }
         }
