@@ -160,7 +160,7 @@ pub(crate) async fn acquire(
         }
         let woken = async {
             match (&waiting.channel, &mark) {
-                (Some(channel), Some(mark)) => channel.wake(mark, waiting.awaited.as_deref()).await,
+                (Some(channel), Some(mark)) => channel.wake(mark).await,
                 _ => std::future::pending().await,
             }
         };

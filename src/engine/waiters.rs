@@ -40,9 +40,9 @@
 //! that preceded it ([`Channel::heard_since`]): one made later may have
 //! come after the release.
 //!
-//! **Whom does a wake-up wake?** Only the wait it names, and only while
-//! that waiter's attempt saw one holder on a majority ([`Channel::wake`]);
-//! waiters that split a vote keep to their short random back-off. Wake-ups
+//! **Whom does a wake-up wake?** Only the wait it names, whatever its last
+//! attempt saw ([`Channel::wake`]): the nodes took that wait out of their
+//! queues, so if it did not act the turn would be lost. Wake-ups
 //! are remembered (the last [`RECENT`]), not just signalled, so one heard
 //! while the waiter was still busy with its attempt still wakes it; one
 //! for a wait that has ended wakes nobody.
@@ -380,13 +380,13 @@ impl Listener {
     }
 
     /// Resolves when any channel would wake (see [`Channel::wake`]).
-    pub(crate) async fn wake(&self, marks: &Marks, awaited: Option<&str>) -> Wake {
+    pub(crate) async fn wake(&self, marks: &Marks) -> Wake {
         self.used.store(true, Ordering::Release);
         let wakes = self
             .channels
             .iter()
             .zip(&marks.0)
-            .map(|(channel, mark)| Box::pin(channel.wake(mark, awaited, self.wait)));
+            .map(|(channel, mark)| Box::pin(channel.wake(mark, self.wait)));
         futures::future::select_all(wakes).await.0
     }
 
@@ -450,20 +450,25 @@ impl Channel {
             .any(|&(n, w, _)| n > count && w == wait)
     }
 
-    /// Resolves when, since `mark`, a release woke `wait` (see
-    /// [`queue`]) while it waits for a holder (`awaited`: the holder it saw
-    /// on a majority), or a subscriber connection was dropped (the waiter
-    /// may have counted on it to be woken). A waiter that split the vote
-    /// keeps to its short back-off: being woken then would undo the
-    /// randomness that settles the split. Its own timer covers every case
-    /// that no wake-up does.
-    pub(crate) async fn wake(&self, mark: &Mark, awaited: Option<&str>, wait: u64) -> Wake {
+    /// Resolves when, since `mark`, a release woke `wait` (see [`queue`]),
+    /// or a subscriber connection was dropped (the waiter may have counted
+    /// on it to be woken). A wake-up that names `wait` was taken for it: the
+    /// nodes took it out of their queues and no one passes it on, so it
+    /// acts, whatever its last attempt saw (a holder on a majority, or
+    /// none: a split vote, too few answers). Ignored after a split or an
+    /// unreachable attempt, as it once was, the turn was lost and the
+    /// waiters queued behind slept out the holder's whole PTTL (found under
+    /// load: a 30 s stall of
+    /// `wait.rs::independent_clients_hand_a_busy_lock_round…`). A named
+    /// wake-up reaches one wait only, so acting on it undoes no split's
+    /// random back-off. Its own timer covers every case no wake-up does.
+    pub(crate) async fn wake(&self, mark: &Mark, wait: u64) -> Wake {
         loop {
             // Armed before the checks, so that nothing between them is missed.
             let notified = self.notify.notified();
             let mut notified = std::pin::pin!(notified);
             notified.as_mut().enable();
-            if awaited.is_some() && self.woken_after(mark.releases, wait) {
+            if self.woken_after(mark.releases, wait) {
                 return Wake::Released;
             }
             if self.inner.drops.load(Ordering::Acquire) != mark.drops {
@@ -613,9 +618,17 @@ impl Channel {
     /// release woke no wait of ours.
     fn announce(&self, wait: u64, token: &[u8]) -> bool {
         let mut recent = lock(&self.recent);
-        if !lock(&self.waits).contains(&wait) {
-            return recent.tokens.iter().any(|(_, _, t)| **t == *token);
+        let waits = lock(&self.waits);
+        if !waits.contains(&wait) {
+            // Taken only if the same release woke a wait that still waits
+            // (it acts on it); else passed on (the node wakes the next
+            // waiter only where the key is free).
+            return recent
+                .tokens
+                .iter()
+                .any(|(_, w, t)| **t == *token && waits.contains(w));
         }
+        drop(waits);
         if recent
             .tokens
             .iter()
@@ -875,6 +888,48 @@ mod tests {
             in_flight: 8,
         };
         Waiters::new(&[Node::new(client, limits, None)])
+    }
+
+    /// A wake-up that names a wait wakes it, even when its last attempt
+    /// saw no one holder (a split vote, too few answers): the nodes took it
+    /// out of their queues, and ignoring it lost the turn (the waiters
+    /// behind slept out the holder's PTTL). A second copy of the same
+    /// release wakes nothing more; one for an ended wait is passed on
+    /// unless the same release woke a wait that still waits.
+    #[tokio::test]
+    async fn a_wake_up_that_names_a_wait_wakes_it_whatever_its_attempt_saw() {
+        let waiters = waiters();
+        let listener = waiters.listen(&["k".into()]);
+        let marks = listener.mark();
+        let channel = &listener.channels[0];
+        assert!(
+            channel.announce(listener.wait, b"tok"),
+            "taken, not passed on"
+        );
+        let woke = tokio::time::timeout(Duration::from_millis(200), listener.wake(&marks)).await;
+        assert_eq!(
+            woke.ok(),
+            Some(Wake::Released),
+            "a taken wake-up was ignored"
+        );
+        let marks = listener.mark();
+        assert!(channel.announce(listener.wait, b"tok"), "a copy: taken");
+        let woke = tokio::time::timeout(Duration::from_millis(100), listener.wake(&marks)).await;
+        assert!(
+            woke.is_err(),
+            "a copy of the same release woke the wait again"
+        );
+        // An ended wait (never registered here): passed on, unless the same
+        // release woke a live one.
+        assert!(!channel.announce(999, b"other"));
+        assert!(channel.announce(999, b"tok"));
+        let ended = listener.wait;
+        drop(listener);
+        let listener = waiters.listen(&["k".into()]);
+        assert!(
+            !listener.channels[0].announce(ended, b"tok"),
+            "the wait it woke has ended: passed on"
+        );
     }
 
     /// `listening` over several keys, one of them not registered, while

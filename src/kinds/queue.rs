@@ -71,7 +71,7 @@ use crate::proto::{Call, Command, Effect, Keys, Script};
 static LEAVE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(script!(
         text "for _, key in ipairs(KEYS) do\n  dequeue(key, ARGV[1])\n  \
-         if redis.call('EXISTS', key) == 0 then\n    wake(key, '')\n  end\nend\nreturn 1\n"
+         if redis.call('EXISTS', key) == 0 then\n    wake(key, 'leave:' .. ARGV[1])\n  end\nend\nreturn 1\n"
     ))
 });
 
