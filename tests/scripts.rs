@@ -608,6 +608,25 @@ fn a_resent_permit_takes_one_slot_and_shortens_nothing() {
         &[fourth, "5000", "3", "0", ""],
         Reply::Int(0),
     );
+    // A waiter is told the semaphore's one name for its holders, whichever
+    // holds the soonest slot here, and that slot's PTTL.
+    let waiter = "0000000000000001:c:1";
+    match eval(
+        &c,
+        SEMAPHORE_ACQUIRE,
+        &["s"],
+        &[fourth, "5000", "3", "0", waiter],
+    ) {
+        Reply::Array(Some(seen)) => {
+            assert_eq!(seen[0], Reply::Bulk(Some(b"permits:3".to_vec())));
+            assert!(
+                matches!(seen[1], Reply::Int(ms) if ms > 0 && ms <= 5000),
+                "{seen:?}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    run(&c, 0, &["DEL", "s:waiters"]);
     // Another number of permits: refused, naming the semaphore's.
     match eval(
         &c,
@@ -618,14 +637,15 @@ fn a_resent_permit_takes_one_slot_and_shortens_nothing() {
         Reply::Error(e) => assert_eq!(e, "PERMITS 3"),
         other => panic!("{other:?}"),
     }
-    // Extending a slot that is not ours: 0.
+    // Extending a slot that is not ours: 0, and nothing else changes.
     twice(
         &c,
         SEMAPHORE_EXTEND,
         &["s"],
-        &[TOKEN, "8000", "0"],
+        &[fourth, "8000", "0"],
         Reply::Int(0),
     );
+    assert_eq!(hget(&c, "s", "t0"), other);
     // Releases: ours goes, once.
     assert_eq!(
         eval(&c, SEMAPHORE_RELEASE, &["s"], &[TOKEN, "0"]),
@@ -634,6 +654,21 @@ fn a_resent_permit_takes_one_slot_and_shortens_nothing() {
     assert_eq!(
         eval(&c, SEMAPHORE_RELEASE, &["s"], &[TOKEN, "0"]),
         Reply::Int(0)
+    );
+    // Our token kept slot 1 here, where the majority granted it slot 0
+    // (another's here): extending slot 0 lets slot 1 go, and answers 0.
+    run(&c, 0, &["HSET", "s", "t1", TOKEN, "x1", "99999999999999"]);
+    twice(
+        &c,
+        SEMAPHORE_EXTEND,
+        &["s"],
+        &[TOKEN, "8000", "0"],
+        Reply::Int(0),
+    );
+    assert_eq!(run(&c, 0, &["HEXISTS", "s", "t1"]), Reply::Int(0));
+    assert!(
+        pttl(&c, 0, "s") <= 5_000,
+        "the key lives as its latest slot"
     );
     // A slot past its expiry is free, though its fields are still there.
     let now_ms = match run(&c, 0, &["TIME"]) {

@@ -310,3 +310,67 @@ async fn negative_control_a_per_node_count_admits_three_of_two() {
         "the per-node count admitted {admitted} of a semaphore of 2"
     );
 }
+
+/// A full semaphore's waiter sees one holder however the nodes order the
+/// permits' expiries (each names the semaphore as `permits:<k>`): it waits
+/// for a release, and its retries are not used up by polling. (Named by
+/// their soonest holder, nodes that disagreed made a split vote of it, and
+/// a waiter with a few retries gave up within a second.)
+#[tokio::test]
+async fn a_waiter_on_a_full_semaphore_waits_without_using_up_its_retries() {
+    let c = cluster(5);
+    let redlock = redlock(&c);
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(permit(&redlock, "full", 3).await.unwrap());
+    }
+    await_holders(&c, &ALL, &key("full"), 5, Duration::from_secs(5)).await;
+    // Make the nodes disagree on whose permit ends first: slot 0's on
+    // nodes 0 and 1, slot 1's on 2 and 3, slot 2's on 4.
+    for (node, soonest) in [0, 0, 1, 1, 2].into_iter().enumerate() {
+        let now_ms = match run(&c, node, &["TIME"]) {
+            Reply::Array(Some(t)) => match t.as_slice() {
+                [Reply::Bulk(Some(s)), _] => {
+                    String::from_utf8(s.clone())
+                        .unwrap()
+                        .parse::<u64>()
+                        .unwrap()
+                        * 1000
+                }
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        };
+        for slot in 0..3 {
+            let ends = now_ms + if slot == soonest { 9_000 } else { 9_600 };
+            let field = format!("x{slot}");
+            run(&c, node, &["HSET", &key("full"), &field, &ends.to_string()]);
+        }
+    }
+    let waiting = builder(&c)
+        .retry_count(3)
+        .retry_delay(ms(20))
+        .build()
+        .unwrap();
+    let waiter = tokio::spawn(async move {
+        let asked = Instant::now();
+        let lock = waiting
+            .lock("full", TTL)
+            .permits(3)
+            .wait(Duration::from_secs(10))
+            .await;
+        (asked.elapsed(), lock, waiting)
+    });
+    tokio::time::sleep(ms(1_500)).await;
+    held.pop().unwrap().release().await.unwrap();
+    let (waited, lock, _waiting) = waiter.await.unwrap();
+    let lock = lock.unwrap();
+    assert!(
+        waited >= ms(1_400),
+        "got a permit of a full semaphore after {waited:?}"
+    );
+    lock.release().await.unwrap();
+    for lock in held {
+        lock.release().await.unwrap();
+    }
+}

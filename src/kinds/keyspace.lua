@@ -24,7 +24,8 @@
 -- What `key` holds: false if it is free; else its layout's name, the
 -- holder's identity (the token of an exclusive holder, the owner of
 -- reentrant holds, a semaphore's number of permits) and the token waiters
--- wait for (false if unknown, as for a semaphore: see semaphore_slots). For a
+-- wait for (false if unknown; 'permits:<k>' for a semaphore, whose waiters
+-- wait for any permit, named alike by every node). For a
 -- key that no layout claims (a list, say, or a hash without the fields of
 -- ours): nil and a WRONGTYPE error reply to return. Such a key is never
 -- "held" or "free"; it is a mistake to say plainly. `strings`: the caller
@@ -56,7 +57,8 @@ local function look(key, strings)
     if owner then
       return 'reentrant', owner, smallest
     elseif permits then
-      return 'semaphore', permits, false
+      -- Waiters wait for any permit: one name for them all.
+      return 'semaphore', permits, 'permits:' .. permits
     end
   end
   return nil, redis.error_reply('WRONGTYPE the lock key holds a ' .. kind .. ' that is no lock')
@@ -155,7 +157,7 @@ local function remove(key, layout, id, token, hold)
     if latest == 0 then
       redis.call('DEL', key)
     else
-      redis.call('PEXPIRE', key, latest - now)
+      redis.call('PEXPIRE', key, string.format('%.0f', latest - now))
     end
     return hold
   end

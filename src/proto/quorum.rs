@@ -132,6 +132,8 @@ pub(crate) struct Tally {
     agreed: usize,
     /// The yes votes per grant, where the yes votes carry one.
     grants: Vec<(u32, usize)>,
+    /// The yes votes that carry no grant (every kind but the semaphore).
+    plain: usize,
     /// The yes votes, whatever they granted.
     yes: usize,
     /// `None` while a node has not answered.
@@ -150,6 +152,7 @@ impl Tally {
             needed: quorum(nodes),
             agreed: 0,
             grants: Vec::new(),
+            plain: 0,
             yes: 0,
             votes: vec![None; nodes],
             holders: Vec::new(),
@@ -163,7 +166,10 @@ impl Tally {
             self.yes += 1;
             self.counters.extend(answer.counter);
             match answer.grant {
-                None => self.agreed += 1,
+                None => {
+                    self.plain += 1;
+                    self.agreed = self.agreed.max(self.plain);
+                }
                 Some(grant) => {
                     let count = match self.grants.iter_mut().find(|(g, _)| *g == grant) {
                         Some((_, count)) => {
@@ -902,5 +908,39 @@ mod tests {
         assert!(voted(&[YES, timeout.clone(), timeout.clone(), HELD, HELD]).recoverable());
         assert!(!voted(&[YES, missing.clone(), timeout, HELD, HELD]).recoverable());
         assert!(!voted(&[missing.clone(), missing, HELD]).recoverable());
+    }
+
+    /// Yes votes for different grants (a semaphore's slots) never add up,
+    /// nor do they add up with yes votes that carry none; a tie leads with
+    /// the grant reached first.
+    #[test]
+    fn yes_votes_count_per_grant() {
+        let grant = |g: u32| Answer {
+            grant: Some(g),
+            ..YES.into()
+        };
+        let mut t = Tally::new(5);
+        for (i, answer) in [grant(1), grant(2), YES.into(), grant(2), grant(1)]
+            .into_iter()
+            .enumerate()
+        {
+            t.record(i, answer);
+        }
+        assert_eq!(t.agreed(), 2);
+        assert!(!t.has_majority());
+        assert_eq!(t.leading_grant(), Some(1));
+        let mut t = Tally::new(5);
+        for (i, g) in [3, 1, 3, 3].into_iter().enumerate() {
+            t.record(i, grant(g));
+        }
+        assert!(t.has_majority());
+        assert_eq!(t.leading_grant(), Some(3));
+        // Two of slot 0, two of slot 1: not decided, the fifth node may
+        // still make either a majority.
+        let mut t = Tally::new(5);
+        for (i, g) in [0, 1, 0, 1].into_iter().enumerate() {
+            t.record(i, grant(g));
+        }
+        assert!(!t.decided());
     }
 }

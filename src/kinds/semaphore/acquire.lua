@@ -2,18 +2,21 @@
 -- layout: keyspace.lua). KEYS[1] = the key, ARGV[1] = our token, ARGV[2] =
 -- TTL in milliseconds, ARGV[3] = k, ARGV[4] = the slot to take if it is
 -- free (the caller's hint), ARGV[5] = the waiter ('' for none): it is told
--- which holder's slot expires first when every slot is held, and queues
--- for the key (see queue.lua).
+-- when the first slot expires when every slot is held, and queues for the
+-- key (see queue.lua).
+-- (Every number written is a string, as given or formatted: Lua would
+-- write a large one as 1e+17, which Redis 6.2 and 7.0 refuse.)
 -- {'slot', i, free}: slot i is ours, for the TTL (also when run twice: then
 -- the slot we have, never shortened); free is k characters, '1' where a
 -- slot was free here (or ours) and '0' where another holder has it, for
 -- the caller's next hint should the nodes' grants differ; 0: every slot is held, or the key is
 -- another kind's, and nothing changed; {holder, pttl}: the same, with the
--- holder whose slot expires first (or the other kind's holder) and its
--- PTTL; error PERMITS <n>: the key is a semaphore of n permits, not k.
+-- semaphore's one name for its holders, 'permits:<k>', and the soonest
+-- slot's PTTL (or the other kind's holder and its key's PTTL); error PERMITS <n>: the key is a semaphore of n permits, not k.
 local key, token, ttl, k = KEYS[1], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local hint = tonumber(ARGV[4])
 local layout, id, holder = look(key)
+-- (holder: for a semaphore, 'permits:<k>', the one name of its holders.)
 if layout == nil then
   return id
 elseif layout and layout ~= 'semaphore' then
@@ -52,20 +55,23 @@ if not take then
   if ARGV[5] == '' then
     return 0
   end
+  -- Named as one holder, 'permits:<k>', on every node (the nodes' soonest
+  -- holders differ in order), with the soonest expiry here: waiters wait
+  -- for any permit, and wake when any is let go.
   local soonest = nil
   for _, slot in pairs(slots) do
-    if not soonest or slot.expires < soonest.expires then
-      soonest = slot
+    if not soonest or slot.expires < soonest then
+      soonest = slot.expires
     end
   end
-  local pttl = soonest.expires - now
+  local pttl = soonest - now
   enqueue(key, ARGV[5], pttl + QUEUE_SLACK)
-  return {soonest.token, pttl}
+  return {holder, pttl}
 end
 redis.call('HSET', key, 'k', k, 't' .. take, token, 'x' .. take, string.format('%.0f', now + ttl))
 local left = redis.call('PTTL', key)
 if left == -1 or left < ttl then
-  redis.call('PEXPIRE', key, ttl)
+  redis.call('PEXPIRE', key, ARGV[2])
 end
 if ARGV[5] ~= '' then
   dequeue(key, ARGV[5])

@@ -45,11 +45,15 @@
 //! grant the same slot. Where they do not (a grant lost on a node, two
 //! callers racing), the yes votes split among slots; unless one slot has a
 //! majority the attempt is rolled back, and the next one hints the slot
-//! with the most yes votes (a retry of contention, not a poll). A holder's
-//! token may keep a slot it did not win on a minority of nodes until its
-//! first extension there (which drops it) or its release; that only delays
-//! others, never admits one more. The first hint is random, so that
-//! callers starting together spread over the free slots.
+//! free on the most of the nodes that granted one (each grant says which
+//! slots its node saw free): a retry of contention, not a poll. When one
+//! slot has a majority but a straggler node granted another, the holder's
+//! token keeps that other slot there until its first extension there
+//! (which lets it go) or its release; that only delays others, never
+//! admits one more. Such a holder's permit rests on the nodes that granted
+//! its slot only, so it survives the loss of fewer nodes than a lock
+//! granted everywhere. The first hint is random, so that callers starting
+//! together spread over the free slots.
 //!
 //! **`k` belongs to the semaphore.** The first holder on a node sets it;
 //! a caller that asks for another number of permits gets
@@ -58,8 +62,10 @@
 //! been let go (or has expired) the key is gone, and the next holder may
 //! set a new `k`.
 //!
-//! **Waiting.** A waiter is told the holder whose slot expires first, and
-//! sleeps until then at most; the release of *any* permit wakes the first
+//! **Waiting.** A full node names the semaphore's holders as one,
+//! `permits:<k>`, with its soonest slot's PTTL: a waiter sees one holder
+//! on a majority (however the nodes order their holders) and sleeps until
+//! the soonest expiry at most; the release of *any* permit wakes the first
 //! waiter of the key's queue (see [`queue`](super::queue)), which tries
 //! again.
 //!
@@ -176,7 +182,12 @@ impl Kind for Semaphore {
                 _ => Err(unexpected(&reply)).into(),
             };
         }
-        acquire_outcome(&reply)
+        match acquire_outcome(&reply) {
+            // A yes must name its slot: one that did not would count with
+            // the yes votes of any slot.
+            answer if answer.vote.is_ok() => Err(unexpected(&reply)).into(),
+            answer => answer,
+        }
     }
 
     fn refused(&self, tally: &Tally) {
@@ -263,6 +274,9 @@ mod tests {
         assert!(slot(4).vote.is_err());
         assert!(slot(-1).vote.is_err());
         assert!(granted(1, "111").vote.is_err());
+        // A yes that names no slot would count with any slot's.
+        assert!(kind.read_acquire(Value::Int(1)).vote.is_err());
+        assert!(kind.read_acquire(Value::Okay).vote.is_err());
         // Every slot held: who, for how long.
         let held = kind.read_acquire(Value::Array(vec![bulk("t1"), Value::Int(900)]));
         assert!(held.vote.is_err());
