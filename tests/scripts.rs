@@ -671,19 +671,7 @@ fn a_resent_permit_takes_one_slot_and_shortens_nothing() {
         "the key lives as its latest slot"
     );
     // A slot past its expiry is free, though its fields are still there.
-    let now_ms = match run(&c, 0, &["TIME"]) {
-        Reply::Array(Some(t)) => match t.as_slice() {
-            [Reply::Bulk(Some(s)), _] => {
-                String::from_utf8(s.clone())
-                    .unwrap()
-                    .parse::<i64>()
-                    .unwrap()
-                    * 1000
-            }
-            _ => panic!(),
-        },
-        other => panic!("{other:?}"),
-    };
+    let now_ms = node_time_ms(&c, 0) as i64;
     run(&c, 0, &["HSET", "s", "x0", &(now_ms - 1000).to_string()]);
     assert_eq!(
         slot(eval(

@@ -328,19 +328,7 @@ async fn a_waiter_on_a_full_semaphore_waits_without_using_up_its_retries() {
     // Make the nodes disagree on whose permit ends first: slot 0's on
     // nodes 0 and 1, slot 1's on 2 and 3, slot 2's on 4.
     for (node, soonest) in [0, 0, 1, 1, 2].into_iter().enumerate() {
-        let now_ms = match run(&c, node, &["TIME"]) {
-            Reply::Array(Some(t)) => match t.as_slice() {
-                [Reply::Bulk(Some(s)), _] => {
-                    String::from_utf8(s.clone())
-                        .unwrap()
-                        .parse::<u64>()
-                        .unwrap()
-                        * 1000
-                }
-                other => panic!("{other:?}"),
-            },
-            other => panic!("{other:?}"),
-        };
+        let now_ms = node_time_ms(&c, node);
         for slot in 0..3 {
             let ends = now_ms + if slot == soonest { 9_000 } else { 9_600 };
             let field = format!("x{slot}");

@@ -64,6 +64,23 @@ local function look(key, strings)
   return nil, redis.error_reply('WRONGTYPE the lock key holds a ' .. kind .. ' that is no lock')
 end
 
+-- For a script that acts on a hold it has (an extension, a release):
+-- `key`'s identity and waiters' token (see `look`) if the key is in layout
+-- `name` and, given `me`, held by `me`; else nil and the reply to return:
+-- the error of a key that is no lock, 0 for a free key (nothing of ours
+-- there), -1 for another holder's.
+local function mine(key, name, me)
+  local layout, id, token = look(key)
+  if layout == nil then
+    return nil, id
+  elseif not layout then
+    return nil, 0
+  elseif layout ~= name or (me and id ~= me) then
+    return nil, -1
+  end
+  return id, nil, token
+end
+
 -- The node's clock, in ms.
 local function now_ms()
   local t = redis.call('TIME')

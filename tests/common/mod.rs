@@ -80,6 +80,23 @@ pub fn pttl(cluster: &LocalCluster, i: usize, key: &str) -> i64 {
     }
 }
 
+/// Node `i`'s clock (`TIME`), in whole seconds as milliseconds.
+pub fn node_time_ms(cluster: &LocalCluster, i: usize) -> u64 {
+    match run(cluster, i, &["TIME"]) {
+        Reply::Array(Some(t)) => match t.as_slice() {
+            [Reply::Bulk(Some(s)), _] => {
+                String::from_utf8(s.clone())
+                    .unwrap()
+                    .parse::<u64>()
+                    .unwrap()
+                    * 1000
+            }
+            other => panic!("TIME on node {i}: {other:?}"),
+        },
+        other => panic!("TIME on node {i}: {other:?}"),
+    }
+}
+
 /// Sends a command to node `i` and expects it not to be an error.
 pub fn run(cluster: &LocalCluster, i: usize, args: &[&str]) -> Reply {
     let reply = command(cluster.port(i), args).expect("command");

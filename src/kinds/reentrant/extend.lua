@@ -5,13 +5,9 @@
 -- 1: the key lives at least ARGV[3] ms from now; 0: the hold is not there;
 -- -1: the key is another holder's, of any kind.
 local key, owner, token, ttl = KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3])
-local layout, id = look(key)
-if layout == nil then
-  return id
-elseif not layout then
-  return 0
-elseif layout ~= 'reentrant' or id ~= owner then
-  return -1
+local _, reply = mine(key, 'reentrant', owner)
+if reply then
+  return reply
 end
 if redis.call('HEXISTS', key, token) == 0 then
   return 0

@@ -6,12 +6,8 @@
 -- wake-up refused (an ACL); 0: the hold was not there (expired, or never
 -- taken on this node); -1: the key is another holder's, of any kind.
 local key, owner, token = KEYS[1], ARGV[1], ARGV[2]
-local layout, id, smallest = look(key)
-if layout == nil then
-  return id
-elseif not layout then
-  return 0
-elseif layout ~= 'reentrant' or id ~= owner then
-  return -1
+local id, reply, smallest = mine(key, 'reentrant', owner)
+if reply then
+  return reply
 end
-return let_go(key, layout, id, smallest, token, ARGV[3] == '1')
+return let_go(key, 'reentrant', id, smallest, token, ARGV[3] == '1')

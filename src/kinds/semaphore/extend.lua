@@ -6,13 +6,9 @@
 -- 1: the slot lives at least ARGV[2] ms from now; 0: it is not ours here;
 -- -1: the key is another kind's holder's.
 local key, token, ttl, slot = KEYS[1], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local layout, id = look(key)
-if layout == nil then
-  return id
-elseif not layout then
-  return 0
-elseif layout ~= 'semaphore' then
-  return -1
+local id, reply = mine(key, 'semaphore')
+if reply then
+  return reply
 end
 local k = tonumber(id)
 local slots, now = semaphore_slots(key, k)
