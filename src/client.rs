@@ -334,8 +334,8 @@ impl Redlock {
     /// holder died, and waiting out its TTL is not an option.
     /// Compare-and-delete, never a blind delete: a key with another token is
     /// left alone, so a lock taken since is safe. For reentrant holds the
-    /// token names one hold; the key goes with the last one. The release is
-    /// announced to waiters.
+    /// token names one hold, for a semaphore one permit; the key goes with
+    /// the last one. The release is announced to waiters.
     ///
     /// Clearing the lock of a holder that is still alive takes it away:
     /// that holder finds out at its next extension or when its validity

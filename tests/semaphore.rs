@@ -127,6 +127,33 @@ async fn callers_that_disagree_on_k_are_refused_at_once() {
     );
 }
 
+/// An operator sees a semaphore's holders in `status` and clears one
+/// permit by its token: the others stay, and the next caller gets the freed
+/// one.
+#[tokio::test]
+async fn status_shows_the_permits_and_release_token_clears_one() {
+    let c = cluster(5);
+    let redlock = redlock(&c);
+    let a = permit(&redlock, "ops", 2).await.unwrap();
+    let b = permit(&redlock, "ops", 2).await.unwrap();
+    let status = redlock.status("ops").await;
+    let tokens: Vec<&str> = status.permits().iter().map(|(_, t)| *t).collect();
+    assert!(
+        tokens.contains(&a.token()) && tokens.contains(&b.token()),
+        "{tokens:?}"
+    );
+    let report = redlock.release_token("ops", b.token()).await.unwrap();
+    assert!(report.agreed() >= 3, "{report}");
+    let left = redlock.status("ops").await;
+    let left: Vec<&str> = left.permits().iter().map(|(_, t)| *t).collect();
+    assert_eq!(left, [a.token()]);
+    let next = permit(&redlock, "ops", 2).await.unwrap();
+    // The cleared holder finds out when it lets go: nothing of it is left.
+    assert!(b.release().await.is_err());
+    next.release().await.unwrap();
+    a.release().await.unwrap();
+}
+
 /// A semaphore and a plain lock on one name keep each other out, both ways.
 #[tokio::test]
 async fn a_semaphore_and_a_mutex_on_one_name_exclude_each_other() {
