@@ -16,7 +16,7 @@ use crate::engine::acquire::{self, Call};
 use crate::engine::hold::{Context, Hold};
 use crate::error::{ConfigError, Error, Report};
 use crate::kinds::admin::{self, Status};
-use crate::kinds::{Kind, fenced, mutex, reentrant, semaphore};
+use crate::kinds::{Kind, fenced, mutex, reentrant, rwlock, semaphore};
 use crate::lock::{Held, Lock};
 use crate::proto::Keys;
 use crate::proto::quorum::Tally;
@@ -202,6 +202,7 @@ impl Redlock {
             owner: None,
             fenced: false,
             permits: None,
+            shared: false,
             call: Call {
                 retries: options.retry_count,
                 wait: options.wait_timeout,
@@ -419,6 +420,8 @@ pub struct LockRequest<'a> {
     fenced: bool,
     /// Set for a semaphore.
     permits: Option<u32>,
+    /// Set for a reader of a read-write lock.
+    shared: bool,
     call: Call,
 }
 
@@ -542,6 +545,41 @@ impl<'a> LockRequest<'a> {
         self
     }
 
+    /// Makes this a **reader** of a read-write lock: readers share the
+    /// resource with each other, and a writer — the plain lock on the same
+    /// name — excludes readers and writers.
+    ///
+    /// ```no_run
+    /// # async fn run(redlock: redquorum::Redlock) -> Result<(), redquorum::Error> {
+    /// use std::time::Duration;
+    /// let ttl = Duration::from_secs(10);
+    /// // Many readers of the configuration at once …
+    /// let read = redlock.lock("config", ttl).shared().await?;
+    /// // … read it …
+    /// read.release().await?;
+    /// // … and one writer, with no reader, when it changes.
+    /// let write = redlock.lock("config", ttl).await?;
+    /// write.release().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// Each reader's share is a [`Lock`] of its own and ends at its own TTL
+    /// (a crashed reader does not live on through the others' renewals). A
+    /// writer kept out by readers turns new readers away while it waits,
+    /// so it gets in once the current readers end. A reader that asks to
+    /// write on the same name waits for every reader, itself included, until
+    /// its wait deadline: release the read lock first. The guarantee and
+    /// why it holds are in the README's "Lock kinds".
+    ///
+    /// # Errors
+    /// [`ConfigError::Combination`] with [`reentrant`](Self::reentrant),
+    /// [`fenced`](Self::fenced), [`permits`](Self::permits), or on a set of
+    /// more than one resource.
+    pub fn shared(mut self) -> Self {
+        self.shared = true;
+        self
+    }
+
     /// Runs `work` while holding the lock: acquires it, keeps it alive in
     /// the background ([`Lock::keep_alive`]) however long `work` takes, and
     /// releases it when `work` returns or panics (the panic then goes on).
@@ -581,6 +619,16 @@ impl<'a> LockRequest<'a> {
             Resources::All(names) => (names.iter().map(|r| key(r)).collect(), names.join(",")),
         };
         let fenced = self.fenced || options.fenced;
+        if self.shared {
+            return match (keys.len(), self.owner.is_some(), self.fenced, self.permits) {
+                (0, ..) => Err(ConfigError::NoResources),
+                (_, true, _, _) => Err(ConfigError::Combination("shared and reentrant")),
+                (_, _, true, _) => Err(ConfigError::Combination("shared and fenced")),
+                (_, _, _, Some(_)) => Err(ConfigError::Combination("shared and permits")),
+                (2.., ..) => Err(ConfigError::Combination("shared on a set")),
+                _ => Ok((rwlock::kind(), keys, resource)),
+            };
+        }
         if let Some(permits) = self.permits {
             return match (keys.len(), self.owner.is_some(), self.fenced) {
                 (0, _, _) => Err(ConfigError::NoResources),
@@ -649,6 +697,7 @@ impl fmt::Debug for LockRequest<'_> {
             .field("owner", &self.owner)
             .field("fenced", &self.fenced)
             .field("permits", &self.permits)
+            .field("shared", &self.shared)
             .field("call", &self.call)
             .finish()
     }

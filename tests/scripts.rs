@@ -39,6 +39,9 @@ const ADMIN_CLEAR: &str = script!("../src/kinds/admin/clear.lua");
 const SEMAPHORE_ACQUIRE: &str = script!("../src/kinds/semaphore/acquire.lua");
 const SEMAPHORE_EXTEND: &str = script!(keys "../src/kinds/semaphore/extend.lua");
 const SEMAPHORE_RELEASE: &str = script!("../src/kinds/semaphore/release.lua");
+const READ: &str = script!("../src/kinds/rwlock/read.lua");
+const READ_EXTEND: &str = script!(keys "../src/kinds/rwlock/extend.lua");
+const READ_RELEASE: &str = script!("../src/kinds/rwlock/release.lua");
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef01234567";
 
@@ -719,4 +722,53 @@ fn a_resent_permit_takes_one_slot_and_shortens_nothing() {
         );
     }
     assert_eq!(run(&c, 0, &["EXISTS", "s"]), Reply::Int(0));
+}
+
+/// A reader's scripts run twice change nothing the second time (one share,
+/// never shortened, let go once); a writer's key keeps readers out and the
+/// readers' key keeps a writer out; a waiting writer's intent turns new
+/// readers away, and taking the key clears it.
+#[test]
+fn a_resent_share_is_one_share_and_writers_and_readers_exclude_each_other() {
+    let c = cluster(1);
+    let other = "fedcba9876543210fedcba9876543210fedcba98";
+    twice(&c, READ, &["d"], &[TOKEN, "5000", ""], Reply::Int(1));
+    run(&c, 0, &["HSET", "d", TOKEN, "99999999999999"]);
+    twice(&c, READ, &["d"], &[TOKEN, "5000", ""], Reply::Int(1));
+    assert_eq!(hget(&c, "d", TOKEN), "99999999999999", "not shortened");
+    twice(&c, READ, &["d"], &[other, "5000", ""], Reply::Int(1));
+    twice(&c, READ_EXTEND, &["d"], &[other, "8000"], Reply::Int(1));
+    // A writer is kept out, and, waiting, leaves its intent: a new reader
+    // is turned away, the ones in stay.
+    let writer = "0000000000000001:w:1";
+    match eval(&c, MUTEX_ACQUIRE, &["d"], &[TOKEN, "5000", writer]) {
+        Reply::Array(Some(seen)) => assert_eq!(seen[0], Reply::Bulk(Some(b"readers".to_vec()))),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(get(&c, 0, "d:intent").as_deref(), Some(writer));
+    let third = "1111111111111111111111111111111111111111";
+    assert_eq!(eval(&c, READ, &["d"], &[third, "5000", ""]), Reply::Int(0));
+    twice(&c, READ, &["d"], &[other, "5000", ""], Reply::Int(1));
+    // The readers go (each once); the last one's release frees the key.
+    assert_eq!(eval(&c, READ_RELEASE, &["d"], &[TOKEN, "0"]), Reply::Int(1));
+    assert_eq!(eval(&c, READ_RELEASE, &["d"], &[TOKEN, "0"]), Reply::Int(0));
+    assert_eq!(eval(&c, READ_RELEASE, &["d"], &[other, "0"]), Reply::Int(1));
+    assert_eq!(run(&c, 0, &["EXISTS", "d"]), Reply::Int(0));
+    // The writer takes it, and its intent goes; readers are kept out by the
+    // writer's key now.
+    let wtoken = "2222222222222222222222222222222222222222";
+    assert_eq!(
+        eval(&c, MUTEX_ACQUIRE, &["d"], &[wtoken, "5000", writer]),
+        Reply::Int(1)
+    );
+    assert_eq!(run(&c, 0, &["EXISTS", "d:intent"]), Reply::Int(0));
+    assert_eq!(eval(&c, READ, &["d"], &[third, "5000", ""]), Reply::Int(0));
+    assert_eq!(
+        eval(&c, READ_EXTEND, &["d"], &[third, "5000"]),
+        Reply::Int(-1)
+    );
+    assert_eq!(
+        eval(&c, READ_RELEASE, &["d"], &[third, "0"]),
+        Reply::Int(-1)
+    );
 }

@@ -110,6 +110,7 @@ The command gets these environment variables:
                       smaller one than it has seen.
   REDQUORUM_OWNER     with --reentrant-owner: the owner id
   REDQUORUM_PERMITS   with --permits: K
+  REDQUORUM_SHARED    with --shared: 1
 
 The command runs in a process group of its own (given the terminal, if
 redquorum has it). If renewing the lock keeps failing until no more than
@@ -173,6 +174,11 @@ pub struct Run {
     /// it at once (every run must give the same K).
     #[arg(long, value_name = "K", conflicts_with_all = ["fence", "reentrant_owner"])]
     pub permits: Option<u32>,
+    /// Take a reader's share of a read-write lock: any number of --shared
+    /// runs on RESOURCE hold it at once; a run without it is the writer,
+    /// which excludes them (and turns new readers away while it waits).
+    #[arg(long, conflicts_with_all = ["fence", "reentrant_owner", "permits"])]
+    pub shared: bool,
     /// How long the command has to exit after SIGTERM before it gets
     /// SIGKILL, when the lock is failing: SIGTERM goes out once renewals
     /// have failed until no more than this is left of the lock, and SIGKILL

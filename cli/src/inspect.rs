@@ -113,6 +113,9 @@ fn describe(holder: &Holding) -> String {
                 held.join(", ")
             )
         }
+        Holding::Readers { readers } => {
+            format!("{} readers ({})", readers.len(), readers.join(", "))
+        }
         Holding::Other(kind) => format!("a {kind} key that is not a lock"),
         _ => "an unknown holder".to_owned(),
     }
@@ -131,6 +134,7 @@ fn holder_json(holder: &Holding) -> Value {
                 .collect();
             json!({"kind": "semaphore", "permits": permits, "holders": held})
         }
+        Holding::Readers { readers } => json!({"kind": "readers", "readers": readers}),
         Holding::Other(kind) => json!({"kind": "other", "type": kind}),
         _ => json!({"kind": "unknown"}),
     }

@@ -83,6 +83,9 @@ async fn acquire(redlock: &Redlock, args: &Run, signals: &mut Signals) -> Result
     if let Some(permits) = args.permits {
         request = request.permits(permits);
     }
+    if args.shared {
+        request = request.shared();
+    }
     let acquiring = request.into_future();
     let progress = async {
         if args.no_wait || !std::io::stderr().is_terminal() {
@@ -143,6 +146,7 @@ fn describe_holder(status: &redquorum::Status) -> String {
         Holding::Permits { permits, .. } => {
             format!("{} of {permits} permits", status.permits().len())
         }
+        Holding::Readers { readers } => format!("{} readers", readers.len()),
         Holding::Other(kind) => format!("a {kind} key (not a lock)"),
         _ => "another holder".to_owned(),
     };
@@ -174,6 +178,9 @@ async fn supervise(mut lock: Lock, args: &Run, signals: &mut Signals) -> u8 {
     }
     if let Some(permits) = args.permits {
         command.env("REDQUORUM_PERMITS", permits.to_string());
+    }
+    if args.shared {
+        command.env("REDQUORUM_SHARED", "1");
     }
     let terminal = foreground_terminal();
     prepare(&mut command, terminal);

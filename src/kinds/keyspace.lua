@@ -17,6 +17,13 @@
 --     expiry is ahead; the key's own TTL is the latest expiry, and it goes
 --     when its last slot is let go. (Expiries in the hash, not per-field
 --     TTLs: HPEXPIRE needs Redis 7.4, and Redis 6.2 and 7.0 are served.)
+--   readers (the read-write lock's shared side): a hash, 'R' = '1', and one
+--     field per reader, named by its token, holding when its share expires
+--     (ms of the node's clock). A share is held while its expiry is ahead;
+--     the key lives as long as its latest share, and goes with its last.
+--     (A writer is the exclusive layout on the same key. Beside it,
+--     `<key>:intent` names a writer that waits for the readers: see
+--     queue.lua's `refuse`.)
 -- (Plain functions and multiple values, no tables of closures: this text
 -- runs on every call, and a table of layouts cost each script a microsecond.)
 -- Nothing here wakes or queues: that is queue.lua's, built on `remove`.
@@ -53,12 +60,16 @@ local function look(key, strings)
     end
   end
   if kind == 'hash' then
-    local owner, smallest, permits = unpack(redis.call('HMGET', key, 'o', 'i', 'k'))
+    local owner, smallest, permits, readers =
+      unpack(redis.call('HMGET', key, 'o', 'i', 'k', 'R'))
     if owner then
       return 'reentrant', owner, smallest
     elseif permits then
       -- Waiters wait for any permit: one name for them all.
       return 'semaphore', permits, 'permits:' .. permits
+    elseif readers then
+      -- And for every reader to go: one name for them all.
+      return 'readers', 'readers', 'readers'
     end
   end
   return nil, redis.error_reply('WRONGTYPE the lock key holds a ' .. kind .. ' that is no lock')
@@ -114,10 +125,43 @@ local function semaphore_slots(key, k)
   return slots, now
 end
 
+-- A readers key's shares held now: {token = expiry}, the node's time, and
+-- the latest expiry (0 for none).
+local function reader_shares(key)
+  local now = now_ms()
+  local shares, latest = {}, 0
+  local fields = redis.call('HGETALL', key)
+  for n = 1, #fields, 2 do
+    local expires = tonumber(fields[n + 1])
+    if fields[n] ~= 'R' and expires and expires > now then
+      shares[fields[n]] = expires
+      latest = math.max(latest, expires)
+    end
+  end
+  return shares, now, latest
+end
+
+-- Keeps `key` exactly as long as its latest share or slot (`latest`, ms of
+-- the node's clock at `now`): deleted if there is none.
+local function fit_life(key, latest, now)
+  if latest == 0 then
+    redis.call('DEL', key)
+  else
+    redis.call('PEXPIRE', key, string.format('%.0f', latest - now))
+  end
+end
+
 -- The tokens of the holds in `key`, of `layout` (from `look`).
 local function holds(key, layout, id)
   if layout == 'exclusive' then
     return {id}
+  elseif layout == 'readers' then
+    local tokens = {}
+    for token in pairs((reader_shares(key))) do
+      tokens[#tokens + 1] = token
+    end
+    table.sort(tokens)
+    return tokens
   elseif layout == 'semaphore' then
     local tokens = {}
     local slots = semaphore_slots(key, tonumber(id))
@@ -171,12 +215,17 @@ local function remove(key, layout, id, token, hold)
     for _, slot in pairs(slots) do
       latest = math.max(latest, slot.expires)
     end
-    if latest == 0 then
-      redis.call('DEL', key)
-    else
-      redis.call('PEXPIRE', key, string.format('%.0f', latest - now))
-    end
+    fit_life(key, latest, now)
     return hold
+  elseif layout == 'readers' then
+    if hold == 'R' or redis.call('HDEL', key, hold) == 0 then
+      return nil
+    end
+    local _, now, latest = reader_shares(key)
+    fit_life(key, latest, now)
+    -- Only the last reader's going frees the key for what waits (writers);
+    -- announced with its own token, unique as a holder's.
+    return latest == 0 and hold or false
   end
   if hold == 'o' or hold == 'i' or redis.call('HDEL', key, hold) == 0 then
     return nil

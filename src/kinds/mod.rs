@@ -17,6 +17,8 @@
 //!   free when every hold has gone.
 //! * [`semaphore`]: at most `k` holders at a time, each holding one of `k`
 //!   permit slots, every slot a mutex of its own.
+//! * [`rwlock`]: readers share, a writer (the mutex on the same name)
+//!   excludes readers and writers; a waiting writer turns new readers away.
 //!
 //! The kinds share the key space and exclude each other: a key of another
 //! kind is "held by another owner" to every script, never an error. What a
@@ -31,6 +33,7 @@ pub(crate) mod keyspace;
 pub(crate) mod mutex;
 pub(crate) mod queue;
 pub(crate) mod reentrant;
+pub(crate) mod rwlock;
 pub(crate) mod semaphore;
 
 use std::time::Duration;
@@ -50,7 +53,7 @@ use crate::proto::{Answer, Command, Holder, LockId};
 /// reentrant kind names each hold by its token, so a repeat finds it).
 pub(crate) trait Kind: Send + Sync + 'static {
     /// The kind's name in metrics and logs: `mutex`, `set`, `reentrant`,
-    /// `fenced`, `semaphore`.
+    /// `fenced`, `semaphore`, `read`.
     fn name(&self, id: &LockId) -> &'static str;
     /// Takes the lock on one node, for `plan.ttl`. For a `waiter` (its
     /// [`queue::member`]), the reply also says who holds the key there and

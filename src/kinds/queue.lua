@@ -21,9 +21,15 @@ local function enqueue(key, member, life)
   end
 end
 
--- Takes `member` out of `key`'s queue (it got the lock, or stopped waiting).
+-- Takes `member` out of `key`'s queue (it got the lock, or stopped
+-- waiting), and its intent with it (see `refuse`).
 local function dequeue(key, member)
   redis.call('ZREM', key .. ':waiters', member)
+  local intent = key .. ':intent'
+  -- (EXISTS first: there is rarely one, and a GET is the lock key's read.)
+  if redis.call('EXISTS', intent) == 1 and redis.call('GET', intent) == member then
+    redis.call('DEL', intent)
+  end
 end
 
 -- Whether `channel` has a subscriber of its own: PUBLISH also counts
@@ -35,44 +41,77 @@ local function subscribed(channel)
   return subscribers.err ~= nil or subscribers[2] > 0
 end
 
--- Wakes the first waiter of `key`'s queue whose client listens: publishes
--- '<member> <token>' (`token`: the holder that let go) on its client's
--- channel, and takes it out of the queue; a waiter nobody hears (its
--- client gone, or no longer subscribed) is taken out and the next one
--- tried. A woken waiter that does not get the lock queues again, in its
--- place. False if the node refused the PUBLISH (an ACL), else true.
+-- Takes `member` out of `key`'s queue and publishes '<member> <token>' on
+-- its client's channel. 'heard', 'refused' (an ACL refused the PUBLISH) or
+-- 'nobody' (its client gone, or no longer subscribed).
+local function notify(key, member, token)
+  redis.call('ZREM', key .. ':waiters', member)
+  local client = string.match(member, '^[^:]*:([^:]*):') or ''
+  local channel = key .. ':wake:' .. client
+  if not subscribed(channel) then
+    return 'nobody'
+  end
+  local heard = redis.pcall('PUBLISH', channel, member .. ' ' .. token)
+  if type(heard) == 'table' then
+    return 'refused'
+  end
+  return heard > 0 and 'heard' or 'nobody'
+end
+
+-- Wakes the first waiter of `key`'s queue whose client listens, with
+-- `token` (the holder that let go), and takes it out of the queue; a
+-- waiter nobody hears is taken out and the next one tried. A woken waiter
+-- that does not get the lock queues again, in its place. A writer whose
+-- intent turns new readers away (see `refuse`) is woken first: the
+-- readers queued before it could not get in anyway. False if the node
+-- refused the PUBLISH (an ACL), else true.
 local function wake(key, token)
   local queue = key .. ':waiters'
+  local intent = redis.call('EXISTS', key .. ':intent') == 1
+    and redis.call('GET', key .. ':intent')
+  if intent and redis.call('ZSCORE', queue, intent) then
+    local outcome = notify(key, intent, token)
+    if outcome ~= 'nobody' then
+      return outcome == 'heard'
+    end
+  end
   while true do
     local first = redis.call('ZRANGE', queue, 0, 0)[1]
     if not first then
       return true
     end
-    redis.call('ZREM', queue, first)
-    local client = string.match(first, '^[^:]*:([^:]*):') or ''
-    local channel = key .. ':wake:' .. client
-    if subscribed(channel) then
-      local heard = redis.pcall('PUBLISH', channel, first .. ' ' .. token)
-      if type(heard) == 'table' then
-        return false
-      end
-      if heard > 0 then
-        return true
-      end
+    local outcome = notify(key, first, token)
+    if outcome ~= 'nobody' then
+      return outcome == 'heard'
     end
   end
 end
 
 
--- The reply of an attempt that found `key` held, waiters waiting for
--- `token`: 0, or for a `waiter` {token, the key's PTTL}, and the waiter
--- queues for the key.
-local function refuse(key, token, waiter)
+-- The reply of an attempt that found `key` held (in `layout`), waiters
+-- waiting for `token`: 0, or for a `waiter` {token, the key's PTTL}, and
+-- the waiter queues for the key. A waiter kept out by readers (a writer)
+-- also leaves an intent, `<key>:intent` = its name, unless another's is
+-- there: new readers are turned away while it lives (see kinds/rwlock).
+-- It lives a second past the readers' latest PTTL, ten seconds at most,
+-- and each attempt of its writer renews it: a writer that dies lets
+-- readers in again within that.
+local function refuse(key, token, waiter, layout)
   if waiter == '' then
     return 0
   end
   local pttl = redis.call('PTTL', key)
   enqueue(key, waiter, math.max(pttl, 0) + QUEUE_SLACK)
+  if layout == 'readers' then
+    local intent = key .. ':intent'
+    local life = math.min(math.max(pttl, 0), 10000) + 1000
+    local current = redis.call('GET', intent)
+    if not current then
+      redis.call('SET', intent, waiter, 'PX', life)
+    elseif current == waiter then
+      redis.call('PEXPIRE', intent, life)
+    end
+  end
   return {token, pttl}
 end
 

@@ -156,6 +156,11 @@ pub enum Holding {
         /// Each held slot: its number and its holder's token.
         holders: Vec<(u32, String)>,
     },
+    /// The readers of a read-write lock on this node: each share's token.
+    Readers {
+        /// Each reader's token.
+        readers: Vec<String>,
+    },
     /// A key that is not a lock (another type, under the lock's name); the
     /// type Redis names. It keeps every lock out, like a holder would.
     Other(String),
@@ -165,12 +170,14 @@ impl Holding {
     /// Whether two nodes' holdings are the same holder's: the same token,
     /// the same reentrant owner (whatever holds each node has seen), a
     /// semaphore (whichever permits each node has seen: see
-    /// [`Status::permits`] for its holders), or the same foreign type.
+    /// [`Status::permits`] for its holders), readers (whichever each node
+    /// has seen), or the same foreign type.
     pub fn same_holder(&self, other: &Holding) -> bool {
         match (self, other) {
             (Holding::Token(a), Holding::Token(b)) => a == b,
             (Holding::Reentrant { owner: a, .. }, Holding::Reentrant { owner: b, .. }) => a == b,
             (Holding::Permits { .. }, Holding::Permits { .. }) => true,
+            (Holding::Readers { .. }, Holding::Readers { .. }) => true,
             (Holding::Other(a), Holding::Other(b)) => a == b,
             _ => false,
         }
@@ -222,6 +229,9 @@ pub(crate) fn read_inspect(reply: Value) -> Result<NodeState, NodeFailure> {
         "reentrant" => Some(Holding::Reentrant {
             owner: text(holder).unwrap_or_default(),
             holds: holds.iter().filter_map(text).collect(),
+        }),
+        "readers" => Some(Holding::Readers {
+            readers: holds.iter().filter_map(text).collect(),
         }),
         "semaphore" => Some(Holding::Permits {
             permits: text(holder).and_then(|k| k.parse().ok()).ok_or_else(bad)?,

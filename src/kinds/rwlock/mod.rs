@@ -1,0 +1,134 @@
+//! The read-write lock: readers share, a writer excludes readers and
+//! writers. A reader is `lock(name, ttl).shared()`; a writer is the plain
+//! lock (the [`mutex`](super::mutex)) on the same name.
+//!
+//! | operation | on each node | round trips |
+//! |---|---|---|
+//! | read | [`read.lua`](READ): add our share to the readers' hash, unless a writer holds the key or waits for it | 1 |
+//! | release | [`release.lua`](RELEASE): remove our share; the last one deletes the key and wakes the first waiter (a waiting writer first) | 1 |
+//! | extend | [`extend.lua`](EXTEND): prolong our share (never shorten) | 1 |
+//! | write | the mutex: `SET NX PX`, which finds the readers' key there | 1 |
+//!
+//! On a node the readers' key is a hash (the `readers` layout of the key
+//! space's owner, [`keyspace`](super::keyspace)): `R`, and one field per
+//! reader, named by its token, holding when its share expires on the node's
+//! clock. The key lives as long as its latest share.
+//!
+//! **Guarantee.** While a majority of nodes run and keep their keys and
+//! clocks drift within the allowance: while a writer believes it holds the
+//! lock (within its validity), no reader and no other writer does; readers
+//! hold at the same time as each other.
+//!
+//! **Why: every conflict is a pair, and each pair is kept apart by a
+//! node.** A conflict is a reader and a writer, or two writers, holding at
+//! once. Each holds only when a majority of nodes granted it, and two
+//! majorities share a node. On that node the lock's key is one thing at a
+//! time: a string holding the writer's token (the mutex's layout) or the
+//! readers' hash, never both, since every script creates or joins the key
+//! only where `look` finds it free or in its own layout. So the shared node
+//! granted at most one of the pair: the reader there joined a readers' hash
+//! the writer's `SET NX` could not replace, or the writer's key made the
+//! reader's script refuse. Two writers are two mutex holders. Readers are
+//! not in conflict with each other, and every node lets them share. Each
+//! reader's share ends at its own expiry, so no argument needs the readers
+//! to agree on anything, and there is nothing to count.
+//!
+//! **The tempting designs that are wrong.** (1) A per-node count of readers
+//! (`INCR`/`DECR`) diverges over a quorum, exactly as reentrant counts did:
+//! a release decrements on nodes the take never reached and frees them
+//! under another reader. Shares are fields named by their tokens, removed
+//! only by their own token. (2) One TTL on the whole readers' key,
+//! refreshed by every reader: a crashed reader's share then lives as long
+//! as any other reader renews, and a waiting writer waits for all of them.
+//! Each share here has its own expiry; `tests/rwlock.rs` shows a vanished
+//! reader's share gone at its own TTL while another renews. (3) Readers
+//! that keep overlapping starve a writer for ever. A writer kept out by
+//! readers leaves an **intent** (`<key>:intent`, its waiter's name) that
+//! turns new readers away, so it gets in once the current ones end; the
+//! last reader's release wakes the writer first. The intent lives a second
+//! past the readers' latest TTL (ten seconds at most) and each attempt of
+//! the writer renews it; a writer that stops waiting takes it away, one
+//! that dies lets it lapse. The intent is liveness only: safety never
+//! depends on it. `tests/rwlock.rs` runs a writer under continuous
+//! overlapping readers and shows it gets in.
+//!
+//! **Upgrades.** A reader that asks to write on the same name waits for
+//! every reader to go, itself included: it waits until its wait deadline
+//! and fails, as an upgrade does over any lock (two readers upgrading
+//! would wait for each other). Release the read lock first. (A downgrade
+//! — take the read lock while holding the write lock — waits the same way
+//! for the writer, itself: release the write lock, then read; another
+//! writer may come in between.)
+
+use std::sync::{Arc, LazyLock};
+
+use crate::kinds::Kind;
+use crate::kinds::keyspace::script;
+use crate::proto::quorum::Plan;
+use crate::proto::{Call, Command, Effect, LockId, Script};
+
+/// Add our share, unless a writer holds or waits.
+pub(crate) static READ: LazyLock<Script> = LazyLock::new(|| Script::new(script!("read.lua")));
+
+/// Remove our share; the last one wakes a waiting writer.
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(script!("release.lua")));
+
+/// Prolong our share, never shortening.
+pub(crate) static EXTEND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(script!(keys "extend.lua")));
+
+/// The reader's side of the read-write lock (the writer's is the mutex).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Shared;
+
+/// The reader's kind, shared by every read lock.
+pub(crate) fn kind() -> Arc<dyn Kind> {
+    static KIND: LazyLock<Arc<dyn Kind>> = LazyLock::new(|| Arc::new(Shared));
+    KIND.clone()
+}
+
+impl Kind for Shared {
+    fn name(&self, _: &LockId) -> &'static str {
+        "read"
+    }
+
+    fn acquire(&self, id: &LockId, plan: &Plan, waiter: Option<&str>) -> Command {
+        Command {
+            call: Call::Script {
+                script: &READ,
+                keys: id.keys.clone(),
+                args: vec![
+                    id.token().into(),
+                    plan.ttl_ms.to_string().into_bytes(),
+                    waiter.unwrap_or_default().into(),
+                ],
+            },
+            effect: Effect::Grant { life: plan.life() },
+        }
+    }
+
+    fn release(&self, id: &LockId, announce: bool) -> Command {
+        Command {
+            call: Call::Script {
+                script: &RELEASE,
+                keys: id.keys.clone(),
+                args: vec![
+                    id.token().into(),
+                    if announce { b"1" } else { b"0" }.to_vec(),
+                ],
+            },
+            effect: Effect::Remove,
+        }
+    }
+
+    fn extend(&self, id: &LockId, plan: &Plan) -> Command {
+        Command {
+            call: Call::Script {
+                script: &EXTEND,
+                keys: id.keys.clone(),
+                args: vec![id.token().into(), plan.ttl_ms.to_string().into_bytes()],
+            },
+            effect: Effect::Refresh { life: plan.life() },
+        }
+    }
+}

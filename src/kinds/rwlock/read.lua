@@ -1,0 +1,46 @@
+-- Takes a reader's share of the lock (the readers layout: keyspace.lua).
+-- KEYS[1] = the key, ARGV[1] = our token, ARGV[2] = TTL in milliseconds,
+-- ARGV[3] = the waiter ('' for none): told who keeps it out, and queued.
+-- 1: our share is held, for the TTL (also when run twice: never
+-- shortened); 0: a writer (or another kind) holds the key, or a writer
+-- waits for the readers (its intent: see queue.lua's `refuse`), and
+-- nothing changed; {holder, pttl}: the same, with the holder's token and
+-- its key's PTTL, or 'intent' and the intent's.
+local key, token, ttl = KEYS[1], ARGV[1], tonumber(ARGV[2])
+local layout, id, holder = look(key)
+if layout == nil then
+  return id
+elseif layout and layout ~= 'readers' then
+  return refuse(key, holder, ARGV[3])
+end
+local now = now_ms()
+if layout then
+  local ours = tonumber(redis.call('HGET', key, token))
+  if ours and ours > now then
+    return 1
+  end
+end
+-- A writer waits for the readers: new ones are turned away, so that it
+-- gets in once the current ones end.
+local intent = redis.call('PTTL', key .. ':intent')
+if intent > 0 then
+  if ARGV[3] == '' then
+    return 0
+  end
+  enqueue(key, ARGV[3], intent + QUEUE_SLACK)
+  return {'intent', intent}
+end
+redis.call('HSET', key, 'R', '1', token, string.format('%.0f', now + ttl))
+local left = redis.call('PTTL', key)
+if left == -1 or left < ttl then
+  redis.call('PEXPIRE', key, ARGV[2])
+end
+if ARGV[3] ~= '' then
+  dequeue(key, ARGV[3])
+  -- The next waiter may be a reader too, which can share now: it is woken
+  -- to try (a writer tries, is kept out, and leaves its intent).
+  if redis.call('EXISTS', key .. ':waiters') == 1 then
+    wake(key, 'joined:' .. token)
+  end
+end
+return 1
