@@ -38,6 +38,9 @@
 //! * `fenced`: `lock().fenced()` on one random resource; its interval
 //!   carries the lock's token (drawn on the wall clock's floor, unless the
 //!   spec turns `fence_floor` off).
+//! * `rwlock`: three calls in four read (`lock().shared()`, holding
+//!   without the register; their intervals' owner is `<task>/r`, and the
+//!   checker lets readers overlap), one in four write (the plain lock).
 //! * `semaphore`: `lock().permits(k)` on one random resource; the section
 //!   holds (sometimes extending) without the register, which several
 //!   holders at once would race on by design.
@@ -214,15 +217,20 @@ pub enum Kind {
     /// holds without writing the register (several holders at once would
     /// lose its updates by design).
     Semaphore,
+    /// Three calls in four read (`lock(resource).shared()`, holding without
+    /// writing the register, their intervals' owner `<task>/r`), one in
+    /// four writes (the plain lock, writing the register).
+    Rwlock,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 5] = [
+    pub const ALL: [Kind; 6] = [
         Kind::Mutex,
         Kind::Reentrant,
         Kind::Multi,
         Kind::Fenced,
         Kind::Semaphore,
+        Kind::Rwlock,
     ];
 
     pub fn name(self) -> &'static str {
@@ -232,6 +240,7 @@ impl Kind {
             Kind::Multi => "multi",
             Kind::Fenced => "fenced",
             Kind::Semaphore => "semaphore",
+            Kind::Rwlock => "rwlock",
         }
     }
 
@@ -250,6 +259,9 @@ impl Kind {
             }
             Kind::Semaphore => {
                 "semaphores of 2 permits: at most 2 holders of a resource at any instant, and 2 seen at once"
+            }
+            Kind::Rwlock => {
+                "read-write locks, 3 reads in 4: no writer overlaps anyone, readers seen to overlap, writers get in"
             }
         }
     }
@@ -288,6 +300,8 @@ struct Holding {
     lock: Lock,
     begin: u64,
     deadline: u64,
+    /// A reader's share of a read-write lock.
+    shared: bool,
 }
 
 impl Holding {
@@ -296,6 +310,7 @@ impl Holding {
             begin: now_ns(),
             deadline: deadline(&lock),
             lock,
+            shared: false,
         }
     }
 
@@ -334,6 +349,18 @@ impl Task {
                 }
                 Kind::Reentrant => self.reentrant().await,
                 Kind::Multi => self.multi().await,
+                Kind::Rwlock => {
+                    let resource = self.resource();
+                    let shared = !Self::one_in(4);
+                    let mut request = self.redlock.lock(&resource, self.spec.ttl);
+                    if shared {
+                        request = request.shared();
+                    }
+                    if let Some(mut holding) = self.take(request, false).await {
+                        holding.shared = shared;
+                        self.hold(holding, &[resource]).await;
+                    }
+                }
                 Kind::Semaphore => {
                     let resource = self.resource();
                     let request = self.redlock.lock(&resource, self.spec.ttl);
@@ -471,7 +498,7 @@ impl Task {
             tokio::time::sleep(ttl + ttl / 4).await;
             return true;
         }
-        if self.spec.kind == Kind::Semaphore {
+        if self.spec.kind == Kind::Semaphore || holding.shared {
             // Held, extended now and then; no register (see `Kind`).
             let hold = rand::random_range(0..=self.spec.hold_ms);
             tokio::time::sleep(Duration::from_millis(hold)).await;
@@ -579,7 +606,13 @@ impl Task {
             lock,
             begin,
             deadline,
+            shared,
         } = holding;
+        let owner = if shared {
+            format!("{}/r", self.name)
+        } else {
+            self.name.clone()
+        };
         let fence = lock.fence();
         let released = now_ns();
         let outcome = match lock.release().await {
@@ -590,7 +623,7 @@ impl Task {
             self.log(Event::Held {
                 resource: resource.clone(),
                 interval: Interval {
-                    owner: self.name.clone(),
+                    owner: owner.clone(),
                     start: begin,
                     end: released.min(deadline),
                     paused,

@@ -202,6 +202,13 @@ pub struct Interval {
     pub fence: Option<u64>,
 }
 
+impl Interval {
+    /// A reader's share of a read-write lock: its owner is `<task>/r`.
+    pub fn is_shared(&self) -> bool {
+        self.owner.ends_with("/r")
+    }
+}
+
 /// Two intervals of one resource that break a rule: two owners that
 /// believed they held it at once (a violation), or two fenced acquisitions
 /// in a row whose tokens did not grow (a fence violation).
@@ -259,6 +266,9 @@ pub struct Verdict {
     pub refused_reads: usize,
     /// The most intervals of one resource that overlapped at one instant.
     pub most_at_once: usize,
+    /// Pairs of overlapping readers' intervals (owners `<task>/r`): shared,
+    /// allowed.
+    pub shared_overlaps: usize,
     /// Paused holders during whose pause another client took the resource.
     pub moved_on: usize,
     pub paused: usize,
@@ -324,6 +334,8 @@ impl Verdict {
                 for (a, b) in overlaps(intervals) {
                     if a.owner == b.owner {
                         v.nested += 1;
+                    } else if a.is_shared() && b.is_shared() {
+                        v.shared_overlaps += 1;
                     } else {
                         v.violations.push(Violation {
                             resource: resource.clone(),
@@ -443,6 +455,21 @@ pub mod self_test {
         the_fenced_register_is_counted();
         counts_latency_gaps_and_paused_holders_that_were_taken_over();
         more_than_capacity_at_once_is_a_violation_and_up_to_it_is_not();
+        readers_overlap_and_a_writer_with_anyone_is_a_violation();
+    }
+
+    /// Readers (`<task>/r`) may overlap each other; a writer that overlaps
+    /// a reader or another writer is a violation.
+    fn readers_overlap_and_a_writer_with_anyone_is_a_violation() {
+        let v = Verdict::check([held("a", "x/r", 0, 10), held("a", "y/r", 5, 15)]);
+        assert!(v.violations.is_empty());
+        assert_eq!(v.shared_overlaps, 1);
+        let v = Verdict::check([held("a", "x/r", 0, 10), held("a", "y", 5, 15)]);
+        assert_eq!(v.violations.len(), 1);
+        let v = Verdict::check([held("a", "x", 0, 10), held("a", "y/r", 5, 15)]);
+        assert_eq!(v.violations.len(), 1);
+        let v = Verdict::check([held("a", "x/r", 0, 10), held("a", "y", 11, 15)]);
+        assert!(v.violations.is_empty());
     }
 
     /// A semaphore of two: two overlapping holders pass, a third while

@@ -13,6 +13,11 @@
 //! | `cancel` | yes | yes | yes | | |
 //! | `pause` | yes | | | yes: paused holders write after the pause; the plain register loses updates, the fenced one refuses the stale writes | yes |
 //!
+//! `rwlock_` runs `kill`, `freeze` and `pause` with read-write locks (3
+//! reads in 4): no writer interval overlaps any other, readers are seen to
+//! overlap, and writers get in; `rwlock_control_one_node_quorum` is its
+//! negative control (writers overlap readers and each other).
+//!
 //! `control_semaphore_over_admit` is the semaphore's negative control: its
 //! clients take 3 permits where the checker allows 2 holders at once.
 //!
@@ -66,7 +71,7 @@ const EVERY_KIND: &[Kind] = &Kind::ALL;
 const PLAIN_AND_FENCED: &[Kind] = &[Kind::Mutex, Kind::Fenced];
 /// The kinds of `pause`: the fenced register's refusals, and a
 /// semaphore's permit moving on while its holder sleeps.
-const PAUSE_KINDS: &[Kind] = &[Kind::Mutex, Kind::Fenced, Kind::Semaphore];
+const PAUSE_KINDS: &[Kind] = &[Kind::Mutex, Kind::Fenced, Kind::Semaphore, Kind::Rwlock];
 
 /// One run of a scenario, with one kind of lock.
 pub struct Case {
@@ -116,7 +121,10 @@ pub const ALL: &[Scenario] = &[
     Scenario {
         name: "control_one_node_quorum",
         about: "NEGATIVE CONTROL: each client process is given a different single node, a quorum of one; the checker must report violations (fenced: and tokens that do not grow, drawn without the time floor)",
-        run: Run::Kinds(PLAIN_AND_FENCED, control_one_node_quorum),
+        run: Run::Kinds(
+            &[Kind::Mutex, Kind::Fenced, Kind::Rwlock],
+            control_one_node_quorum,
+        ),
     },
     Scenario {
         name: "control_semaphore_over_admit",
@@ -772,9 +780,17 @@ impl Load {
         );
         let intervals: usize = v.intervals.values().map(Vec::len).sum();
         println!(
-            "   holding intervals: {intervals}, overlapping pairs of one owner's holds (nested): {}; most holders of a resource at once: {} (allowed: {})",
-            v.nested, v.most_at_once, self.capacity
+            "   holding intervals: {intervals}, overlapping pairs of one owner's holds (nested): {}; most holders of a resource at once: {} (allowed: {}); overlapping readers: {}",
+            v.nested, v.most_at_once, self.capacity, v.shared_overlaps
         );
+        if s.kind == Kind::Rwlock {
+            let all: Vec<&crate::history::Interval> = v.intervals.values().flatten().collect();
+            let writes = all.iter().filter(|i| !i.is_shared()).count();
+            println!(
+                "   read-write: {} reader intervals, {writes} writer intervals",
+                all.len() - writes
+            );
+        }
         println!(
             "   acquire latency p50 {:.2} ms, p99 {:.2} ms; longest time without an acquisition {:.0} ms",
             ms(v.latency(0.5)),
@@ -953,6 +969,17 @@ fn assert_safe(v: &Verdict, f: &Figures) {
             "never two holders of a semaphore at once ({} at most)",
             v.most_at_once
         ),
+        Kind::Rwlock => {
+            assert_eq!(v.nested, 0, "a task overlapped its own lock");
+            assert!(v.shared_overlaps > 0, "readers never overlapped");
+            let writes = v
+                .intervals
+                .values()
+                .flatten()
+                .filter(|i| !i.is_shared())
+                .count();
+            assert!(writes > 0, "no writer got in");
+        }
     }
     if f.kind == Kind::Fenced {
         assert_eq!(v.fenced, f.intervals, "fenced locks without a token");
