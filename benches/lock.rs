@@ -60,7 +60,9 @@
 //! fresh resources + release), `fenced` (a fenced lock + release: the
 //! issue's goal is at most one extra round trip at p50, none where the
 //! token folds into the acquisition, as it does on a healthy cluster) and
-//! `semaphore` (one permit of 8 + release, each on a fresh resource). The
+//! `semaphore` (one permit of 8 + release, each on a fresh resource) and
+//! `read` (a reader's share + release; the writer is the plain lock, the
+//! `uncontended` row). The
 //! table gives each its p50 over redquorum's `uncontended` p50.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -345,6 +347,9 @@ enum Cycle {
     Fenced,
     /// One permit of a semaphore of [`PERMITS`] + release (redquorum only).
     Semaphore,
+    /// A reader's share of a read-write lock + release (redquorum only; the
+    /// writer is the plain lock: the `uncontended` row).
+    Read,
 }
 
 /// The permits of the semaphore row.
@@ -356,12 +361,13 @@ const OWNER: &str = "bench-owner";
 
 impl Cycle {
     /// redquorum's kinds other than the plain lock.
-    const KINDS: [Cycle; 5] = [
+    const KINDS: [Cycle; 6] = [
         Cycle::Reentrant,
         Cycle::Nested,
         Cycle::LockAll3,
         Cycle::Fenced,
         Cycle::Semaphore,
+        Cycle::Read,
     ];
 
     /// Its rows' scenario (in the uncontended pass; the floor's is "floor").
@@ -373,6 +379,7 @@ impl Cycle {
             Cycle::LockAll3 => "lock_all3",
             Cycle::Fenced => "fenced",
             Cycle::Semaphore => "semaphore",
+            Cycle::Read => "read",
         }
     }
 
@@ -384,6 +391,7 @@ impl Cycle {
             Cycle::LockAll3 => "multi-resource",
             Cycle::Fenced => "fenced",
             Cycle::Semaphore => "semaphore",
+            Cycle::Read => "read-write",
         }
     }
 }
@@ -506,6 +514,10 @@ impl Client {
             }
             Cycle::Semaphore => {
                 let lock = r.lock(resource, TTL).permits(PERMITS).await.map_err(e)?;
+                lock.release().await.map_err(e)
+            }
+            Cycle::Read => {
+                let lock = r.lock(resource, TTL).shared().await.map_err(e)?;
                 lock.release().await.map_err(e)
             }
         }

@@ -584,8 +584,8 @@ impl fmt::Display for NodeFailure {
                 f,
                 "authentication failed ({e}): put the right credentials in the node's URL, \
                  redis://user:password@host:port (an ACL user also needs the lock keys, \
-                 their <key>:waiters queues, their <key>:wake:* channels, EVALSHA, PUBLISH \
-                 and the sorted-set commands)"
+                 their <key>:waiters queues and <key>:intent keys, their <key>:wake:* \
+                 channels, EVALSHA, PUBLISH, TIME and the sorted-set commands)"
             ),
             NodeFailure::WrongType(e) => write!(
                 f,

@@ -17,6 +17,7 @@
 //! |---|---|---|
 //! | `exclusive` | mutex, set, fenced | a string: the holder's token (`SET NX PX`, as every Redlock client makes it) |
 //! | `reentrant` | reentrant | a hash: `o` = owner, `i` = smallest hold token, a field per hold |
+//! | `readers` | read-write (readers; the writer is `exclusive`) | a hash: `R`, and per reader its token = expiry (ms, node clock) |
 //! | `semaphore` | semaphore | a hash: `k` = permits; per held slot `i`, `t<i>` = holder's token and `x<i>` = expiry (ms, node clock) |
 //!
 //! A kind's scripts ask `look` what a key is and speak only of their own
@@ -61,7 +62,8 @@
 //! request, network included, is about 7 µs).
 //!
 //! Beside the lock key live `<key>:waiters` (the queue), `<key>:fence` (the
-//! fenced kind's counter) and the channels `<key>:wake:<client>`: a
+//! fenced kind's counter), `<key>:intent` (a writer waiting for readers:
+//! see [`rwlock`](super::rwlock)) and the channels `<key>:wake:<client>`: a
 //! resource named with one of those suffixes would collide with another's.
 
 /// The text of a script: the key space's prelude, then the script's own
