@@ -210,6 +210,37 @@ fn permits_let_k_runs_hold_at_once() {
     }
 }
 
+/// `--shared`: readers run at once; a writer (a run without it) waits
+/// until they end, and `status` shows the readers.
+#[test]
+fn shared_runs_read_together_and_a_writer_waits_for_them() {
+    let c = cluster();
+    let mut readers: Vec<_> = (0..2)
+        .map(|_| {
+            run_sh(
+                &c,
+                &["--shared"],
+                "doc",
+                "echo reading $REDQUORUM_SHARED; exec sleep 30",
+            )
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    for reader in &mut readers {
+        assert_eq!(first_line(reader), "reading 1");
+    }
+    let status = output(redquorum(&c, &["status", "doc"]));
+    assert!(stdout(&status).contains("2 readers"), "{}", stdout(&status));
+    let writer = output(run_sh(&c, &["--no-wait"], "doc", "echo wrote"));
+    assert_eq!(code(&writer), 75, "{}", stderr(&writer));
+    for mut reader in readers {
+        reader.kill().unwrap();
+        reader.wait().unwrap();
+    }
+}
+
 #[test]
 fn every_exit_status() {
     let c = cluster();
