@@ -88,21 +88,21 @@ local function wake(key, token)
 end
 
 
--- The reply of an attempt that found `key` held (in `layout`), waiters
--- waiting for `token`: 0, or for a `waiter` {token, the key's PTTL}, and
--- the waiter queues for the key. A waiter kept out by readers (a writer)
--- also leaves an intent, `<key>:intent` = its name, unless another's is
+-- The reply of an attempt that found `key` held, waiters waiting for
+-- `token`: 0, or for a `waiter` {token, the key's PTTL}, and the waiter
+-- queues for the key. A waiter kept out by readers (a writer: readers are
+-- not refused by readers) also leaves an intent, `<key>:intent` = its name, unless another's is
 -- there: new readers are turned away while it lives (see kinds/rwlock).
 -- It lives a second past the readers' latest PTTL, ten seconds at most,
 -- and each attempt of its writer renews it: a writer that dies lets
 -- readers in again within that.
-local function refuse(key, token, waiter, layout)
+local function refuse(key, token, waiter)
   if waiter == '' then
     return 0
   end
   local pttl = redis.call('PTTL', key)
   enqueue(key, waiter, math.max(pttl, 0) + QUEUE_SLACK)
-  if layout == 'readers' then
+  if token == 'readers' then
     local intent = key .. ':intent'
     local life = math.min(math.max(pttl, 0), 10000) + 1000
     local current = redis.call('GET', intent)

@@ -28,7 +28,7 @@ end
 if layout == 'exclusive' and id == ARGV[1] then
   return {c}
 elseif layout then
-  return refuse(KEYS[1], holder, ARGV[3], layout)
+  return refuse(KEYS[1], holder, ARGV[3])
 end
 -- The next token (%.0f writes it without an exponent). Beyond 2^53 a
 -- counter would stop growing: refused, before anything is written.

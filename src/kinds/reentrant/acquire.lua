@@ -23,7 +23,7 @@ elseif layout == 'reentrant' and id == owner then
     redis.call('PEXPIRE', key, ARGV[3])
   end
 else
-  return refuse(key, smallest, ARGV[4], layout)
+  return refuse(key, smallest, ARGV[4])
 end
 if ARGV[4] ~= '' then
   dequeue(key, ARGV[4])

@@ -20,7 +20,7 @@ local layout, id, holder = look(key)
 if layout == nil then
   return id
 elseif layout and layout ~= 'semaphore' then
-  return refuse(key, holder, ARGV[5], layout)
+  return refuse(key, holder, ARGV[5])
 elseif layout and tonumber(id) ~= k then
   return redis.error_reply('PERMITS ' .. id)
 end
