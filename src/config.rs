@@ -330,7 +330,8 @@ impl Builder {
     /// On: every lock this `Redlock` takes is fenced, as if each call
     /// chained [`LockRequest::fenced`](crate::LockRequest::fenced). Off by
     /// default; calls that cannot be fenced (reentrant holds, sets) then
-    /// fail with [`ConfigError::Combination`].
+    /// fail with [`ConfigError::Combination`]. Semaphore permits and
+    /// readers' shares are not fenced by it: they carry no token.
     pub fn fenced(mut self, on: bool) -> Self {
         self.options.fenced = on;
         self

@@ -740,7 +740,7 @@ fn a_resent_share_is_one_share_and_writers_and_readers_exclude_each_other() {
     twice(&c, READ_EXTEND, &["d"], &[other, "8000"], Reply::Int(1));
     // A writer is kept out, and, waiting, leaves its intent: a new reader
     // is turned away, the ones in stay.
-    let writer = "0000000000000001:w:1";
+    let writer = "0000000000000001:abcd:1";
     match eval(&c, MUTEX_ACQUIRE, &["d"], &[TOKEN, "5000", writer]) {
         Reply::Array(Some(seen)) => assert_eq!(seen[0], Reply::Bulk(Some(b"readers".to_vec()))),
         other => panic!("{other:?}"),
@@ -770,5 +770,78 @@ fn a_resent_share_is_one_share_and_writers_and_readers_exclude_each_other() {
     assert_eq!(
         eval(&c, READ_RELEASE, &["d"], &[third, "0"]),
         Reply::Int(-1)
+    );
+}
+
+/// The intent is only what a waiting writer wrote: a lock of another use
+/// named `<key>:intent` turns no reader away and breaks no waiter; a writer
+/// kept out by long readers is told to come back before its intent lapses;
+/// shares whose readers vanished are purged when another reader comes.
+#[test]
+fn the_intent_is_a_writers_only_and_vanished_shares_are_purged() {
+    let c = cluster(1);
+    let other = "fedcba9876543210fedcba9876543210fedcba98";
+    // A mutex and a reentrant hash named "e:intent", of other users.
+    assert_eq!(
+        eval(&c, MUTEX_ACQUIRE, &["e:intent"], &[other, "5000", ""]),
+        Reply::Int(1)
+    );
+    assert_eq!(eval(&c, READ, &["e"], &[TOKEN, "30000", ""]), Reply::Int(1));
+    run(&c, 0, &["DEL", "e:intent"]);
+    run(
+        &c,
+        0,
+        &["HSET", "e:intent", "o", "someone", "i", other, other, "1"],
+    );
+    let writer = "0000000000000001:abcd:1";
+    match eval(&c, MUTEX_ACQUIRE, &["e"], &[other, "5000", writer]) {
+        Reply::Array(Some(seen)) => {
+            assert_eq!(seen[0], Reply::Bulk(Some(b"readers".to_vec())));
+        }
+        other => panic!("{other:?}"),
+    }
+    // Its intent was not written over the hash, and readers still get in.
+    assert_eq!(hget(&c, "e:intent", "o"), "someone");
+    let third = "1111111111111111111111111111111111111111";
+    assert_eq!(eval(&c, READ, &["e"], &[third, "30000", ""]), Reply::Int(1));
+    run(&c, 0, &["DEL", "e:intent"]);
+    // Readers of 30 s: the writer's intent lives 11 s, and the writer is
+    // told to come back within 10.
+    match eval(&c, MUTEX_ACQUIRE, &["e"], &[other, "5000", writer]) {
+        Reply::Array(Some(seen)) => {
+            assert!(
+                matches!(seen[1], Reply::Int(ms) if ms <= 10_000),
+                "{seen:?}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(pttl(&c, 0, "e:intent") > 10_000);
+    run(&c, 0, &["DEL", "e:intent", "e:waiters"]);
+    // A share whose reader vanished (expired a second ago) goes when the
+    // next reader comes.
+    let past = (node_time_ms(&c, 0) - 1_000).to_string();
+    run(
+        &c,
+        0,
+        &[
+            "HSET",
+            "e",
+            "2222222222222222222222222222222222222222",
+            &past,
+        ],
+    );
+    let fourth = "3333333333333333333333333333333333333333";
+    assert_eq!(
+        eval(&c, READ, &["e"], &[fourth, "30000", ""]),
+        Reply::Int(1)
+    );
+    assert_eq!(
+        run(
+            &c,
+            0,
+            &["HEXISTS", "e", "2222222222222222222222222222222222222222"]
+        ),
+        Reply::Int(0)
     );
 }

@@ -141,6 +141,18 @@ local function reader_shares(key)
   return shares, now, latest
 end
 
+-- Deletes a readers key's shares that have expired.
+local function purge_shares(key)
+  local now = now_ms()
+  local fields = redis.call('HGETALL', key)
+  for n = 1, #fields, 2 do
+    local expires = tonumber(fields[n + 1])
+    if fields[n] ~= 'R' and expires and expires <= now then
+      redis.call('HDEL', key, fields[n])
+    end
+  end
+end
+
 -- Keeps `key` exactly as long as its latest share or slot (`latest`, ms of
 -- the node's clock at `now`): deleted if there is none.
 local function fit_life(key, latest, now)
@@ -221,6 +233,7 @@ local function remove(key, layout, id, token, hold)
     if hold == 'R' or redis.call('HDEL', key, hold) == 0 then
       return nil
     end
+    purge_shares(key)
     local _, now, latest = reader_shares(key)
     fit_life(key, latest, now)
     -- Only the last reader's going frees the key for what waits (writers);

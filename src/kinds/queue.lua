@@ -21,15 +21,31 @@ local function enqueue(key, member, life)
   end
 end
 
--- Takes `member` out of `key`'s queue (it got the lock, or stopped
--- waiting), and its intent with it (see `refuse`).
-local function dequeue(key, member)
-  redis.call('ZREM', key .. ':waiters', member)
+-- The writer whose intent turns `key`'s new readers away (see `refuse`),
+-- or false. Only a string in a waiter's form counts: a key of another use
+-- under that name (a lock named `x:intent`) is not an intent.
+local function intent_of(key)
   local intent = key .. ':intent'
   -- (EXISTS first: there is rarely one, and a GET is the lock key's read.)
-  if redis.call('EXISTS', intent) == 1 and redis.call('GET', intent) == member then
-    redis.call('DEL', intent)
+  if redis.call('EXISTS', intent) == 0 then
+    return false
   end
+  local v = redis.pcall('GET', intent)
+  if type(v) == 'string' and string.match(v, '^%d+:%x+:%d+$') then
+    return v
+  end
+  return false
+end
+
+-- Takes `member` out of `key`'s queue (it got the lock, or stopped
+-- waiting), and its intent with it (see `refuse`): true if it had one.
+local function dequeue(key, member)
+  redis.call('ZREM', key .. ':waiters', member)
+  if intent_of(key) == member then
+    redis.call('DEL', key .. ':intent')
+    return true
+  end
+  return false
 end
 
 -- Whether `channel` has a subscriber of its own: PUBLISH also counts
@@ -67,8 +83,7 @@ end
 -- refused the PUBLISH (an ACL), else true.
 local function wake(key, token)
   local queue = key .. ':waiters'
-  local intent = redis.call('EXISTS', key .. ':intent') == 1
-    and redis.call('GET', key .. ':intent')
+  local intent = intent_of(key)
   if intent and redis.call('ZSCORE', queue, intent) then
     local outcome = notify(key, intent, token)
     if outcome ~= 'nobody' then
@@ -95,7 +110,9 @@ end
 -- there: new readers are turned away while it lives (see kinds/rwlock).
 -- It lives a second past the readers' latest PTTL, ten seconds at most,
 -- and each attempt of its writer renews it: a writer that dies lets
--- readers in again within that.
+-- readers in again within that. The writer is told a PTTL no longer than
+-- its intent's life less a second, so that it is back (to renew it)
+-- before it lapses, however long its retry delay.
 local function refuse(key, token, waiter)
   if waiter == '' then
     return 0
@@ -105,12 +122,13 @@ local function refuse(key, token, waiter)
   if token == 'readers' then
     local intent = key .. ':intent'
     local life = math.min(math.max(pttl, 0), 10000) + 1000
-    local current = redis.call('GET', intent)
-    if not current then
-      redis.call('SET', intent, waiter, 'PX', life)
-    elseif current == waiter then
+    local current = intent_of(key)
+    if current == waiter then
       redis.call('PEXPIRE', intent, life)
+    elseif redis.call('EXISTS', intent) == 0 then
+      redis.call('SET', intent, waiter, 'PX', life)
     end
+    pttl = math.min(pttl, life - 1000)
   end
   return {token, pttl}
 end

@@ -59,7 +59,10 @@
 //! safety.
 //!
 //! A resource named `x:waiters` would collide with the queue of `x`, as
-//! `x:fence` does with its fencing counter; pick resource names without
+//! `x:fence` does with its fencing counter and `x:intent` with a writer's
+//! intent (an intent is only a string in a waiter's form: a lock named
+//! `x:intent` is not taken for one, but it is best avoided); pick resource
+//! names without
 //! those suffixes.
 
 use std::sync::LazyLock;
@@ -67,11 +70,14 @@ use std::sync::LazyLock;
 use crate::kinds::keyspace::script;
 use crate::proto::{Call, Command, Effect, Keys, Script};
 
-/// Takes a waiter out of the queues of its keys.
+/// Takes a waiter out of the queues of its keys, and its intent (a writer
+/// waiting for readers) with it; wakes the next waiter where the key is
+/// free, or held by readers whom the intent was keeping others from.
 static LEAVE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(script!(
-        text "for _, key in ipairs(KEYS) do\n  dequeue(key, ARGV[1])\n  \
-         if redis.call('EXISTS', key) == 0 then\n    wake(key, 'leave:' .. ARGV[1])\n  end\nend\nreturn 1\n"
+        text "for _, key in ipairs(KEYS) do\n  local dropped = dequeue(key, ARGV[1])\n  \
+         if redis.call('EXISTS', key) == 0 or (dropped and look(key) == 'readers') then\n    \
+         wake(key, 'leave:' .. ARGV[1])\n  end\nend\nreturn 1\n"
     ))
 });
 

@@ -47,14 +47,20 @@
 //! turns new readers away, so it gets in once the current ones end; the
 //! last reader's release wakes the writer first. The intent lives a second
 //! past the readers' latest TTL (ten seconds at most) and each attempt of
-//! the writer renews it; a writer that stops waiting takes it away, one
-//! that dies lets it lapse. The intent is liveness only: safety never
-//! depends on it. `tests/rwlock.rs` runs a writer under continuous
-//! overlapping readers and shows it gets in.
+//! the writer renews it; a writer that stops waiting takes it away (and
+//! wakes the readers queued behind it), one that dies lets it lapse. A
+//! writer kept out by readers is told to come back within its intent's
+//! life, whatever its retry delay, so that the intent does not lapse while
+//! it sleeps. The intent is liveness only: safety never depends on it. A
+//! writer that does not queue (`Builder::wake_on_release(false)`: it
+//! polls) leaves no intent, and overlapping readers can keep it out.
+//! Shares whose readers vanished are purged when another reader comes or
+//! goes, so the hash does not grow with them. `tests/rwlock.rs` runs a
+//! writer under continuous overlapping readers and shows it gets in.
 //!
 //! **Upgrades.** A reader that asks to write on the same name waits for
-//! every reader to go, itself included: it waits until its wait deadline
-//! and fails, as an upgrade does over any lock (two readers upgrading
+//! every reader to go, itself included (its intent turning every new
+//! reader away meanwhile): it waits until its wait deadline and fails, as an upgrade does over any lock (two readers upgrading
 //! would wait for each other). Release the read lock first. (A downgrade
 //! — take the read lock while holding the write lock — waits the same way
 //! for the writer, itself: release the write lock, then read; another

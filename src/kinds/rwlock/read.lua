@@ -22,13 +22,18 @@ if layout then
 end
 -- A writer waits for the readers: new ones are turned away, so that it
 -- gets in once the current ones end.
-local intent = redis.call('PTTL', key .. ':intent')
-if intent > 0 then
+if intent_of(key) then
+  local intent = redis.call('PTTL', key .. ':intent')
   if ARGV[3] == '' then
     return 0
   end
   enqueue(key, ARGV[3], intent + QUEUE_SLACK)
   return {'intent', intent}
+end
+-- Shares whose readers are gone without a release go now (their fields
+-- would pile up while other readers keep the key alive).
+if layout then
+  purge_shares(key)
 end
 redis.call('HSET', key, 'R', '1', token, string.format('%.0f', now + ttl))
 local left = redis.call('PTTL', key)
