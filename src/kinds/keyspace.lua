@@ -92,6 +92,17 @@ local function mine(key, name, me)
   return id, nil, token
 end
 
+-- Makes `key` live at least `ttl` ms (`ms`: the same number as given, a
+-- string), never shortening it: another hold, or a newer extension, may
+-- count on a longer life. A key without an expiry (someone ran PERSIST)
+-- gets one, not eternity.
+local function prolong(key, ttl, ms)
+  local left = redis.call('PTTL', key)
+  if left == -1 or left < ttl then
+    redis.call('PEXPIRE', key, ms)
+  end
+end
+
 -- The node's clock, in ms.
 local function now_ms()
   local t = redis.call('TIME')

@@ -24,10 +24,6 @@ if missing then
 end
 local ttl = tonumber(ARGV[2])
 for _, key in ipairs(KEYS) do
-  local left = redis.call('PTTL', key)
-  -- -1: no expiry (someone ran PERSIST): give it one, not eternity.
-  if left == -1 or left < ttl then
-    redis.call('PEXPIRE', key, ARGV[2])
-  end
+  prolong(key, ttl, ARGV[2])
 end
 return 1

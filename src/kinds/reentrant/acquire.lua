@@ -18,10 +18,7 @@ elseif layout == 'reentrant' and id == owner then
     redis.call('HSET', key, 'i', token)
   end
   -- Refreshed, never shortened: another hold may count on a longer life.
-  local left = redis.call('PTTL', key)
-  if left == -1 or left < ttl then
-    redis.call('PEXPIRE', key, ARGV[3])
-  end
+  prolong(key, ttl, ARGV[3])
 else
   return refuse(key, smallest, ARGV[4])
 end

@@ -12,8 +12,5 @@ end
 if redis.call('HEXISTS', key, token) == 0 then
   return 0
 end
-local left = redis.call('PTTL', key)
-if left == -1 or left < ttl then
-  redis.call('PEXPIRE', key, ARGV[3])
-end
+prolong(key, ttl, ARGV[3])
 return 1

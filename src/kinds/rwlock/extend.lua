@@ -16,8 +16,5 @@ end
 if ours < now + ttl then
   redis.call('HSET', key, token, string.format('%.0f', now + ttl))
 end
-local left = redis.call('PTTL', key)
-if left == -1 or left < ttl then
-  redis.call('PEXPIRE', key, ARGV[2])
-end
+prolong(key, ttl, ARGV[2])
 return 1

@@ -36,10 +36,7 @@ if layout then
   purge_shares(key)
 end
 redis.call('HSET', key, 'R', '1', token, string.format('%.0f', now + ttl))
-local left = redis.call('PTTL', key)
-if left == -1 or left < ttl then
-  redis.call('PEXPIRE', key, ARGV[2])
-end
+prolong(key, ttl, ARGV[2])
 if ARGV[3] ~= '' then
   dequeue(key, ARGV[3])
   -- The next waiter may be a reader too, which can share now: it is woken

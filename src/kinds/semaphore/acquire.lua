@@ -69,10 +69,7 @@ if not take then
   return {holder, pttl}
 end
 redis.call('HSET', key, 'k', k, 't' .. take, token, 'x' .. take, string.format('%.0f', now + ttl))
-local left = redis.call('PTTL', key)
-if left == -1 or left < ttl then
-  redis.call('PEXPIRE', key, ARGV[2])
-end
+prolong(key, ttl, ARGV[2])
 if ARGV[5] ~= '' then
   dequeue(key, ARGV[5])
 end

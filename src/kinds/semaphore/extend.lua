@@ -33,8 +33,5 @@ end
 if slots[slot].expires < now + ttl then
   redis.call('HSET', key, 'x' .. slot, string.format('%.0f', now + ttl))
 end
-local left = redis.call('PTTL', key)
-if left == -1 or left < ttl then
-  redis.call('PEXPIRE', key, ARGV[2])
-end
+prolong(key, ttl, ARGV[2])
 return 1
