@@ -137,31 +137,24 @@ local function semaphore_slots(key, k)
 end
 
 -- A readers key's shares held now: {token = expiry}, the node's time, and
--- the latest expiry (0 for none).
-local function reader_shares(key)
+-- the latest expiry (0 for none). With `purge`, the shares that have
+-- expired (their readers gone without a release) are deleted on the way.
+local function reader_shares(key, purge)
   local now = now_ms()
   local shares, latest = {}, 0
   local fields = redis.call('HGETALL', key)
   for n = 1, #fields, 2 do
     local expires = tonumber(fields[n + 1])
-    if fields[n] ~= 'R' and expires and expires > now then
-      shares[fields[n]] = expires
-      latest = math.max(latest, expires)
+    if fields[n] ~= 'R' and expires then
+      if expires > now then
+        shares[fields[n]] = expires
+        latest = math.max(latest, expires)
+      elseif purge then
+        redis.call('HDEL', key, fields[n])
+      end
     end
   end
   return shares, now, latest
-end
-
--- Deletes a readers key's shares that have expired.
-local function purge_shares(key)
-  local now = now_ms()
-  local fields = redis.call('HGETALL', key)
-  for n = 1, #fields, 2 do
-    local expires = tonumber(fields[n + 1])
-    if fields[n] ~= 'R' and expires and expires <= now then
-      redis.call('HDEL', key, fields[n])
-    end
-  end
 end
 
 -- Keeps `key` exactly as long as its latest share or slot (`latest`, ms of
@@ -244,8 +237,7 @@ local function remove(key, layout, id, token, hold)
     if hold == 'R' or redis.call('HDEL', key, hold) == 0 then
       return nil
     end
-    purge_shares(key)
-    local _, now, latest = reader_shares(key)
+    local _, now, latest = reader_shares(key, true)
     fit_life(key, latest, now)
     -- Only the last reader's going frees the key for what waits (writers);
     -- announced with its own token, unique as a holder's.

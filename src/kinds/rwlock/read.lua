@@ -33,7 +33,7 @@ end
 -- Shares whose readers are gone without a release go now (their fields
 -- would pile up while other readers keep the key alive).
 if layout then
-  purge_shares(key)
+  reader_shares(key, true)
 end
 redis.call('HSET', key, 'R', '1', token, string.format('%.0f', now + ttl))
 prolong(key, ttl, ARGV[2])

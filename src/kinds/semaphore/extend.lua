@@ -23,11 +23,7 @@ for i, s in pairs(slots) do
 end
 if not mine then
   -- The key lives as long as its latest slot, as `remove` keeps it.
-  if latest == 0 then
-    redis.call('DEL', key)
-  else
-    redis.call('PEXPIRE', key, string.format('%.0f', latest - now))
-  end
+  fit_life(key, latest, now)
   return 0
 end
 if slots[slot].expires < now + ttl then
