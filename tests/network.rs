@@ -9,7 +9,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::proxy::Proxy;
+use common::proxy::{Proxy, in_front_of as proxies};
 use common::*;
 use redquorum::local_cluster::{LocalCluster, Reply};
 use redquorum::{Error, Lock, NodeFailure, Redlock};
@@ -20,11 +20,6 @@ const LONG_TTL: Duration = Duration::from_secs(30);
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
-}
-
-/// One proxy in front of each node of `c`.
-fn proxies(c: &LocalCluster) -> Vec<Proxy> {
-    (0..c.len()).map(|i| Proxy::start(c.port(i))).collect()
 }
 
 fn urls(proxies: &[Proxy]) -> Vec<String> {

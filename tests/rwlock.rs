@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::proxy::Proxy;
+use common::proxy::{in_front_of, steered};
 use common::*;
-use redquorum::local_cluster::{LocalCluster, Reply, command};
+use redquorum::local_cluster::{Reply, command};
 use redquorum::{ConfigError, Error, Holding, Lock, Redlock};
 
 const TTL: Duration = Duration::from_secs(10);
@@ -250,26 +250,6 @@ async fn a_writer_that_gives_up_lets_readers_in_at_once() {
     reader.release().await.unwrap();
 }
 
-/// Five proxies for one client, in front of the five nodes.
-fn proxies(c: &LocalCluster) -> Vec<Proxy> {
-    (0..c.len()).map(|i| Proxy::start(c.port(i))).collect()
-}
-
-/// A client through `proxies`, with those to nodes outside `majority` cut.
-fn steered(proxies: &[Proxy], majority: &[usize]) -> Redlock {
-    for (i, proxy) in proxies.iter().enumerate() {
-        if !majority.contains(&i) {
-            proxy.cut();
-        }
-    }
-    Redlock::builder()
-        .nodes(proxies.iter().map(Proxy::url))
-        .node_timeout(ms(300))
-        .retry_count(0)
-        .build()
-        .unwrap()
-}
-
 /// Trap 1: reader A's share reaches nodes {0,1,2} only, reader B's {2,3,4};
 /// A's release then reaches every node. B still holds on a majority, and
 /// a writer is kept out. (Per-node counts, decremented by every node the
@@ -278,9 +258,9 @@ fn steered(proxies: &[Proxy], majority: &[usize]) -> Redlock {
 #[tokio::test]
 async fn a_release_that_reaches_more_nodes_than_its_take_frees_nothing_of_another_reader() {
     let c = cluster(5);
-    let (pa, pb) = (proxies(&c), proxies(&c));
-    let a = steered(&pa, &[0, 1, 2]);
-    let b = steered(&pb, &[2, 3, 4]);
+    let (pa, pb) = (in_front_of(&c), in_front_of(&c));
+    let a = steered(&pa, &[0, 1, 2]).retry_count(0).build().unwrap();
+    let b = steered(&pb, &[2, 3, 4]).retry_count(0).build().unwrap();
     let ra = a.lock("shelf", TTL).shared().await.unwrap();
     let rb = b.lock("shelf", TTL).shared().await.unwrap();
     // A's release goes everywhere.

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::proxy::Proxy;
+use common::proxy::{in_front_of, steered};
 use common::*;
-use redquorum::local_cluster::{LocalCluster, Reply, command};
+use redquorum::local_cluster::{Reply, command};
 use redquorum::{ConfigError, Error, GaveUp, Lock, NodeFailure, Redlock};
 
 const TTL: Duration = Duration::from_secs(10);
@@ -244,29 +244,6 @@ async fn many_callers_never_exceed_k() {
     await_gone(&c, &ALL, &key("workers"), Duration::from_secs(5)).await;
 }
 
-/// Five proxies for one client, in front of the five nodes.
-fn proxies(c: &LocalCluster) -> Vec<Proxy> {
-    (0..c.len()).map(|i| Proxy::start(c.port(i))).collect()
-}
-
-/// A client that reaches exactly `majority` of the nodes: the proxies to
-/// the others are cut (silent), so its requests there never arrive.
-fn steered(proxies: &[Proxy], majority: &[usize]) -> Redlock {
-    for (i, proxy) in proxies.iter().enumerate() {
-        if !majority.contains(&i) {
-            proxy.cut();
-        }
-    }
-    Redlock::builder()
-        .nodes(proxies.iter().map(Proxy::url))
-        .node_timeout(ms(300))
-        .retry_count(5)
-        .retry_delay(ms(20))
-        .wait_timeout(Duration::from_secs(5))
-        .build()
-        .unwrap()
-}
-
 /// The majorities that fool a per-node count with N = 5 and k = 2: no node
 /// is in more than two of them.
 const MAJORITIES: [[usize; 3]; 3] = [[0, 1, 2], [2, 3, 4], [0, 1, 3]];
@@ -282,8 +259,13 @@ async fn holders_steered_onto_majorities_that_fool_a_per_node_count_are_still_at
     let mut refused = 0;
     let mut all_proxies = Vec::new();
     for majority in MAJORITIES {
-        let proxies = proxies(&c);
-        let client = steered(&proxies, &majority);
+        let proxies = in_front_of(&c);
+        let client = steered(&proxies, &majority)
+            .retry_count(5)
+            .retry_delay(ms(20))
+            .wait_timeout(Duration::from_secs(5))
+            .build()
+            .unwrap();
         match client.lock("api", TTL).permits(2).await {
             Ok(lock) => {
                 // Its grants are where it was steered, and nowhere else.

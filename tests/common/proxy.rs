@@ -356,3 +356,24 @@ async fn pipe(
     };
     tokio::join!(read, write);
 }
+
+/// One proxy in front of each node of `cluster`.
+pub fn in_front_of(cluster: &redquorum::local_cluster::LocalCluster) -> Vec<Proxy> {
+    (0..cluster.len())
+        .map(|i| Proxy::start(cluster.port(i)))
+        .collect()
+}
+
+/// A client's builder that reaches exactly the nodes `majority` through
+/// `proxies` (one per node): the proxies to the others are cut (silent), so
+/// its requests there never arrive. Node timeout 300 ms.
+pub fn steered(proxies: &[Proxy], majority: &[usize]) -> redquorum::Builder {
+    for (i, proxy) in proxies.iter().enumerate() {
+        if !majority.contains(&i) {
+            proxy.cut();
+        }
+    }
+    redquorum::Redlock::builder()
+        .nodes(proxies.iter().map(Proxy::url))
+        .node_timeout(Duration::from_millis(300))
+}
