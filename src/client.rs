@@ -57,6 +57,9 @@ pub struct Redlock {
     engine: Arc<Engine>,
     /// What its plain locks on one resource share (see [`Context`]).
     plain: Arc<Context>,
+    /// The read locks held through it (and its clones), by task: a task
+    /// that reads a name is refused a write on it.
+    shares: Arc<rwlock::Shares>,
 }
 
 impl Builder {
@@ -72,6 +75,7 @@ impl Builder {
         Ok(Redlock {
             plain: Context::plain(engine.clone(), mutex::kind()),
             engine,
+            shares: Arc::default(),
         })
     }
 }
@@ -385,13 +389,16 @@ impl Redlock {
         keys: Keys,
         ttl: Duration,
         call: Call,
+        shared: bool,
     ) -> Result<Lock, Error> {
         let plan = self.engine.options.plan(ttl)?;
         if let Some(key) = keys.iter().find(|k| k.len() > MAX_KEY) {
             return Err(ConfigError::KeyTooLong { bytes: key.len() }.into());
         }
         let acquired = acquire::acquire(&self.engine, &kind, resource, keys, plan, call).await?;
-        let hold = Hold::new(&self.plain, kind, acquired, resource, plan);
+        // Noted in the task that asked (the request's future runs in it).
+        let mark = shared.then(|| Box::new(self.shares.mark(resource)));
+        let hold = Hold::new(&self.plain, kind, acquired, resource, plan, mark);
         Ok(Lock::new(hold))
     }
 }
@@ -566,10 +573,14 @@ impl<'a> LockRequest<'a> {
     /// Each reader's share is a [`Lock`] of its own and ends at its own TTL
     /// (a crashed reader does not live on through the others' renewals). A
     /// writer kept out by readers turns new readers away while it waits,
-    /// so it gets in once the current readers end. A reader that asks to
-    /// write on the same name waits for every reader, itself included, until
-    /// its wait deadline: release the read lock first. The guarantee and
-    /// why it holds are in the README's "Lock kinds".
+    /// so it gets in once the current readers end. A task that holds a read
+    /// lock and asks this client (or a clone) to write on the same name is
+    /// refused with [`Error::Upgrade`] before anything is sent, since the
+    /// writer would wait for its own reader: release the read lock first.
+    /// A downgrade (asking to read while holding the write lock) is not
+    /// detected: the reader waits for the writer, its own, until its wait
+    /// deadline; release the write lock first. The guarantee and why it
+    /// holds are in the README's "Lock kinds".
     ///
     /// # Errors
     /// [`ConfigError::Combination`] with [`reentrant`](Self::reentrant),
@@ -663,8 +674,21 @@ impl<'a> IntoFuture for LockRequest<'a> {
     fn into_future(self) -> Self::IntoFuture {
         async move {
             let (kind, keys, resource) = self.parts()?;
+            if !self.shared {
+                // An upgrade: refused before it waits for itself.
+                let reads = |r: &&str| self.redlock.shares.held_here(r);
+                let read = match &self.resources {
+                    Resources::One(r) => Some(*r).filter(reads),
+                    Resources::All(names) => names.iter().map(String::as_str).find(reads),
+                };
+                if let Some(read) = read {
+                    return Err(Error::Upgrade {
+                        resource: read.to_owned(),
+                    });
+                }
+            }
             self.redlock
-                .acquire(kind, &resource, keys, self.ttl, self.call)
+                .acquire(kind, &resource, keys, self.ttl, self.call, self.shared)
                 .await
         }
         .boxed()

@@ -84,6 +84,17 @@ pub enum Error {
         /// The resource of the lock.
         resource: String,
     },
+    /// A write lock was asked for (a plain, fenced or reentrant lock, a
+    /// semaphore, or a set that names the resource) from a task that holds
+    /// a read lock ([`LockRequest::shared`](crate::LockRequest::shared))
+    /// on the resource through this client: the writer would wait for its
+    /// own reader until it gave up, so nothing was sent. Release the read
+    /// lock first (an upgrade is refused, as it deadlocks on any lock: two
+    /// readers upgrading wait for each other).
+    Upgrade {
+        /// The resource read and asked for.
+        resource: String,
+    },
 }
 
 /// Why [`Redlock::lock`](crate::Redlock::lock) stopped trying.
@@ -107,7 +118,7 @@ impl Error {
     /// The per-node votes behind this error, when nodes were asked.
     pub fn report(&self) -> Option<&Report> {
         match self {
-            Error::Config(_) | Error::Lost { .. } => None,
+            Error::Config(_) | Error::Lost { .. } | Error::Upgrade { .. } => None,
             Error::ReleasedLate { report, .. }
             | Error::NotAcquired { report, .. }
             | Error::Expired { report, .. }
@@ -121,6 +132,10 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Config(e) => write!(f, "invalid configuration: {e}"),
+            Error::Upgrade { resource } => write!(
+                f,
+                "write lock on {resource:?} refused: this task holds a read lock on it, which the writer would wait for until it gave up; release the read lock first"
+            ),
             Error::NotAcquired {
                 resource,
                 attempts,

@@ -64,7 +64,11 @@ async fn readers_share_and_a_writer_excludes_everyone() {
     ];
     tokens.sort();
     assert_eq!(seen, tokens);
-    let err = redlock.try_lock("config", TTL).await.unwrap_err();
+    // A writer of another client (this task reads: its own write would
+    // be an upgrade, refused; see below).
+    // (A client built on its own: clones of one share its read locks.)
+    let other = common::redlock(&c);
+    let err = other.try_lock("config", TTL).await.unwrap_err();
     assert!(matches!(err, Error::NotAcquired { .. }), "{err}");
     for r in [r1, r2, r3] {
         r.release().await.unwrap();
@@ -91,6 +95,74 @@ async fn readers_share_and_a_writer_excludes_everyone() {
 
 const ALL: [usize; 5] = [0, 1, 2, 3, 4];
 
+/// A task that reads a name and asks to write on it (an upgrade) is
+/// refused at once, with nothing sent — in every form a write takes —,
+/// until its read lock is released or dropped; another task of the same
+/// client is not refused: it waits for the reader, and gets in when the
+/// reader goes.
+#[tokio::test]
+async fn an_upgrade_is_refused_and_another_tasks_write_waits() {
+    let c = cluster(5);
+    let redlock = redlock(&c);
+    let reader = read(&redlock, "doc").await.unwrap();
+    let refused = |e: Error| match e {
+        Error::Upgrade { resource } => assert_eq!(resource, "doc"),
+        e => panic!("not refused as an upgrade: {e}"),
+    };
+    refused(redlock.lock("doc", TTL).await.unwrap_err());
+    refused(redlock.try_lock("doc", TTL).await.unwrap_err());
+    refused(redlock.clone().lock("doc", TTL).fenced().await.unwrap_err());
+    refused(redlock.lock("doc", TTL).reentrant("me").await.unwrap_err());
+    refused(redlock.lock("doc", TTL).permits(2).await.unwrap_err());
+    refused(redlock.lock_all(["a", "doc"], TTL).await.unwrap_err());
+    let msg = redlock.lock("doc", TTL).await.unwrap_err().to_string();
+    assert!(msg.contains("release the read lock first"), "{msg}");
+    // Nothing was sent: no writer's intent, no waiter on any node.
+    let intent = format!("{}:intent", key("doc"));
+    let queue = format!("{}:waiters", key("doc"));
+    assert_eq!(holders(&c, &ALL, &intent), 0, "an intent was left");
+    assert_eq!(holders(&c, &ALL, &queue), 0, "a waiter was queued");
+    // Other names, and more readers, are not refused.
+    redlock
+        .lock("else", TTL)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let second = read(&redlock, "doc").await.unwrap();
+    // Another task asks to write: it waits, and gets in once both go.
+    let writer = tokio::spawn({
+        let redlock = redlock.clone();
+        async move {
+            let lock = redlock
+                .lock("doc", TTL)
+                .retries(u32::MAX)
+                .wait(Duration::from_secs(20))
+                .await?;
+            lock.release().await
+        }
+    });
+    tokio::time::sleep(ms(300)).await;
+    if writer.is_finished() {
+        panic!("the writer is done under readers: {:?}", writer.await);
+    }
+    reader.release().await.unwrap();
+    refused(redlock.try_lock("doc", TTL).await.unwrap_err());
+    drop(second);
+    writer.await.unwrap().unwrap();
+    // Released and dropped: this task may write again.
+    redlock
+        .lock("doc", TTL)
+        .retries(u32::MAX)
+        .wait(Duration::from_secs(20))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
 /// Trap 2: each reader's share ends at its own TTL. A reader that vanished
 /// without a release is gone from the nodes once its TTL has passed, while
 /// another reader keeps renewing its own; when that one lets go, a writer
@@ -104,7 +176,9 @@ async fn a_vanished_readers_share_ends_at_its_own_ttl() {
     let short = ms(800);
     let mut renewing = redlock.lock("feed", short).shared().await.unwrap();
     let held = renewing.keep_alive();
-    let vanished = redlock.lock("feed", short).shared().await.unwrap();
+    // Another process's reader, which crashes: forgotten, never released.
+    let crashed = builder(&c).node_timeout(ms(150)).build().unwrap();
+    let vanished = crashed.lock("feed", short).shared().await.unwrap();
     let gone = vanished.token().to_owned();
     std::mem::forget(vanished);
     tokio::time::sleep(ms(1_500)).await;

@@ -52,6 +52,7 @@ use crate::engine::Engine;
 use crate::engine::acquire::Acquired;
 use crate::error::{Error, NodeFailure, Report};
 use crate::kinds::Kind;
+use crate::kinds::rwlock::Mark;
 use crate::metrics;
 use crate::proto::quorum::{Plan, Tally};
 use crate::proto::{Keys, LockId, Shared};
@@ -88,6 +89,9 @@ pub(crate) struct Context {
     resource: Option<Box<str>>,
     /// Every key of a multi-resource lock (the record has the first).
     keys: Option<Keys>,
+    /// A read lock's entry among its client's read locks, which refuses
+    /// its task a write on the name (see `kinds::rwlock::upgrade`).
+    mark: Option<Box<Mark>>,
 }
 
 impl Context {
@@ -100,6 +104,7 @@ impl Context {
             fence: None,
             resource: None,
             keys: None,
+            mark: None,
         })
     }
 }
@@ -117,12 +122,14 @@ impl Hold {
     /// The hold of a lock just acquired, of `kind` on `resource`, for
     /// `plan.ttl`; `plain` is the context the client's plain locks share,
     /// taken where it says all there is to say.
+    /// A read lock brings its `mark` among its client's read locks.
     pub(crate) fn new(
         plain: &Arc<Context>,
         kind: Arc<dyn Kind>,
         acquired: Acquired,
         resource: &str,
         plan: Plan,
+        mark: Option<Box<Mark>>,
     ) -> Hold {
         let Acquired {
             id,
@@ -142,17 +149,19 @@ impl Hold {
                 .key()
                 .strip_prefix(engine.options.key_prefix.as_str())
                 == Some(resource);
-        let ctx = if derivable && fence.is_none() && Arc::ptr_eq(&kind, &plain.kind) {
-            plain.clone()
-        } else {
-            Arc::new(Context {
-                engine: engine.clone(),
-                kind,
-                fence,
-                resource: (!derivable).then(|| resource.into()),
-                keys: (!one).then(|| id.keys.clone()),
-            })
-        };
+        let ctx =
+            if derivable && fence.is_none() && mark.is_none() && Arc::ptr_eq(&kind, &plain.kind) {
+                plain.clone()
+            } else {
+                Arc::new(Context {
+                    engine: engine.clone(),
+                    kind,
+                    fence,
+                    resource: (!derivable).then(|| resource.into()),
+                    keys: (!one).then(|| id.keys.clone()),
+                    mark,
+                })
+            };
         Hold { shared, ctx }
     }
 
@@ -222,6 +231,15 @@ impl Hold {
                 () = changed => {}
                 () = tokio::time::sleep(left.min(Duration::from_secs(1))) => {}
             }
+        }
+    }
+
+    /// Ends a read lock's entry among its client's read locks: its
+    /// [`Lock`](crate::Lock) is released or dropped, and its task may now
+    /// ask to write.
+    pub(crate) fn end_mark(&self) {
+        if let Some(mark) = &self.ctx.mark {
+            mark.end();
         }
     }
 
@@ -585,7 +603,7 @@ mod tests {
             deadline: Moment::now().after(plan.best_validity()),
             fence,
         };
-        Hold::new(plain, kind, acquired, &names.join(","), plan)
+        Hold::new(plain, kind, acquired, &names.join(","), plan, None)
     }
 
     #[tokio::test]
@@ -624,7 +642,7 @@ mod tests {
             deadline: Moment::now().after(plan.best_validity()),
             fence: None,
         };
-        let hold = Hold::new(&plain, mutex::kind(), acquired, "r", plan);
+        let hold = Hold::new(&plain, mutex::kind(), acquired, "r", plan, None);
         let round = hold.id();
         assert_eq!(round.token(), id.token());
         assert_eq!(hold.token(), id.token());

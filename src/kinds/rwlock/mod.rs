@@ -58,15 +58,27 @@
 //! goes, so the hash does not grow with them. `tests/rwlock.rs` runs a
 //! writer under continuous overlapping readers and shows it gets in.
 //!
-//! **Upgrades.** A reader that asks to write on the same name waits for
-//! every reader to go, itself included (its intent turning every new
-//! reader away meanwhile): it waits until its wait deadline and fails, as an upgrade does over any lock (two readers upgrading
-//! would wait for each other). Release the read lock first. (A downgrade
-//! — take the read lock while holding the write lock — waits the same way
-//! for the writer, itself: release the write lock, then read; another
-//! writer may come in between.)
+//! **Upgrades are refused; downgrades are not offered.** A reader that asks
+//! to write on the same name would wait for every reader, itself included,
+//! its intent turning every new reader away meanwhile, until its wait
+//! deadline: an upgrade deadlocks over a quorum as over any lock (two
+//! readers upgrading wait for each other). The client keeps the names each
+//! task reads ([`upgrade`]), and a write request from a task that reads the
+//! name fails at once with [`Error::Upgrade`](crate::Error::Upgrade),
+//! nothing sent; another task's write waits for the readers as any writer
+//! does. A downgrade (take the read lock while holding the write lock)
+//! waits the same way for the writer, itself; it is not detected, as that
+//! would charge every lock a registry entry: release the write lock, then
+//! read (another writer may come in between). An atomic downgrade — each
+//! node turning our writer's string into a readers' hash with our share —
+//! would be sound (each node converts only its own key, and the writer's
+//! handle is given up before it starts), and is left for when users ask.
+
+mod upgrade;
 
 use std::sync::{Arc, LazyLock};
+
+pub(crate) use upgrade::{Mark, Shares};
 
 use crate::kinds::Kind;
 use crate::kinds::keyspace::script;
