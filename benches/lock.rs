@@ -347,9 +347,12 @@ enum Cycle {
     Fenced,
     /// One permit of a semaphore of [`PERMITS`] + release (redquorum only).
     Semaphore,
-    /// A reader's share of a read-write lock + release (redquorum only; the
-    /// writer is the plain lock: the `uncontended` row).
+    /// A reader's share of a read-write lock + release (redquorum only).
     Read,
+    /// A writer of a read-write lock + release: the plain lock, asked of a
+    /// client that holds a read lock on another name meanwhile, so that
+    /// every write pays the upgrade check's lookup (redquorum only).
+    Write,
 }
 
 /// The permits of the semaphore row.
@@ -361,13 +364,14 @@ const OWNER: &str = "bench-owner";
 
 impl Cycle {
     /// redquorum's kinds other than the plain lock.
-    const KINDS: [Cycle; 6] = [
+    const KINDS: [Cycle; 7] = [
         Cycle::Reentrant,
         Cycle::Nested,
         Cycle::LockAll3,
         Cycle::Fenced,
         Cycle::Semaphore,
         Cycle::Read,
+        Cycle::Write,
     ];
 
     /// Its rows' scenario (in the uncontended pass; the floor's is "floor").
@@ -380,6 +384,7 @@ impl Cycle {
             Cycle::Fenced => "fenced",
             Cycle::Semaphore => "semaphore",
             Cycle::Read => "read",
+            Cycle::Write => "write",
         }
     }
 
@@ -391,7 +396,7 @@ impl Cycle {
             Cycle::LockAll3 => "multi-resource",
             Cycle::Fenced => "fenced",
             Cycle::Semaphore => "semaphore",
-            Cycle::Read => "read-write",
+            Cycle::Read | Cycle::Write => "read-write",
         }
     }
 }
@@ -518,6 +523,10 @@ impl Client {
             }
             Cycle::Read => {
                 let lock = r.lock(resource, TTL).shared().await.map_err(e)?;
+                lock.release().await.map_err(e)
+            }
+            Cycle::Write => {
+                let lock = r.lock(resource, TTL).await.map_err(e)?;
                 lock.release().await.map_err(e)
             }
         }
@@ -1464,9 +1473,23 @@ fn main() {
         // pass, so that the kinds compare with the plain lock under the
         // same drift.
         let mut entrants = if wanted("uncontended") { plain(&all) } else { Vec::new() };
+        // The `write` row's client, one of its own, holds a read lock on
+        // another name for the whole pass (kept alive): its writes pay the
+        // upgrade check's lookup, the other rows' its atomic load only.
+        let mut reading = None;
         if let Some(r) = all.iter().find(|c| c.name() == "redquorum") {
             for cycle in Cycle::KINDS {
                 if wanted(cycle.scenario()) {
+                    let r = &match cycle {
+                        Cycle::Write => {
+                            let redlock = Redlock::new(&urls).unwrap();
+                            let mut read = redlock.lock("bench:write:reader", TTL).shared().await.unwrap();
+                            read.keep_alive();
+                            reading = Some(read);
+                            Client::Redquorum(redlock)
+                        }
+                        _ => r.clone(),
+                    };
                     // Warm up its scripts; a kind that fails here fails the smoke run.
                     r.run(cycle, &format!("bench:warm:{}", cycle.scenario())).await.unwrap();
                     entrants.push((r.clone(), cycle));
@@ -1481,6 +1504,9 @@ fn main() {
             for ((client, cycle), s) in entrants.iter().zip(s) {
                 scenario(cycle.scenario(), vec![s], std::slice::from_ref(client), &mut rows);
             }
+        }
+        if let Some(read) = reading {
+            read.release().await.unwrap();
         }
         if wanted("throughput64") {
             println!("throughput64 …");
