@@ -12,17 +12,17 @@ use redquorum::local_cluster::{LocalCluster, Reply};
 /// A script as the crate builds it: the key space's prelude (see
 /// `src/kinds/keyspace.rs`), then the script's own text.
 macro_rules! script {
-    ($file:literal) => {
+    ($($file:literal),+) => {
         concat!(
             include_str!("../src/kinds/keyspace.lua"),
             include_str!("../src/kinds/queue.lua"),
-            include_str!($file)
+            $(include_str!($file)),+
         )
     };
-    (keys $file:literal) => {
+    (keys $($file:literal),+) => {
         concat!(
             include_str!("../src/kinds/keyspace.lua"),
-            include_str!($file)
+            $(include_str!($file)),+
         )
     };
 }
@@ -33,8 +33,12 @@ const MUTEX_EXTEND: &str = script!(keys "../src/kinds/mutex/extend.lua");
 const REENTRANT_ACQUIRE: &str = script!("../src/kinds/reentrant/acquire.lua");
 const REENTRANT_RELEASE: &str = script!("../src/kinds/reentrant/release.lua");
 const REENTRANT_EXTEND: &str = script!(keys "../src/kinds/reentrant/extend.lua");
-const FENCED_ACQUIRE: &str = script!("../src/kinds/fenced/acquire.lua");
-const FENCED_CONFIRM: &str = script!(keys "../src/kinds/fenced/confirm.lua");
+const FENCED_ACQUIRE: &str = script!(
+    "../src/kinds/fenced/counter.lua",
+    "../src/kinds/fenced/acquire.lua"
+);
+const FENCED_CONFIRM: &str =
+    script!(keys "../src/kinds/fenced/counter.lua", "../src/kinds/fenced/confirm.lua");
 const ADMIN_CLEAR: &str = script!("../src/kinds/admin/clear.lua");
 const SEMAPHORE_ACQUIRE: &str = script!("../src/kinds/semaphore/acquire.lua");
 const SEMAPHORE_EXTEND: &str = script!(keys "../src/kinds/semaphore/extend.lua");

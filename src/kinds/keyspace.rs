@@ -67,29 +67,30 @@
 //! resource named with one of those suffixes would collide with another's.
 
 /// The text of a script: the key space's prelude, then the script's own
-/// file (relative to the caller). `script!("x.lua")` puts the owner
-/// (`keyspace.lua`) and the queue (`queue.lua`: queueing, waking, letting
-/// go) before it; `script!(keys "x.lua")`, for scripts that only read and
-/// prolong keys, the owner alone, which costs the node less per call;
-/// `script!(text "…")` takes the script's text itself.
+/// files (relative to the caller; a kind's helpers first, its script
+/// last). `script!("x.lua")` puts the owner (`keyspace.lua`) and the queue
+/// (`queue.lua`: queueing, waking, letting go) before it; `script!(keys
+/// "x.lua")`, for scripts that only read and prolong keys, the owner alone,
+/// which costs the node less per call; `script!(text "…")` takes the
+/// script's text itself.
 macro_rules! script {
-    ($file:literal) => {
+    ($($file:literal),+) => {
         concat!(
             include_str!(concat!(
                 env!("CARGO_MANIFEST_DIR"),
                 "/src/kinds/keyspace.lua"
             )),
             include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/kinds/queue.lua")),
-            include_str!($file)
+            $(include_str!($file)),+
         )
     };
-    (keys $file:literal) => {
+    (keys $($file:literal),+) => {
         concat!(
             include_str!(concat!(
                 env!("CARGO_MANIFEST_DIR"),
                 "/src/kinds/keyspace.lua"
             )),
-            include_str!($file)
+            $(include_str!($file)),+
         )
     };
     (text $text:literal) => {

@@ -9,21 +9,15 @@
 -- floor) in the same step (also when run twice: then the counter as it is);
 -- 0: another holder's key, of any kind, nothing changed; {holder, pttl}:
 -- the same, with the holder's token (false if unknown);
--- error BADFENCE: the counter is not one (see below), nothing changed.
+-- error BADFENCE: the counter is not one (counter.lua), nothing changed.
 local layout, id, holder = look(KEYS[1], true)
 if layout == nil then
   return id
 end
--- The counter, checked before anything is written: a whole number from 0
--- below 2^53, where Lua's doubles (exact up to there) stop counting. Lua
--- 5.1's tonumber also reads 'nan', 'inf', '-5' and '1.5'; a NaN fails
--- every comparison and survives math.max, so it is told by n ~= n. Nothing
--- but a string holding such a number is a counter (a key of another type
--- reads as an error table, which tonumber makes nil).
-local c = redis.pcall('GET', KEYS[2])
-c = tonumber(c or '0')
-if not c or c ~= c or c < 0 or c >= 9007199254740992 or math.floor(c) ~= c then
-  return redis.error_reply('BADFENCE ' .. KEYS[2])
+-- The counter, checked before anything is written (counter.lua).
+local c, bad = fence_counter(KEYS[2])
+if not c then
+  return bad
 end
 if layout == 'exclusive' and id == ARGV[1] then
   return {c}

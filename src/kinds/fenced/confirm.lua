@@ -5,11 +5,10 @@
 -- 1: our key is here, and the counter is at least the token; 0: no key;
 -- -1: another holder's key (or a key that is no lock). The counter is raised in every case: a node
 -- that lagged catches up. Error BADFENCE: the counter is not a whole number
--- from 0 below 2^53 (see acquire.lua), nothing changed.
-local c = redis.pcall('GET', KEYS[2])
-c = tonumber(c or '0')
-if not c or c ~= c or c < 0 or c >= 9007199254740992 or math.floor(c) ~= c then
-  return redis.error_reply('BADFENCE ' .. KEYS[2])
+-- from 0 below 2^53 (see counter.lua), nothing changed.
+local c, bad = fence_counter(KEYS[2])
+if not c then
+  return bad
 end
 if c < tonumber(ARGV[2]) then
   redis.call('SET', KEYS[2], ARGV[2])

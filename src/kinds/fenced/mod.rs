@@ -118,11 +118,12 @@ use crate::proto::quorum::{Plan, Tally};
 use crate::proto::{Answer, Call, Command, Effect, Keys, LockId, Script};
 
 /// Take the key and draw the next token, in one step.
-pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(script!("acquire.lua")));
+pub(crate) static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(script!("counter.lua", "acquire.lua")));
 
 /// Raise the counter to the token; is our key still here?
 pub(crate) static CONFIRM: LazyLock<Script> =
-    LazyLock::new(|| Script::new(script!(keys "confirm.lua")));
+    LazyLock::new(|| Script::new(script!(keys "counter.lua", "confirm.lua")));
 
 /// The fenced kind, for one resource.
 #[derive(Debug, Clone)]
