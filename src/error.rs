@@ -298,6 +298,16 @@ pub enum ConfigError {
     },
     /// A reentrant lock was asked for with an empty owner id.
     EmptyOwner,
+    /// A candidate of an election ([`Redlock::campaign`](crate::Redlock::campaign))
+    /// has an empty identity.
+    EmptyCandidate,
+    /// A leader's value ([`Campaign::value`](crate::Campaign::value),
+    /// [`Leadership::proclaim`](crate::Leadership::proclaim)) is longer
+    /// than [`MAX_LEADER_VALUE`](crate::MAX_LEADER_VALUE).
+    ValueTooLong {
+        /// The value's length, in bytes.
+        bytes: usize,
+    },
     /// A node URL asks for TLS (`rediss://`), and the crate was built
     /// without its `tls` feature.
     TlsNotEnabled {
@@ -403,6 +413,15 @@ impl fmt::Display for ConfigError {
             ConfigError::KeyTooLong { bytes } => write!(
                 f,
                 "a resource's key is {bytes} bytes, beyond the 512 MB Redis takes: use a shorter resource name"
+            ),
+            ConfigError::EmptyCandidate => write!(
+                f,
+                "the identity of an election's candidate is empty: pass one that names it (a host name, a pod name)"
+            ),
+            ConfigError::ValueTooLong { bytes } => write!(
+                f,
+                "a leader's value of {bytes} bytes is longer than the {} allowed: publish where to find it (an address), not the data itself",
+                crate::MAX_LEADER_VALUE
             ),
             ConfigError::EmptyOwner => write!(
                 f,

@@ -83,6 +83,7 @@
 mod client;
 mod clock;
 mod config;
+mod election;
 mod engine;
 mod error;
 mod kinds;
@@ -97,6 +98,7 @@ pub mod local_cluster;
 
 pub use client::{LockRequest, Redlock};
 pub use config::Builder;
+pub use election::{Campaign, Leader, Leadership, MAX_LEADER_VALUE, Observer};
 pub use error::{ConfigError, Error, GaveUp, NodeFailure, Report};
 pub use kinds::admin::{Holding, NodeState, Status};
 pub use lock::{Held, Lock};

@@ -28,6 +28,7 @@
 //! clears any kind's key through it, for operators.
 
 pub(crate) mod admin;
+pub(crate) mod election;
 pub(crate) mod fenced;
 pub(crate) mod keyspace;
 pub(crate) mod mutex;

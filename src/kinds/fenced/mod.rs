@@ -136,10 +136,7 @@ pub(crate) struct Fenced {
 
 /// The fenced lock of `key`.
 pub(crate) fn kind(key: &str, floor: bool) -> Arc<dyn Kind> {
-    Arc::new(Fenced {
-        keys: Arc::new([key.into(), counter_key(key)]),
-        floor,
-    })
+    Arc::new(Fenced::new(key, floor))
 }
 
 /// The key of the fencing counter of the lock `key`.
@@ -148,6 +145,19 @@ pub(crate) fn counter_key(key: &str) -> Box<str> {
 }
 
 impl Fenced {
+    /// The fenced lock of `key`, for a kind built on it (the election's).
+    pub(crate) fn new(key: &str, floor: bool) -> Fenced {
+        Fenced {
+            keys: Arc::new([key.into(), counter_key(key)]),
+            floor,
+        }
+    }
+
+    /// The lock's key and its counter's.
+    pub(crate) fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
     /// The least a counter may become: now in microseconds since the epoch
     /// (0 without the floor, or with a clock before 1970).
     fn floor(&self) -> u64 {

@@ -1,0 +1,238 @@
+//! Leader election against real nodes: one leader at a time, named by a
+//! majority, with terms that grow; a resignation wakes the next candidate;
+//! a paused leader finds it lost before it acts; observers see every
+//! change, pushed or polled.
+
+mod common;
+
+use std::future::IntoFuture;
+use std::time::{Duration, Instant};
+
+use common::*;
+use futures::StreamExt;
+use redquorum::{ConfigError, Error, Holding, Leader, MAX_LEADER_VALUE, Observer, Redlock};
+
+const TTL: Duration = Duration::from_secs(30);
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// The next item of an observer, within `limit`.
+async fn next(observer: &mut Observer, limit: Duration) -> Option<Leader> {
+    tokio::time::timeout(limit, observer.next())
+        .await
+        .expect("no change observed in time")
+        .expect("the stream ended")
+}
+
+#[tokio::test]
+async fn a_free_election_is_won_named_by_a_majority_and_handed_on_at_a_resignation() {
+    let c = cluster(5);
+    let redlock = redlock(&c);
+    assert_eq!(redlock.leader("sched").await.unwrap(), None);
+    let a = redlock
+        .campaign("sched", "host-a", TTL)
+        .value("10.0.0.1:80")
+        .await
+        .unwrap();
+    assert!(a.term() > 0);
+    assert!(!a.is_lost());
+    let seen = redlock.leader("sched").await.unwrap().expect("a leader");
+    assert_eq!(seen.identity, "host-a");
+    assert_eq!(seen.value, "10.0.0.1:80");
+    assert_eq!(seen.term, a.term());
+    assert!(seen.expires_in > Duration::ZERO && seen.expires_in <= TTL);
+    // The record is on every node (the second round reaches them all).
+    let record = "redquorum:sched:leader";
+    await_holders(&c, &[0, 1, 2, 3, 4], record, 5, Duration::from_secs(5)).await;
+    // A second candidate waits in the queue; a resignation wakes it, long
+    // before the TTL would have.
+    let other = common::redlock(&c);
+    let b = tokio::spawn(async move {
+        let b = other.campaign("sched", "host-b", TTL).await.unwrap();
+        (b, other)
+    });
+    tokio::time::sleep(ms(300)).await;
+    assert!(!b.is_finished(), "two leaders at once");
+    let a_term = a.term();
+    let asked = Instant::now();
+    a.resign().await.unwrap();
+    let (b, other) = tokio::time::timeout(Duration::from_secs(10), b)
+        .await
+        .expect("the next candidate was not woken by the resignation")
+        .unwrap();
+    println!("handed on in {:?}", asked.elapsed());
+    assert!(
+        b.term() > a_term,
+        "terms must grow: {} then {}",
+        a_term,
+        b.term()
+    );
+    let seen = other.leader("sched").await.unwrap().expect("a leader");
+    assert_eq!(
+        (seen.identity.as_str(), seen.value.as_str()),
+        ("host-b", "")
+    );
+    assert_eq!(seen.term, b.term());
+    b.resign().await.unwrap();
+    await_gone(&c, &[0, 1, 2, 3, 4], record, Duration::from_secs(5)).await;
+    assert_eq!(redlock.leader("sched").await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_proclamation_is_seen_while_leading_and_refused_once_lost() {
+    let c = cluster(5);
+    let redlock = redlock(&c);
+    // Renewed every second.
+    let ttl = Duration::from_secs(3);
+    let mut a = redlock.campaign("cfg", "a", ttl).value("v0").await.unwrap();
+    a.proclaim("v1").await.unwrap();
+    let seen = redlock.leader("cfg").await.unwrap().unwrap();
+    assert_eq!((seen.value.as_str(), seen.proclamation), ("v1", 1));
+    assert_eq!(a.value(), "v1");
+    let err = a
+        .proclaim("x".repeat(MAX_LEADER_VALUE + 1))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Config(ConfigError::ValueTooLong { .. })),
+        "{err}"
+    );
+    // An operator clears the leader's key: a proclamation is refused, and
+    // the next renewal finds the key gone: leadership is lost.
+    let Some(Holding::Token(token)) = redlock.status("cfg").await.holder().cloned() else {
+        panic!("the leader's key is a token");
+    };
+    redlock.release_token("cfg", &token).await.unwrap();
+    let err = a.proclaim("v2").await.unwrap_err();
+    assert!(matches!(err, Error::Expired { .. }), "{err}");
+    tokio::time::timeout(ttl, a.lost())
+        .await
+        .expect("the renewal did not find leadership lost");
+    assert!(a.is_lost());
+    let err = a.proclaim("v3").await.unwrap_err();
+    assert!(matches!(err, Error::Expired { .. }), "{err}");
+    assert_eq!(redlock.leader("cfg").await.unwrap(), None);
+    // Bad candidates fail before any I/O.
+    let err = redlock.campaign("cfg", "", TTL).await.unwrap_err();
+    assert!(
+        matches!(err, Error::Config(ConfigError::EmptyCandidate)),
+        "{err}"
+    );
+}
+
+/// The leader's process pauses (a thread of its own that sleeps: its
+/// runtime renews nothing, as under SIGSTOP) past its TTL. Another
+/// candidate is elected with a greater term once the key expires, an
+/// observer that polls sees the old leader go (nothing is published at an
+/// expiry) and the new one come, and the paused leader, when it wakes,
+/// finds it lost before it acts.
+#[tokio::test]
+async fn a_paused_leader_is_replaced_and_finds_it_lost_before_it_acts() {
+    let c = cluster(5);
+    let short = ms(1_500);
+    let urls = c.urls();
+    let (elected, told) = std::sync::mpsc::channel();
+    let paused = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let redlock = Redlock::builder()
+            .nodes(urls)
+            .node_timeout(ms(200))
+            .build()
+            .unwrap();
+        let leadership = rt
+            .block_on(redlock.campaign("job", "paused", short).into_future())
+            .unwrap();
+        elected.send(leadership.term()).unwrap();
+        // The pause: nothing of this runtime runs.
+        std::thread::sleep(short * 3);
+        // Awake: the first thing a leader does before acting.
+        let lost = leadership.is_lost();
+        rt.block_on(async {
+            drop(leadership);
+            redlock.drain(Duration::from_secs(5)).await;
+        });
+        lost
+    });
+    let paused_term = told.recv().unwrap();
+    let redlock = short_ttl(&c);
+    let mut observer = redlock.observe("job").every(ms(100));
+    let first = next(&mut observer, Duration::from_secs(5)).await;
+    assert_eq!(first.map(|l| l.identity).as_deref(), Some("paused"));
+    let b = redlock
+        .campaign("job", "next", short)
+        .wait(Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert!(b.term() > paused_term);
+    // The observer saw the key expire (polled: no message) and the next.
+    let mut changes = Vec::new();
+    while changes
+        .last()
+        .and_then(|l: &Option<Leader>| l.as_ref())
+        .map(|l| l.term)
+        != Some(b.term())
+    {
+        changes.push(next(&mut observer, Duration::from_secs(5)).await);
+    }
+    println!("observed after the pause: {changes:?}");
+    // (Joined off this runtime's thread: `b` renews on it meanwhile.)
+    let lost = tokio::task::spawn_blocking(move || paused.join().unwrap())
+        .await
+        .unwrap();
+    assert!(lost, "the paused leader did not find it had lost");
+    b.resign().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_observer_sees_every_change_pushed() {
+    let c = cluster(5);
+    let redlock = redlock(&c);
+    // Polled only every minute: what it sees in time was pushed.
+    let mut observer = redlock.observe("push").every(Duration::from_secs(60));
+    assert_eq!(next(&mut observer, Duration::from_secs(5)).await, None);
+    let mut a = redlock.campaign("push", "a", TTL).await.unwrap();
+    let seen = next(&mut observer, Duration::from_secs(5)).await.unwrap();
+    assert_eq!((seen.identity.as_str(), seen.term), ("a", a.term()));
+    a.proclaim("new").await.unwrap();
+    let seen = next(&mut observer, Duration::from_secs(5)).await.unwrap();
+    assert_eq!((seen.value.as_str(), seen.proclamation), ("new", 1));
+    let a_term = a.term();
+    a.resign().await.unwrap();
+    assert_eq!(next(&mut observer, Duration::from_secs(5)).await, None);
+    let b = redlock.campaign("push", "b", TTL).await.unwrap();
+    let seen = next(&mut observer, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(seen.identity, "b");
+    assert!(seen.term > a_term);
+    b.resign().await.unwrap();
+}
+
+/// A read the nodes cannot agree on is an error that says what each
+/// showed, never a leader: two nodes of five hold a lock of another kind
+/// on the name, two are down.
+#[tokio::test]
+async fn a_read_without_a_majority_names_nobody() {
+    let mut c = cluster(5);
+    let redlock = redlock(&c);
+    let a = redlock.campaign("split", "a", TTL).await.unwrap();
+    c.freeze(0);
+    c.freeze(1);
+    c.freeze(2);
+    let err = redlock.leader("split").await.unwrap_err();
+    let Error::NoQuorum { report, .. } = &err else {
+        panic!("{err}");
+    };
+    assert!(report.agreed() < 3, "{err}");
+    for i in 0..3 {
+        c.thaw(i);
+    }
+    assert_eq!(
+        redlock.leader("split").await.unwrap().map(|l| l.term),
+        Some(a.term())
+    );
+    a.resign().await.unwrap();
+}
