@@ -648,10 +648,13 @@ impl<'a> LockRequest<'a> {
     /// Each reader's share is a [`Lock`] of its own and ends at its own TTL
     /// (a crashed reader does not live on through the others' renewals). A
     /// writer kept out by readers turns new readers away while it waits,
-    /// so it gets in once the current readers end. A task that holds a read
-    /// lock and asks this client (or a clone) to write on the same name is
-    /// refused with [`Error::Upgrade`] before anything is sent, since the
-    /// writer would wait for its own reader: release the read lock first.
+    /// so it gets in once the current readers end. A task (or, outside any
+    /// task, a thread) that holds a read lock and asks this client (or a
+    /// clone) to write on the same name is refused with [`Error::Upgrade`]
+    /// before anything is sent, since the writer would wait for its own
+    /// reader: release the read lock first. Branches of one task (`join!`,
+    /// `select!`) count as one: spawn a writer that must wait for a read
+    /// lock of its own task's.
     /// A downgrade (asking to read while holding the write lock) is not
     /// detected: the reader waits for the writer, its own, until its wait
     /// deadline; release the write lock first. The guarantee and why it

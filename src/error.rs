@@ -85,12 +85,15 @@ pub enum Error {
         resource: String,
     },
     /// A write lock was asked for (a plain, fenced or reentrant lock, a
-    /// semaphore, or a set that names the resource) from a task that holds
-    /// a read lock ([`LockRequest::shared`](crate::LockRequest::shared))
-    /// on the resource through this client: the writer would wait for its
-    /// own reader until it gave up, so nothing was sent. Release the read
-    /// lock first (an upgrade is refused, as it deadlocks on any lock: two
-    /// readers upgrading wait for each other).
+    /// semaphore, or a set that names the resource) from a task (or, outside
+    /// any task, a thread) that holds a read lock
+    /// ([`LockRequest::shared`](crate::LockRequest::shared)) on the resource
+    /// through this client or a clone: the writer would wait for its own
+    /// reader until it gave up, so nothing was sent. Release the read lock
+    /// first (an upgrade is refused, as it deadlocks on any lock: two
+    /// readers upgrading wait for each other). Branches of one task
+    /// (`join!`, `select!`) count as one: spawn a writer that must wait for
+    /// a read lock of its own task's.
     Upgrade {
         /// The resource read and asked for.
         resource: String,

@@ -9,34 +9,62 @@
 //! (each would wait for the other), so it is refused.
 //!
 //! **Who asks.** The nodes cannot tell one caller from another: a share is
-//! a token. What deadlocks is a task waiting for a share it holds itself,
-//! so the client keeps, per tokio task ([`tokio::task::try_id`]; one entry
-//! for code outside any task), the names it holds read locks on, from the
-//! moment a read lock is handed out until its [`Lock`](crate::Lock) is
-//! released or dropped. A write request (any kind that is not a read:
-//! plain, fenced, reentrant, a semaphore, or a set naming the resource)
-//! from a task with an entry for its name is refused with
+//! a token. What deadlocks is a flow of code waiting for a share it holds
+//! itself, so the client keeps, per tokio task ([`tokio::task::try_id`]),
+//! or per thread for code outside any task (the body of `#[tokio::main]`,
+//! `#[tokio::test]` or any `block_on`: a future given to `block_on` stays
+//! on its thread), the names it holds read locks on, from the moment a
+//! read lock is handed out until its [`Lock`](crate::Lock) is released or
+//! dropped. A write request (any kind that is not a read: plain, fenced,
+//! reentrant, a semaphore, or a set naming the resource) from a task with
+//! an entry for its name is refused with
 //! [`Error::Upgrade`](crate::Error::Upgrade) before anything is sent.
-//! Another task of the same process that asks to write is not refused: it
-//! waits for the readers, which is no deadlock, as another process's
-//! writer does.
+//! Another task's write is not refused: it waits for the readers, as
+//! another process's writer does.
 //!
-//! **What it does not see.** A read lock moved to another task still counts
-//! for the task that took it (refusing a write there that would not have
-//! deadlocked); a read lock taken through another [`Redlock`](crate::Redlock)
-//! built on its own (clones share one registry) is not seen, and the write
-//! waits as described. The check costs writers one atomic load while no
-//! read lock is held through the client, and a map lookup while some are.
+//! **What it does not see, and what it refuses too much.** A task is the
+//! unit, not the branch: two futures of one task run at the same time
+//! (`join!`, `select!`, a `FuturesUnordered`) count as one, so a write in
+//! one branch while another holds a read lock on the name is refused even
+//! if that branch would have let go — spawn the writer instead. A read
+//! lock moved to another task still counts for the task that took it, and
+//! not for the one that has it: a write there waits for its deadline as
+//! before this check (and so does a task that awaits another task's write
+//! while it reads). A read lock that is forgotten (`std::mem::forget`)
+//! counts for good. A read lock taken through another
+//! [`Redlock`](crate::Redlock) built on its own (clones share one registry)
+//! is not seen. The check costs every write one atomic load while no read
+//! lock is held through the client (or a clone); while some are, one
+//! lookup per name under a mutex the client's read locks share.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use std::thread::ThreadId;
+
 use tokio::task::Id;
 
-/// For each name read, the tasks reading it, and how many read locks each
-/// holds on it (`None`: code outside any task).
-type Readers = HashMap<Box<str>, Vec<(Option<Id>, usize)>>;
+/// Who reads: a tokio task, or a thread for code outside any task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Who {
+    Task(Id),
+    Thread(ThreadId),
+}
+
+impl Who {
+    /// The code running now.
+    fn now() -> Who {
+        match tokio::task::try_id() {
+            Some(id) => Who::Task(id),
+            None => Who::Thread(std::thread::current().id()),
+        }
+    }
+}
+
+/// For each name read, who reads it, and how many read locks each holds
+/// on it.
+type Readers = HashMap<Box<str>, Vec<(Who, usize)>>;
 
 /// The read locks held through one client, by name and task.
 #[derive(Debug, Default)]
@@ -56,18 +84,22 @@ impl Shares {
     /// Notes a read lock on `resource` just handed out to the current
     /// task; it counts until the [`Mark`] ends.
     pub(crate) fn mark(self: &Arc<Self>, resource: &str) -> Mark {
-        let task = tokio::task::try_id();
+        let who = Who::now();
         let mut held = self.held();
-        let tasks = held.entry(resource.into()).or_default();
-        match tasks.iter_mut().find(|(t, _)| *t == task) {
+        // Looked up first: no copy of the name for a name already read.
+        let readers = match held.get_mut(resource) {
+            Some(readers) => readers,
+            None => held.entry(resource.into()).or_default(),
+        };
+        match readers.iter_mut().find(|(w, _)| *w == who) {
             Some((_, n)) => *n += 1,
-            None => tasks.push((task, 1)),
+            None => readers.push((who, 1)),
         }
         self.live.fetch_add(1, Ordering::AcqRel);
         Mark {
             shares: self.clone(),
             resource: resource.into(),
-            task,
+            who,
             ended: AtomicBool::new(false),
         }
     }
@@ -77,25 +109,25 @@ impl Shares {
         if self.live.load(Ordering::Acquire) == 0 {
             return false;
         }
-        let task = tokio::task::try_id();
+        let who = Who::now();
         self.held()
             .get(resource)
-            .is_some_and(|tasks| tasks.iter().any(|(t, _)| *t == task))
+            .is_some_and(|readers| readers.iter().any(|(w, _)| *w == who))
     }
 
-    fn end(&self, resource: &str, task: Option<Id>) {
+    fn end(&self, resource: &str, who: Who) {
         let mut held = self.held();
-        let Some(tasks) = held.get_mut(resource) else {
+        let Some(readers) = held.get_mut(resource) else {
             return;
         };
-        if let Some(i) = tasks.iter().position(|(t, _)| *t == task) {
-            tasks[i].1 -= 1;
-            if tasks[i].1 == 0 {
-                tasks.swap_remove(i);
+        if let Some(i) = readers.iter().position(|(w, _)| *w == who) {
+            readers[i].1 -= 1;
+            if readers[i].1 == 0 {
+                readers.swap_remove(i);
             }
             self.live.fetch_sub(1, Ordering::AcqRel);
         }
-        if tasks.is_empty() {
+        if readers.is_empty() {
             held.remove(resource);
         }
     }
@@ -108,7 +140,7 @@ impl Shares {
 pub(crate) struct Mark {
     shares: Arc<Shares>,
     resource: Box<str>,
-    task: Option<Id>,
+    who: Who,
     ended: AtomicBool,
 }
 
@@ -116,7 +148,7 @@ impl Mark {
     /// Stops counting the read lock (once; later calls do nothing).
     pub(crate) fn end(&self) {
         if !self.ended.swap(true, Ordering::AcqRel) {
-            self.shares.end(&self.resource, self.task);
+            self.shares.end(&self.resource, self.who);
         }
     }
 }
@@ -148,6 +180,20 @@ mod tests {
         assert!(!shares.held_here("config"));
         assert_eq!(shares.live.load(Ordering::Acquire), 0);
         assert!(shares.held().is_empty(), "no entry left behind");
+    }
+
+    #[test]
+    fn code_outside_any_task_is_told_apart_by_its_thread() {
+        let shares = Arc::new(Shares::default());
+        let mark = shares.mark("config");
+        assert!(shares.held_here("config"));
+        let elsewhere = std::thread::spawn({
+            let shares = shares.clone();
+            move || shares.held_here("config")
+        });
+        assert!(!elsewhere.join().unwrap(), "another thread's read");
+        drop(mark);
+        assert!(!shares.held_here("config"));
     }
 
     #[tokio::test]
