@@ -409,6 +409,13 @@ impl Observer {
         self.every = every.max(Duration::from_millis(10));
         self
     }
+
+    /// The next change, without `futures::StreamExt` in scope: the
+    /// stream's next item (`None` only if its task ended, which it does
+    /// not while the runtime runs).
+    pub async fn next(&mut self) -> Option<Option<Leader>> {
+        std::future::poll_fn(|cx| Pin::new(&mut *self).poll_next(cx)).await
+    }
 }
 
 impl Stream for Observer {

@@ -9,7 +9,6 @@ use std::future::IntoFuture;
 use std::time::{Duration, Instant};
 
 use common::*;
-use futures::StreamExt;
 use redquorum::{ConfigError, Error, Holding, Leader, MAX_LEADER_VALUE, Observer, Redlock};
 
 const TTL: Duration = Duration::from_secs(30);

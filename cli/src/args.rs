@@ -43,6 +43,11 @@ EXAMPLES:
   # Who holds it, and what each node says.
   redquorum status nightly-backup
 
+  # One scheduler across the fleet: the others wait to take over; each
+  # leader's writes carry $REDQUORUM_TERM.
+  redquorum elect --id \"$(hostname)\" --again scheduler -- ./scheduler
+  redquorum leader --watch scheduler
+
   # Try it locally: five redis-server processes on ports 7001-7005.
   redquorum cluster up
   export REDQUORUM_NODES=redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003,redis://127.0.0.1:7004,redis://127.0.0.1:7005
@@ -65,6 +70,13 @@ pub enum Command {
     /// delete).
     #[command(long_about = RELEASE_ABOUT)]
     Release(Release),
+    /// Run a command while this process leads an election.
+    #[command(long_about = ELECT_ABOUT, after_long_help = ELECT_AFTER)]
+    Elect(Elect),
+    /// Show who leads an election, as a majority of nodes agrees, or watch
+    /// it change.
+    #[command(long_about = LEADER_ABOUT)]
+    Leader(LeaderArgs),
     /// Start, stop or list a local cluster of redis-server processes, for
     /// trying things out.
     #[command(subcommand, long_about = CLUSTER_ABOUT)]
@@ -250,6 +262,112 @@ pub struct Release {
     pub json: bool,
     /// The resource.
     pub resource: String,
+}
+
+const ELECT_ABOUT: &str = "\
+Campaign for leadership of the election NAME as the candidate --id, run the
+command while leading, and resign when it exits (exiting with its status).
+
+Candidates wait in a queue: a resignation hands leadership on at once, and a
+leader that dies without resigning is replaced once its key expires (at most
+--ttl after its last renewal). Every leader has a term, greater than every
+earlier leader's; `redquorum leader NAME` shows who leads.
+
+The command gets these environment variables:
+  REDQUORUM_ELECTION  the election's name
+  REDQUORUM_ID        the candidate's id
+  REDQUORUM_TERM      the term. Pass it with every write the leader makes,
+                      and have the storage refuse a smaller one than it has
+                      seen: a leader paused past its TTL may still write
+                      after the next one was elected.
+
+The command is stopped when leadership fails, as `redquorum run` stops a
+command whose lock fails (see `redquorum help run`): SIGTERM once renewals
+have failed until no more than --kill-after is left, SIGKILL when leadership
+ends. With --again, redquorum then campaigns again and starts the command
+anew when it leads again; without it, it exits with 76.";
+
+const ELECT_AFTER: &str = "\
+EXIT STATUS:
+  N     the command's own exit status
+  128+N the command was killed by signal N; or redquorum got signal N while
+        campaigning, and gave up
+  2     usage: a bad option, duration or URL, or no nodes given
+  75    not elected within --wait, or too few nodes answered
+        (--conflict-exit-code)
+  76    leadership was lost, or about to be, while the command ran, and
+        --again was not given (--lost-exit-code)
+  126   the command could not be executed
+  127   the command was not found
+  1     any other failure of redquorum itself";
+
+#[derive(Debug, Args)]
+pub struct Elect {
+    #[command(flatten)]
+    pub nodes: Nodes,
+    /// This candidate's id, shown to everyone as the leader's (a host or pod
+    /// name).
+    #[arg(long, value_name = "ID", env = "REDQUORUM_ID")]
+    pub id: String,
+    /// A value to publish with the leadership (an address, say), shown by
+    /// `redquorum leader`.
+    #[arg(long, value_name = "VALUE")]
+    pub value: Option<String>,
+    /// How long leadership lives without being renewed (renewed every third
+    /// of it): when this process dies or is cut off, another candidate
+    /// leads after at most this long.
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = duration)]
+    pub ttl: Duration,
+    /// How long to campaign at most; without limit if not given.
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub wait: Option<Duration>,
+    /// When leadership is lost while the command runs: campaign again, and
+    /// start the command anew when leading again.
+    #[arg(long)]
+    pub again: bool,
+    /// As for `redquorum run`: the command's grace after SIGTERM when
+    /// leadership is failing [default: a third of --ttl, at most 10s; at
+    /// most half of --ttl].
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub kill_after: Option<Duration>,
+    /// The exit status when not elected within --wait.
+    #[arg(long, value_name = "N", default_value_t = exit::NOT_ACQUIRED)]
+    pub conflict_exit_code: u8,
+    /// The exit status when leadership was lost while the command ran.
+    #[arg(long, value_name = "N", default_value_t = exit::LOST)]
+    pub lost_exit_code: u8,
+    /// The election: any name the candidates agree on.
+    pub name: String,
+    /// The command to run while leading, and its arguments (after `--`).
+    #[arg(required = true, last = true, value_name = "COMMAND")]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+const LEADER_ABOUT: &str = "\
+Show who leads the election NAME, as a majority of nodes agrees: its id, term,
+published value, and how long its leadership lasts unless renewed; or that
+there is no leader. With --watch, print a line at every change (a new leader,
+a new value, no leader), pushed by the nodes and polled every --every, until
+interrupted.
+
+Exit status: 0; 1 if no majority of nodes agrees either way (nodes down, a
+campaign half-way); 2 for usage errors.";
+
+#[derive(Debug, Args)]
+pub struct LeaderArgs {
+    #[command(flatten)]
+    pub nodes: Nodes,
+    /// Print JSON (one object per line) instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Print every change until interrupted.
+    #[arg(long)]
+    pub watch: bool,
+    /// With --watch: how often to read the election when no change is heard.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = duration)]
+    pub every: Duration,
+    /// The election.
+    pub name: String,
 }
 
 const CLUSTER_ABOUT: &str = "\

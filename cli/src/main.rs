@@ -4,10 +4,12 @@
 //! * `args`: the command line, and the help that documents it;
 //! * `run`: run a command under the lock;
 //! * `inspect`: `status` and `release --token`, for operators;
+//! * `elect`: run a command while leading an election, and `leader`;
 //! * `cluster`: a local cluster of `redis-server` processes.
 
 mod args;
 mod cluster;
+mod elect;
 mod inspect;
 mod run;
 
@@ -56,6 +58,8 @@ fn main() -> ExitCode {
         Command::Run(run) => runtime.block_on(run::run(run)),
         Command::Status(status) => runtime.block_on(inspect::status(status)),
         Command::Release(release) => runtime.block_on(inspect::release(release)),
+        Command::Elect(args) => runtime.block_on(elect::elect(args)),
+        Command::Leader(args) => runtime.block_on(elect::leader(args)),
         Command::Cluster(cluster) => cluster::cluster(cluster),
     };
     ExitCode::from(code)

@@ -26,26 +26,32 @@ use crate::args::Run;
 use crate::{connect, exit, fail};
 
 /// "Without limit": longer than any machine runs.
-const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+pub const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// How long, at the end, the release and the rollbacks may take before
 /// redquorum exits anyway (the keys then expire at their TTL).
-const DRAIN: Duration = Duration::from_secs(3);
+pub const DRAIN: Duration = Duration::from_secs(3);
 
-pub async fn run(args: Run) -> u8 {
-    if let Some(kill_after) = args.kill_after
-        && kill_after > args.ttl / 2
-    {
-        return fail(
+/// A `--kill-after` that cannot work with the `--ttl`: the usage error.
+pub fn check_kill_after(kill_after: Option<Duration>, ttl: Duration) -> Result<(), u8> {
+    match kill_after {
+        Some(kill_after) if kill_after > ttl / 2 => Err(fail(
             exit::USAGE,
             format!(
                 "--kill-after {} is more than half the --ttl {}: the command is stopped once no \
                  more than --kill-after of the lock is left, and the lock is renewed every third \
                  of the TTL; give a shorter --kill-after or a longer --ttl",
                 humantime::format_duration(kill_after),
-                humantime::format_duration(args.ttl)
+                humantime::format_duration(ttl)
             ),
-        );
+        )),
+        _ => Ok(()),
+    }
+}
+
+pub async fn run(args: Run) -> u8 {
+    if let Err(code) = check_kill_after(args.kill_after, args.ttl) {
+        return code;
     }
     let redlock = match connect(&args.nodes) {
         Ok(redlock) => redlock,
@@ -162,26 +168,88 @@ fn clear_progress(args: &Run) {
     }
 }
 
+/// What runs under a lock or a leadership: the command and its
+/// environment, and how it is stopped when the lock fails.
+pub struct Job<'a> {
+    /// What holds the command, for messages: `the lock on "name"`.
+    pub what: String,
+    pub command: &'a [std::ffi::OsString],
+    pub env: Vec<(&'static str, String)>,
+    pub ttl: Duration,
+    pub kill_after: Option<Duration>,
+}
+
+/// How a job ended.
+pub enum Ended {
+    /// The command could not be started: the exit status and the message.
+    NotStarted(u8, String),
+    /// It ran: its status, and whether the lock was lost (or about to be)
+    /// while it ran.
+    Ran {
+        status: std::io::Result<ExitStatus>,
+        lost: bool,
+    },
+}
+
+impl Ended {
+    /// The exit status it makes, once the lock is released.
+    pub fn code(self, job: &Job<'_>, lost_exit_code: u8) -> u8 {
+        match self {
+            Ended::NotStarted(code, message) => fail(code, message),
+            Ended::Ran { status: Err(e), .. } => {
+                fail(exit::FAILURE, format!("lost track of the command: {e}"))
+            }
+            Ended::Ran { lost: true, .. } => fail(
+                lost_exit_code,
+                format!(
+                    "{} was lost, or about to be, while the command ran",
+                    job.what
+                ),
+            ),
+            Ended::Ran {
+                status: Ok(status), ..
+            } => status_code(status),
+        }
+    }
+}
+
 /// Runs the command under `lock` and releases it when the command exits.
 async fn supervise(mut lock: Lock, args: &Run, signals: &mut Signals) -> u8 {
-    let (program, rest) = args.command.split_first().expect("clap requires a command");
-    let mut command = tokio::process::Command::new(program);
-    command
-        .args(rest)
-        .env("REDQUORUM_RESOURCE", &args.resource)
-        .env("REDQUORUM_TOKEN", lock.token());
+    let mut env = vec![
+        ("REDQUORUM_RESOURCE", args.resource.clone()),
+        ("REDQUORUM_TOKEN", lock.token().to_owned()),
+    ];
     if let Some(fence) = lock.fence() {
-        command.env("REDQUORUM_FENCE", fence.to_string());
+        env.push(("REDQUORUM_FENCE", fence.to_string()));
     }
     if let Some(owner) = &args.reentrant_owner {
-        command.env("REDQUORUM_OWNER", owner);
+        env.push(("REDQUORUM_OWNER", owner.clone()));
     }
     if let Some(permits) = args.permits {
-        command.env("REDQUORUM_PERMITS", permits.to_string());
+        env.push(("REDQUORUM_PERMITS", permits.to_string()));
     }
     if args.shared {
-        command.env("REDQUORUM_SHARED", "1");
+        env.push(("REDQUORUM_SHARED", "1".to_owned()));
     }
+    let job = Job {
+        what: format!("the lock on {:?}", args.resource),
+        command: &args.command,
+        env,
+        ttl: args.ttl,
+        kill_after: args.kill_after,
+    };
+    let held = lock.keep_alive();
+    let ended = run_job(&held, &job, signals).await;
+    release(lock).await;
+    ended.code(&job, args.lost_exit_code)
+}
+
+/// Runs `job`'s command while `held` holds, stopping it when it fails;
+/// the caller releases.
+pub async fn run_job(held: &Held, job: &Job<'_>, signals: &mut Signals) -> Ended {
+    let (program, rest) = job.command.split_first().expect("clap requires a command");
+    let mut command = tokio::process::Command::new(program);
+    command.args(rest).envs(job.env.iter().map(|(k, v)| (k, v)));
     let terminal = foreground_terminal();
     prepare(&mut command, terminal);
     let mut child = match command.spawn() {
@@ -191,8 +259,7 @@ async fn supervise(mut lock: Lock, args: &Run, signals: &mut Signals) -> u8 {
                 std::io::ErrorKind::NotFound => exit::NOT_FOUND,
                 _ => exit::CANNOT_EXECUTE,
             };
-            release(lock).await;
-            return fail(code, format!("cannot run {program:?}: {e}"));
+            return Ended::NotStarted(code, format!("cannot run {program:?}: {e}"));
         }
     };
     // The command leads a process group of its own: signals and stops go
@@ -202,10 +269,9 @@ async fn supervise(mut lock: Lock, args: &Run, signals: &mut Signals) -> u8 {
     if terminal {
         hand_terminal_to(group);
     }
-    let held = lock.keep_alive();
-    let kill_after = args
+    let kill_after = job
         .kill_after
-        .unwrap_or_else(|| default_kill_after(args.ttl));
+        .unwrap_or_else(|| default_kill_after(job.ttl));
     // Once the lock is failing: when the group's SIGKILL is due (never
     // later than the lock's validity), and whether it has gone out.
     let mut kill_at: Option<tokio::time::Instant> = None;
@@ -218,10 +284,7 @@ async fn supervise(mut lock: Lock, args: &Run, signals: &mut Signals) -> u8 {
             // given up on): nothing protects the command any more.
             () = held.lost(), if !killed => {
                 if kill_at.is_none() {
-                    eprintln!(
-                        "redquorum: the lock on {:?} was lost: killing the command (SIGKILL)",
-                        args.resource
-                    );
+                    eprintln!("redquorum: {} was lost: killing the command (SIGKILL)", job.what);
                 }
                 signal_group(group, libc::SIGKILL);
                 kill_at = Some(tokio::time::Instant::now());
@@ -229,12 +292,12 @@ async fn supervise(mut lock: Lock, args: &Run, signals: &mut Signals) -> u8 {
             }
             // Renewals have been failing: stop the command while the lock
             // still holds, so that it is gone when the lock ends.
-            () = running_low(&held, kill_after), if kill_at.is_none() => {
+            () = running_low(held, kill_after), if kill_at.is_none() => {
                 let left = held.remaining().min(kill_after);
                 eprintln!(
-                    "redquorum: the lock on {:?} has less than --kill-after left (renewals are \
-                     failing): stopping the command (SIGTERM, SIGKILL in {})",
-                    args.resource,
+                    "redquorum: {} has less than --kill-after left (renewals are failing): \
+                     stopping the command (SIGTERM, SIGKILL in {})",
+                    job.what,
                     humantime::format_duration(Duration::from_millis(left.as_millis() as u64))
                 );
                 signal_group(group, libc::SIGTERM);
@@ -250,7 +313,7 @@ async fn supervise(mut lock: Lock, args: &Run, signals: &mut Signals) -> u8 {
     };
     // What the command left running in its group ends before the lock
     // does: the lock covers all of it. A SIGKILL due already stays due.
-    if end_group(group, &held, kill_at.unwrap_or_else(|| after(kill_after))).await {
+    if end_group(group, held, kill_at.unwrap_or_else(|| after(kill_after))).await {
         eprintln!(
             "redquorum: the command left processes running; they were stopped before the release"
         );
@@ -261,18 +324,9 @@ async fn supervise(mut lock: Lock, args: &Run, signals: &mut Signals) -> u8 {
     }
     // A lock that ran out while the command was finishing counts as lost:
     // the command may have run its last part unprotected.
-    let lost = kill_at.is_some() || lock.is_lost();
-    release(lock).await;
-    match status {
-        Err(e) => fail(exit::FAILURE, format!("lost track of the command: {e}")),
-        Ok(_) if lost => fail(
-            args.lost_exit_code,
-            format!(
-                "the lock on {:?} was lost, or about to be, while the command ran",
-                args.resource
-            ),
-        ),
-        Ok(status) => status_code(status),
+    Ended::Ran {
+        status,
+        lost: kill_at.is_some() || held.is_lost(),
     }
 }
 
@@ -419,7 +473,7 @@ fn status_code(status: ExitStatus) -> u8 {
     }
 }
 
-async fn release(lock: Lock) {
+pub async fn release(lock: Lock) {
     let resource = lock.resource().to_owned();
     // A lost lock has been reported already.
     if let Err(e) = lock.release().await
@@ -445,14 +499,14 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
 }
 
 /// SIGINT, SIGTERM and SIGHUP, caught from the start.
-struct Signals {
+pub struct Signals {
     interrupt: Signal,
     terminate: Signal,
     hangup: Signal,
 }
 
 impl Signals {
-    fn new() -> std::io::Result<Signals> {
+    pub fn new() -> std::io::Result<Signals> {
         Ok(Signals {
             interrupt: signal(SignalKind::interrupt())?,
             terminate: signal(SignalKind::terminate())?,
@@ -461,7 +515,7 @@ impl Signals {
     }
 
     /// The next signal caught.
-    async fn recv(&mut self) -> libc::c_int {
+    pub async fn recv(&mut self) -> libc::c_int {
         tokio::select! {
             _ = self.interrupt.recv() => libc::SIGINT,
             _ = self.terminate.recv() => libc::SIGTERM,

@@ -241,6 +241,155 @@ fn shared_runs_read_together_and_a_writer_waits_for_them() {
     }
 }
 
+/// `elect`: the command runs while leading, with its term; `leader` names
+/// it (text and JSON) and `leader --watch` sees it go and the next come; a
+/// second candidate waits and runs once the first's command exits, with a
+/// greater term.
+#[test]
+fn elect_runs_the_command_while_leading_and_leader_shows_who_leads() {
+    let c = cluster();
+    let elect = |id: &str, script: &str| {
+        redquorum(
+            &c,
+            &[
+                "elect",
+                "--id",
+                id,
+                "--value",
+                "addr-of-a",
+                "sched",
+                "--",
+                "sh",
+                "-c",
+                script,
+            ],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+    };
+    let mut watch = redquorum(
+        &c,
+        &["leader", "--watch", "--json", "--every", "100ms", "sched"],
+    )
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut watched = BufReader::new(watch.stdout.take().unwrap()).lines();
+    let mut next_watched =
+        || -> Value { serde_json::from_str(&watched.next().unwrap().unwrap()).unwrap() };
+    assert_eq!(next_watched()["leader"], Value::Null);
+    // `a` leads until its command reads a line from a file that is not
+    // there yet: it exits when told.
+    let dir = std::env::temp_dir().join(format!("redquorum-elect-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let go = dir.join("go");
+    let script_a = format!(
+        "echo $REDQUORUM_ELECTION $REDQUORUM_ID $REDQUORUM_TERM; while [ ! -e {} ]; do sleep 0.05; done",
+        go.display()
+    );
+    let mut a = elect("a", &script_a);
+    let line = first_line(&mut a);
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(fields[..2], ["sched", "a"], "{line}");
+    let term_a: u64 = fields[2].parse().unwrap();
+    let shown = output(redquorum(&c, &["leader", "sched"]));
+    assert_eq!(code(&shown), 0, "{}", stderr(&shown));
+    assert!(
+        stdout(&shown).starts_with(&format!(
+            "sched: led by \"a\", term {term_a}, value \"addr-of-a\""
+        )),
+        "{}",
+        stdout(&shown)
+    );
+    let json: Value = serde_json::from_str(&stdout(&output(redquorum(
+        &c,
+        &["leader", "--json", "sched"],
+    ))))
+    .unwrap();
+    assert_eq!(json["leader"]["identity"], "a");
+    assert_eq!(json["leader"]["term"], term_a);
+    assert_eq!(next_watched()["leader"]["identity"], "a");
+    // `b` campaigns meanwhile, and waits.
+    let mut b = elect("b", "echo $REDQUORUM_ID $REDQUORUM_TERM");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(b.try_wait().unwrap().is_none(), "b ran while a led");
+    std::fs::write(&go, "").unwrap();
+    let out_a = a.wait_with_output().unwrap();
+    assert_eq!(code(&out_a), 0, "{}", stderr(&out_a));
+    let out_b = b.wait_with_output().unwrap();
+    assert_eq!(code(&out_b), 0, "{}", stderr(&out_b));
+    let line = stdout(&out_b);
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(fields[0], "b", "{line}");
+    let term_b: u64 = fields[1].parse().unwrap();
+    assert!(term_b > term_a, "terms must grow: {term_a} then {term_b}");
+    // The watcher saw b lead (perhaps with no leader between), then none.
+    let mut seen = Vec::new();
+    loop {
+        let change = next_watched();
+        seen.push(change["leader"]["identity"].clone());
+        if change["leader"].is_null() && seen.contains(&Value::from("b")) {
+            break;
+        }
+    }
+    watch.kill().unwrap();
+    watch.wait().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    // Bad input is a usage error.
+    let out = output(redquorum(&c, &["elect", "--id", "", "x", "--", "true"]));
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("identity"), "{}", stderr(&out));
+}
+
+/// `elect --again`: a leadership lost while the command ran (its nodes
+/// frozen past the TTL) stops the command, and redquorum campaigns again
+/// and runs it anew once it leads, with a greater term.
+#[test]
+fn elect_again_campaigns_anew_after_a_lost_leadership() {
+    let mut c = cluster();
+    let mut run = redquorum(
+        &c,
+        &[
+            "elect",
+            "--id",
+            "a",
+            "--again",
+            "--node-timeout",
+            "100ms",
+            "--ttl",
+            "1s",
+            "--kill-after",
+            "400ms",
+            "e",
+            "--",
+            "sh",
+            "-c",
+            "echo $REDQUORUM_TERM; exec sleep 30",
+        ],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut lines = BufReader::new(run.stdout.take().unwrap()).lines();
+    let first: u64 = lines.next().unwrap().unwrap().parse().unwrap();
+    for i in [0, 1, 2] {
+        c.freeze(i);
+    }
+    std::thread::sleep(Duration::from_millis(1_500));
+    for i in [0, 1, 2] {
+        c.thaw(i);
+    }
+    let second: u64 = lines.next().unwrap().unwrap().parse().unwrap();
+    assert!(second > first, "terms must grow: {first} then {second}");
+    signal(run.id(), libc::SIGTERM);
+    let out = run.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert!(err.contains("campaigning for \"e\" again"), "{err}");
+}
+
 #[test]
 fn every_exit_status() {
     let c = cluster();
