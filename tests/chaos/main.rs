@@ -28,6 +28,9 @@
 //! process, run again with `REDQUORUM_CHAOS_CLIENT` set.
 
 mod client;
+#[path = "../common/mod.rs"]
+mod common;
+mod election;
 mod history;
 mod scenarios;
 
@@ -39,6 +42,10 @@ const CLIENT: &str = "REDQUORUM_CHAOS_CLIENT";
 fn main() {
     if let Ok(spec) = std::env::var(CLIENT) {
         client::main(client::Spec::decode(&spec));
+        return;
+    }
+    if let Ok(spec) = std::env::var(election::CANDIDATE) {
+        election::main(election::Spec::decode(&spec));
         return;
     }
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -42,8 +42,7 @@ use crate::client::{self, Kind, Spec};
 use crate::history::{Event, Verdict, now_ns};
 use crate::{CLIENT, pick};
 
-#[path = "../common/mod.rs"]
-mod common;
+use crate::common;
 
 use common::proxy::Proxy;
 use common::{cluster, compose};
@@ -116,7 +115,10 @@ pub const ALL: &[Scenario] = &[
     Scenario {
         name: "checker",
         about: "the checker's own checks: overlaps of two owners found, of one owner's nested holds passed, disjoint intervals pass, tokens that do not grow in acquire order found, growing ones passed, figures counted",
-        run: Run::Once(|_| crate::history::self_test::run()),
+        run: Run::Once(|_| {
+            crate::history::self_test::run();
+            crate::election::self_test();
+        }),
     },
     Scenario {
         name: "control_one_node_quorum",
@@ -150,6 +152,31 @@ pub const ALL: &[Scenario] = &[
         name: "freeze",
         about: "SIGSTOP a random node for 150-600 ms (node timeout 50 ms), then SIGCONT",
         run: Run::Kinds(EVERY_KIND, freeze),
+    },
+    Scenario {
+        name: "election_kill",
+        about: "leader election: three candidate processes campaign while nodes are killed and restarted empty; at most one believed leader at a time, terms growing leader to leader, an observer that never sees a term go back",
+        run: Run::Once(crate::election::kill),
+    },
+    Scenario {
+        name: "election_freeze",
+        about: "leader election while nodes are frozen for 150-600 ms",
+        run: Run::Once(crate::election::freeze),
+    },
+    Scenario {
+        name: "election_partition",
+        about: "leader election while 1-2 nodes are cut off (proxies, no RST)",
+        run: Run::Once(crate::election::partition),
+    },
+    Scenario {
+        name: "election_freeze_leader",
+        about: "leader election while the leader's own process is frozen (SIGSTOP) past the TTL: a new leader within the TTL and a bound, the frozen one finds itself lost when thawed, every leader observed",
+        run: Run::Once(crate::election::freeze_leader),
+    },
+    Scenario {
+        name: "election_control_ignore_lost",
+        about: "negative control: leaders that ignore a lost leadership, frozen past the TTL; the checker must find two leaders at once",
+        run: Run::Once(crate::election::control_ignore_lost),
     },
     Scenario {
         name: "partition",
