@@ -60,10 +60,15 @@
 //! fresh resources + release), `fenced` (a fenced lock + release: the
 //! issue's goal is at most one extra round trip at p50, none where the
 //! token folds into the acquisition, as it does on a healthy cluster) and
-//! `semaphore` (one permit of 8 + release, each on a fresh resource) and
-//! `read` (a reader's share + release; the writer is the plain lock, the
-//! `uncontended` row). The
-//! table gives each its p50 over redquorum's `uncontended` p50.
+//! `semaphore` (one permit of 8 + release, each on a fresh resource),
+//! `read` (a reader's share + release), `write` (the writer: the plain
+//! lock, from a client of its own that holds a read lock on another name
+//! meanwhile, so that it pays the upgrade check) and `campaign` (a
+//! campaign for a free election, its watchdog started, + resignation). The
+//! table gives each its p50 over redquorum's `uncontended` p50. `failover`
+//! stalls a leader's process (its runtime's thread blocks: no renewal) while
+//! a candidate waits, ten times with a TTL of 1 s: the time from the stall
+//! to the candidate leading.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;
@@ -353,6 +358,9 @@ enum Cycle {
     /// client that holds a read lock on another name meanwhile, so that
     /// every write pays the upgrade check's lookup (redquorum only).
     Write,
+    /// A campaign for a free election + resignation (redquorum only): the
+    /// latency from asking to leading, its watchdog started.
+    Campaign,
 }
 
 /// The permits of the semaphore row.
@@ -364,7 +372,7 @@ const OWNER: &str = "bench-owner";
 
 impl Cycle {
     /// redquorum's kinds other than the plain lock.
-    const KINDS: [Cycle; 7] = [
+    const KINDS: [Cycle; 8] = [
         Cycle::Reentrant,
         Cycle::Nested,
         Cycle::LockAll3,
@@ -372,6 +380,7 @@ impl Cycle {
         Cycle::Semaphore,
         Cycle::Read,
         Cycle::Write,
+        Cycle::Campaign,
     ];
 
     /// Its rows' scenario (in the uncontended pass; the floor's is "floor").
@@ -385,6 +394,7 @@ impl Cycle {
             Cycle::Semaphore => "semaphore",
             Cycle::Read => "read",
             Cycle::Write => "write",
+            Cycle::Campaign => "campaign",
         }
     }
 
@@ -397,6 +407,7 @@ impl Cycle {
             Cycle::Fenced => "fenced",
             Cycle::Semaphore => "semaphore",
             Cycle::Read | Cycle::Write => "read-write",
+            Cycle::Campaign => "leader election",
         }
     }
 }
@@ -529,6 +540,10 @@ impl Client {
                 let lock = r.lock(resource, TTL).await.map_err(e)?;
                 lock.release().await.map_err(e)
             }
+            Cycle::Campaign => {
+                let leadership = r.campaign(resource, OWNER, TTL).await.map_err(e)?;
+                leadership.resign().await.map_err(e)
+            }
         }
     }
 
@@ -639,7 +654,9 @@ fn row(scenario: &'static str, imp: &'static str, mut s: Sample) -> Row {
         // this client's and the nodes' CPU per operation, where both share
         // the cores (a local cluster). Not for the hand-off, whose rate is
         // set by its holds and pauses.
-        if !scenario.starts_with("handoff") && !matches!(scenario, "burst" | "keep_alive_many") {
+        if !scenario.starts_with("handoff")
+            && !matches!(scenario, "burst" | "keep_alive_many" | "failover")
+        {
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
             s.extra.insert(
                 "cpu_bound_ops_per_s",
@@ -1037,6 +1054,59 @@ fn script_calls(ports: &[u16]) -> u64 {
 /// many were lost on a healthy cluster, and the client's and the nodes'
 /// CPU per renewal (an extension on one node, counted as the nodes' script
 /// calls while held).
+/// Failover: a leader whose process stalls (its own runtime, on a thread
+/// that then blocks: no renewal runs) while a candidate waits; the time
+/// from the stall to the candidate leading, `times` times, with a TTL of
+/// `ttl`. Each sample is one failover.
+async fn failover(urls: &[String], ttl: Duration, times: usize) -> Sample {
+    let mut s = Sample::default();
+    let started = Instant::now();
+    let candidate = Redlock::new(urls).unwrap();
+    for i in 0..times {
+        let name = format!("bench:failover:{i}");
+        let (elected, stalled) = std::sync::mpsc::channel();
+        let (urls, leader_name) = (urls.to_vec(), name.clone());
+        let leader = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let redlock = Redlock::new(urls).unwrap();
+            let leadership = rt
+                .block_on(redlock.campaign(&leader_name, "stalls", ttl).into_future())
+                .unwrap();
+            elected.send(()).unwrap();
+            // Until well past the failover, then a clean exit.
+            std::thread::sleep(ttl * 2);
+            rt.block_on(async {
+                drop(leadership);
+                redlock.drain(Duration::from_secs(2)).await;
+            });
+        });
+        stalled.recv().unwrap();
+        let stall = Instant::now();
+        let took = match candidate.campaign(&name, "waits", ttl).wait(ttl * 5).await {
+            Ok(leadership) => {
+                let took = stall.elapsed();
+                leadership.resign().await.unwrap();
+                Some(took)
+            }
+            Err(_) => None,
+        };
+        match took {
+            Some(took) => s.latencies.push(took),
+            None => s.errors += 1,
+        }
+        s.ops += 1;
+        tokio::task::spawn_blocking(move || leader.join().unwrap())
+            .await
+            .unwrap();
+    }
+    s.busy = started.elapsed();
+    s.extra.insert("ttl_ms", ttl.as_millis() as f64);
+    s
+}
+
 async fn keep_alive_many(urls: &[String], ports: &[u16], scale: Scale) -> Sample {
     let redlock = Redlock::new(urls).unwrap();
     let mut locks = Vec::with_capacity(scale.kept);
@@ -1275,7 +1345,9 @@ fn print_table(rows: &[Row]) {
         let peer = find(r.scenario, "rslock");
         let floor = match r.scenario {
             "throughput64" => find("floor64", "floor"),
-            "handoff" | "handoff_many" | "burst" | "keep_alive_many" | "ceiling" => None,
+            "handoff" | "handoff_many" | "burst" | "keep_alive_many" | "ceiling" | "failover" => {
+                None
+            }
             _ => find("floor", "floor"),
         };
         let ratio = |a: f64, b: Option<f64>| b.map_or(f64::NAN, |b| a / b);
@@ -1536,6 +1608,12 @@ fn main() {
                     rows.push(r);
                 }
             }
+        }
+        if wanted("failover") {
+            let times = if scale.iterations > 100 { 10 } else { 2 };
+            println!("failover ({times} leaders stalled, TTL 1 s) …");
+            let s = failover(&urls, Duration::from_secs(1), times).await;
+            rows.push(row("failover", "redquorum", s));
         }
         if wanted("keep_alive_many") && loopback {
             println!("keep_alive_many ({} locks for {:?}) …", scale.kept, scale.kept_for);

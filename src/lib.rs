@@ -51,6 +51,11 @@
 //! * [`Lock`]: a held lock — remaining validity, extend, release,
 //!   [`keep_alive`](Lock::keep_alive); [`Held`]: a view of it for the code
 //!   it protects, saying when it is lost.
+//! * Leader election: [`campaign`](Redlock::campaign) for leadership of a
+//!   name ([`Campaign`], then a [`Leadership`] with its term),
+//!   [`leader`](Redlock::leader) to see who leads ([`Leader`]), and
+//!   [`observe`](Redlock::observe) for a [`Stream`](futures::Stream) of
+//!   changes ([`Observer`]).
 //! * For operators: [`status`](Redlock::status), what every node holds for
 //!   a resource ([`Status`]), and [`release_token`](Redlock::release_token),
 //!   clearing a stale lock by its token.
@@ -58,10 +63,11 @@
 //!   [`ConfigError`]: what went wrong and what to fix.
 //!
 //! How it works, one layer per module, each using only those below it:
-//! * `client` and `lock`: the handles above.
+//! * `client`, `lock` and `election`: the handles above.
 //! * `kinds`: what a lock is on one node — its Lua scripts and how a node's
 //!   reply becomes a vote: `kinds::mutex` (one resource or a set),
-//!   `kinds::reentrant`, `kinds::fenced`, `kinds::semaphore`. Each states
+//!   `kinds::reentrant`, `kinds::fenced`, `kinds::semaphore`,
+//!   `kinds::rwlock`, `kinds::election` (the fenced lock and who leads). Each states
 //!   its guarantee and why it holds. `kinds::keyspace` is the one owner of
 //!   what a key is, for every kind; `kinds::admin` reads and clears any
 //!   kind's key through it.

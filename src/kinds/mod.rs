@@ -19,6 +19,8 @@
 //!   permit slots, every slot a mutex of its own.
 //! * [`rwlock`]: readers share, a writer (the mutex on the same name)
 //!   excludes readers and writers; a waiting writer turns new readers away.
+//! * [`election`]: a leader is the fenced lock on the election's name, its
+//!   term the fencing token, with a record of who leads beside the key.
 //!
 //! The kinds share the key space and exclude each other: a key of another
 //! kind is "held by another owner" to every script, never an error. What a
