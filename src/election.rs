@@ -245,7 +245,19 @@ impl fmt::Debug for Leadership {
     }
 }
 
-/// Who leads an election, as a majority of nodes agrees.
+/// Who leads an election, as a majority of nodes agrees: the last
+/// candidate whose record of leadership reached a majority, as long as its
+/// key lives there.
+///
+/// A read is a snapshot, not a linearizable one: each node answers at its
+/// own moment, within the node timeout. A candidate whose campaign wrote
+/// its record on a majority but then failed (its second round counted too
+/// late, or its process died between the rounds) is named until its
+/// rollback lands or its key expires — at most `expires_in` — although it
+/// never believed it led. A node restarted without persistence answers
+/// "free": the restart guard of the reading client discounts it only if
+/// that client saw the node before the restart (the leader's own client
+/// does; a fresh process that only reads does not).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Leader {
@@ -272,13 +284,20 @@ pub(crate) async fn leader(redlock: &Redlock, name: &str) -> Result<Option<Leade
     let answers = engine.gather(election::leader(&key)).await;
     let seen: Vec<Result<Seen, NodeFailure>> = answers
         .into_iter()
-        .map(|a| {
-            a.and_then(|reply| {
+        .zip(&engine.nodes)
+        .map(|(a, node)| {
+            let seen = a.and_then(|reply| {
                 election::read_leader(&reply).ok_or_else(|| NodeFailure::Server {
                     code: "UNEXPECTED".into(),
                     message: format!("a reply that is no election's: {reply:?}"),
                 })
-            })
+            });
+            match (seen, node.quarantined()) {
+                // A node that restarted lately may have forgotten the
+                // leader's key: its "free" says nothing.
+                (Ok(Seen::Free), Some(restarted)) => Err(restarted),
+                (seen, _) => seen,
+            }
         })
         .collect();
     let names: Vec<String> = engine.nodes.iter().map(|n| n.name().to_owned()).collect();
@@ -383,8 +402,20 @@ fn decide(
 /// reads the election again when one is heard. Polled too, every
 /// [`every`](Observer::every) (a second by default), so a message that is
 /// lost, a leader whose key expires (which publishes nothing) or a node
-/// that cannot be subscribed to costs at most that long. Reads run in a
-/// background task, stopped when the stream is dropped.
+/// that cannot be subscribed to costs at most that long, plus one read (a
+/// node timeout at most). Reads run in a background task of the tokio
+/// runtime the stream is first polled on (it must be polled within one),
+/// stopped when the stream is dropped; each observer subscribes on every
+/// node with a connection of its own. Every change is kept for the
+/// consumer, in order (16 at most are buffered: a consumer that falls
+/// behind slows the reads down, it does not skip). Reads that fail are
+/// retried at the next poll; five in a row are logged as a warning.
+///
+/// Terms never go backwards under the guarantee's assumptions. Should the
+/// nodes lose their fencing counters (without
+/// [`fence_time_floor`](crate::Builder::fence_time_floor), or with client
+/// clocks apart), a leader of a lower term is yielded once five reads in a
+/// row have named it, with a warning, rather than hidden for ever.
 pub struct Observer {
     redlock: Redlock,
     name: String,
@@ -475,15 +506,54 @@ async fn watch(redlock: Redlock, name: String, every: Duration, tx: mpsc::Sender
         .collect();
     let mut last: Option<Option<Leader>> = None;
     let mut highest = 0;
+    // A leader of a lower term than one yielded, and how many reads in a
+    // row named it.
+    let mut behind: Option<(Leader, u32)> = None;
+    let mut failing = 0u32;
     loop {
         let notified = heard.notified();
-        if let Ok(now) = leader(&redlock, &name).await
-            && changed(last.as_ref(), now.as_ref(), highest)
-        {
-            highest = highest.max(now.as_ref().map_or(0, |l| l.term));
-            last = Some(now.clone());
-            if tx.send(now).await.is_err() {
-                break;
+        match leader(&redlock, &name).await {
+            Ok(now) => {
+                failing = 0;
+                let mut news = changed(last.as_ref(), now.as_ref(), highest);
+                behind = match (&now, behind.take()) {
+                    (Some(l), Some((b, n)))
+                        if l.term < highest && (b.term, &b.identity) == (l.term, &l.identity) =>
+                    {
+                        Some((b, n + 1))
+                    }
+                    (Some(l), _) if l.term < highest => Some((l.clone(), 1)),
+                    _ => None,
+                };
+                if let Some((b, n)) = &behind
+                    && *n >= BEHIND_READS
+                {
+                    // Only when the guarantee's assumptions broke: the
+                    // nodes lost the counters (without the time floor, or
+                    // with client clocks apart). Said, not hidden for ever.
+                    tracing::warn!(
+                        election = %name,
+                        term = b.term,
+                        highest,
+                        "the leader's term went back: nodes lost their counters (see fence_time_floor)"
+                    );
+                    highest = b.term;
+                    behind = None;
+                    news = true;
+                }
+                if news {
+                    highest = highest.max(now.as_ref().map_or(0, |l| l.term));
+                    last = Some(now.clone());
+                    if tx.send(now).await.is_err() {
+                        break;
+                    }
+                }
+            }
+            Err(e) => {
+                failing += 1;
+                if failing == BEHIND_READS {
+                    tracing::warn!(election = %name, error = %e, "observer: no majority agrees on the election");
+                }
             }
         }
         tokio::select! {
@@ -494,11 +564,16 @@ async fn watch(redlock: Redlock, name: String, every: Duration, tx: mpsc::Sender
     drop(listeners);
 }
 
+/// How many reads in a row must name a leader of a lower term than one
+/// yielded before the observer yields it (with a warning); also how many
+/// failed reads in a row are worth one.
+const BEHIND_READS: u32 = 5;
+
 /// Whether `now` is news after `last` (what was sent last, if anything),
 /// terms never going back below `highest`.
 fn changed(last: Option<&Option<Leader>>, now: Option<&Leader>, highest: u64) -> bool {
     match (last, now) {
-        (None, _) => now.is_none_or(|l| l.term >= highest),
+        (None, _) => true,
         (Some(None), None) => false,
         (Some(_), Some(l)) if l.term < highest => false,
         (Some(Some(a)), Some(b)) => (a.term, a.proclamation) < (b.term, b.proclamation),
@@ -517,7 +592,7 @@ impl Drop for AbortOnDrop {
 
 /// Listens on `channel` of one node, notifying `heard` of every message,
 /// and of every (re)subscription, which may have missed one; a connection
-/// that fails or breaks is made again after `every`.
+/// that fails or breaks is made again after `every`, a second at least.
 async fn listen(
     client: redis::Client,
     connect: Duration,
@@ -539,7 +614,7 @@ async fn listen(
                 heard.notify_one();
             }
         }
-        tokio::time::sleep(every).await;
+        tokio::time::sleep(every.max(Duration::from_secs(1))).await;
     }
 }
 

@@ -621,12 +621,15 @@ impl fmt::Display for NodeFailure {
                 f,
                 "authentication failed ({e}): put the right credentials in the node's URL, \
                  redis://user:password@host:port (an ACL user also needs the lock keys, \
-                 their <key>:waiters queues and <key>:intent keys, their <key>:wake:* \
-                 channels, EVALSHA, PUBLISH, TIME and the sorted-set commands)"
+                 their <key>:waiters queues, <key>:intent and <key>:leader keys, their \
+                 <key>:wake:* and <key>:leader channels, EVALSHA, PUBLISH, SUBSCRIBE, TIME, \
+                 and the hash and sorted-set commands)"
             ),
             NodeFailure::WrongType(e) => write!(
                 f,
-                "the key holds a non-lock value ({e}): choose a key prefix that no other data uses"
+                "the key holds a non-lock value ({e}): choose a key prefix that no other data uses, \
+                 and no resource named like another's side keys (<name>:fence, :waiters, :intent, \
+                 :leader)"
             ),
             NodeFailure::OutOfMemory(e) => write!(
                 f,

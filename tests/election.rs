@@ -211,8 +211,8 @@ async fn an_observer_sees_every_change_pushed() {
 }
 
 /// A read the nodes cannot agree on is an error that says what each
-/// showed, never a leader: two nodes of five hold a lock of another kind
-/// on the name, two are down.
+/// showed, never a leader: three nodes of five frozen (the other two hold
+/// the leader's key and record, a minority).
 #[tokio::test]
 async fn a_read_without_a_majority_names_nobody() {
     let mut c = cluster(5);
@@ -234,4 +234,31 @@ async fn a_read_without_a_majority_names_nobody() {
         Some(a.term())
     );
     a.resign().await.unwrap();
+}
+
+/// Nodes restarted empty answer "free", and a majority of them would say
+/// nobody leads while the leader is still valid: the client that saw them
+/// before the restart (the leader's own) discounts them, as its restart
+/// guard does for acquisitions, and the read names nobody either way.
+#[tokio::test]
+async fn nodes_restarted_empty_are_not_taken_for_no_leader() {
+    let mut c = cluster(5);
+    let redlock = redlock(&c);
+    let a = redlock.campaign("boot", "a", TTL).await.unwrap();
+    for i in 0..3 {
+        c.restart(i).unwrap();
+    }
+    assert!(!a.is_lost());
+    match redlock.leader("boot").await {
+        Err(Error::NoQuorum { report, .. }) => {
+            let restarted = report
+                .failures()
+                .iter()
+                .filter(|(_, f)| matches!(f, redquorum::NodeFailure::Restarted { .. }))
+                .count();
+            assert_eq!(restarted, 3, "{report:?}");
+        }
+        other => panic!("the restarted nodes' word was taken: {other:?}"),
+    }
+    drop(a);
 }

@@ -46,6 +46,20 @@ const SEMAPHORE_RELEASE: &str = script!("../src/kinds/semaphore/release.lua");
 const READ: &str = script!("../src/kinds/rwlock/read.lua");
 const READ_EXTEND: &str = script!(keys "../src/kinds/rwlock/extend.lua");
 const READ_RELEASE: &str = script!("../src/kinds/rwlock/release.lua");
+const ANNOUNCE: &str = script!(keys
+    "../src/kinds/fenced/counter.lua",
+    "../src/kinds/election/record.lua",
+    "../src/kinds/election/announce.lua"
+);
+const LEADER_EXTEND: &str = script!(keys
+    "../src/kinds/election/record.lua",
+    "../src/kinds/election/extend.lua"
+);
+const RESIGN: &str = script!(
+    "../src/kinds/election/record.lua",
+    "../src/kinds/election/resign.lua"
+);
+const LEADER: &str = script!(keys "../src/kinds/election/leader.lua");
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef01234567";
 
@@ -848,4 +862,97 @@ fn the_intent_is_a_writers_only_and_vanished_shares_are_purged() {
         ),
         Reply::Int(0)
     );
+}
+
+/// The election's scripts, each run twice as a resend would, and what
+/// keeps a record the leader's: a late announcement of an earlier
+/// candidate leaves the new leader's record alone; a record beside another
+/// token's key names nobody; an older renewal never puts back an older
+/// value; the record lives as long as the key and goes with it.
+#[test]
+fn election_records_are_the_key_holders_only_and_never_go_back() {
+    let c = cluster(1);
+    let other = "fedcba9876543210fedcba9876543210fedcba98";
+    let record = |field: &str| hget(&c, "e:leader", field);
+    run(&c, 0, &["SET", "e", TOKEN, "PX", "30000"]);
+    twice(
+        &c,
+        ANNOUNCE,
+        &["e", "e:fence"],
+        &[TOKEN, "7", "b", "vb", "0"],
+        Reply::Int(1),
+    );
+    assert_eq!(
+        (record("t"), record("n"), record("f")),
+        (TOKEN.into(), "b".into(), "7".into())
+    );
+    assert!(
+        pttl(&c, 0, "e:leader") > 25_000,
+        "the record lives as the key does"
+    );
+    // An earlier candidate's announcement, late: refused, nothing written.
+    assert_eq!(
+        eval(
+            &c,
+            ANNOUNCE,
+            &["e", "e:fence"],
+            &[other, "5", "a", "va", "0"]
+        ),
+        Reply::Int(-1)
+    );
+    assert_eq!((record("t"), record("f")), (TOKEN.into(), "7".into()));
+    // Renewals: a newer value wins, an older one is not put back, and
+    // twice is once.
+    twice(
+        &c,
+        LEADER_EXTEND,
+        &["e"],
+        &[TOKEN, "60000", "b", "v2", "7", "2"],
+        Reply::Int(1),
+    );
+    assert_long(&c, &["e", "e:leader"]);
+    assert_eq!(
+        eval(
+            &c,
+            LEADER_EXTEND,
+            &["e"],
+            &[TOKEN, "60000", "b", "v1", "7", "1"]
+        ),
+        Reply::Int(1)
+    );
+    assert_eq!((record("v"), record("s")), ("v2".into(), "2".into()));
+    let Reply::Array(Some(seen)) = eval(&c, LEADER, &["e"], &[]) else {
+        panic!("leader.lua answers an array for a held key")
+    };
+    assert_eq!(seen[2], Reply::Bulk(Some(b"b".to_vec())));
+    // Another token's key beside this record: the record names nobody.
+    run(&c, 0, &["SET", "e", other, "PX", "30000"]);
+    let Reply::Array(Some(seen)) = eval(&c, LEADER, &["e"], &[]) else {
+        panic!("leader.lua answers an array for a held key")
+    };
+    assert_eq!(
+        seen[2],
+        Reply::Bulk(None),
+        "a stale record named the holder"
+    );
+    assert_eq!(
+        eval(
+            &c,
+            LEADER_EXTEND,
+            &["e"],
+            &[TOKEN, "60000", "b", "v3", "7", "3"]
+        ),
+        Reply::Int(-1)
+    );
+    assert_eq!(
+        record("v"),
+        "v2",
+        "a renewal of a lost leader wrote the record"
+    );
+    // A resignation takes the record with the key; a resent one, nothing.
+    run(&c, 0, &["SET", "e", TOKEN, "PX", "30000"]);
+    assert_eq!(eval(&c, RESIGN, &["e"], &[TOKEN, "1"]), Reply::Int(1));
+    assert_eq!(eval(&c, RESIGN, &["e"], &[TOKEN, "1"]), Reply::Int(0));
+    assert_eq!(holders(&c, &[0], "e") + holders(&c, &[0], "e:leader"), 0);
+    assert_eq!(eval(&c, LEADER, &["e"], &[]), Reply::Int(0));
 }

@@ -63,8 +63,10 @@
 //!
 //! Beside the lock key live `<key>:waiters` (the queue), `<key>:fence` (the
 //! fenced kind's counter), `<key>:intent` (a writer waiting for readers:
-//! see [`rwlock`](super::rwlock)) and the channels `<key>:wake:<client>`: a
-//! resource named with one of those suffixes would collide with another's.
+//! see [`rwlock`](super::rwlock)), `<key>:leader` (an election's record of
+//! who leads, and its channel: see [`election`](super::election)) and the
+//! channels `<key>:wake:<client>`: a resource named with one of those
+//! suffixes would collide with another's.
 
 /// The text of a script: the key space's prelude, then the script's own
 /// files (relative to the caller; a kind's helpers first, its script

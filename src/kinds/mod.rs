@@ -56,7 +56,7 @@ use crate::proto::{Answer, Command, Holder, LockId};
 /// reentrant kind names each hold by its token, so a repeat finds it).
 pub(crate) trait Kind: Send + Sync + 'static {
     /// The kind's name in metrics and logs: `mutex`, `set`, `reentrant`,
-    /// `fenced`, `semaphore`, `read`.
+    /// `fenced`, `semaphore`, `read`, `election`.
     fn name(&self, id: &LockId) -> &'static str;
     /// Takes the lock on one node, for `plan.ttl`. For a `waiter` (its
     /// [`queue::member`]), the reply also says who holds the key there and

@@ -243,6 +243,13 @@ impl Node {
         &self.inner.client
     }
 
+    /// Why the node's word on a lock's absence is not to be taken: it
+    /// restarted lately and may have forgotten keys (the restart guard's
+    /// quarantine), if the guard is on and saw it.
+    pub(crate) fn quarantined(&self) -> Option<NodeFailure> {
+        self.inner.guard.as_ref().and_then(|g| g.check().err())
+    }
+
     /// How requests to the node are bounded.
     pub(crate) fn limits(&self) -> Limits {
         self.inner.limits

@@ -17,6 +17,7 @@ end
 local layout, id = look(KEYS[1], true)
 if layout == 'exclusive' and id == ARGV[1] then
   write_record(KEYS[1], ARGV[1], ARGV[3], ARGV[4], ARGV[2], ARGV[5])
+  keep_record(KEYS[1])
   return 1
 elseif layout == false then
   return 0

@@ -17,4 +17,5 @@ elseif layout ~= 'exclusive' or id ~= ARGV[1] then
 end
 prolong(KEYS[1], tonumber(ARGV[2]), ARGV[2])
 write_record(KEYS[1], ARGV[1], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
+keep_record(KEYS[1])
 return 1

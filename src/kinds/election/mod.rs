@@ -14,9 +14,10 @@
 //! **record** (`record.lua`): the leader's lock token, identity,
 //! value, term and the number of its latest proclamation. The record is
 //! the leader's only while the key holds the token it names: a record left
-//! by a leader that crashed names a token that is gone, and says nothing.
-//! Every change of a record is published on the channel `<key>:leader`,
-//! for observers.
+//! by a leader that crashed names a token that is gone, and says nothing
+//! (and goes with its key: the record lives as long as the key). Every
+//! change of a record is published on the channel `<key>:leader`, for
+//! observers.
 //!
 //! **Guarantee.** Under the fenced lock's assumptions (a majority of nodes
 //! run and keep their keys and counters; clocks drift within the

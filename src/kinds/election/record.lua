@@ -3,8 +3,10 @@
 -- 't' = the leader's lock token (the record is the lock's only while the
 -- key holds that token), 'n' = its identity, 'v' = its published value,
 -- 'f' = its term (the fencing token), 's' = the number of its latest
--- proclamation (0 for the value it campaigned with). Changes are published
--- on the channel `<key>:leader` for observers.
+-- proclamation (0 for the value it campaigned with). It lives as long as
+-- the key (a dead leader's goes with its key). Changes are published on
+-- the channel `<key>:leader` for observers. A lock named `<name>:leader`
+-- would be this record's key: do not name resources so.
 
 -- Writes the record of the leader `token` (identity, value, term, seq),
 -- unless it is there already with that proclamation or a later one; a
@@ -19,4 +21,12 @@ local function write_record(key, token, identity, value, term, seq)
   -- Best effort: an ACL that forbids it costs observers their poll.
   redis.pcall('PUBLISH', record, term .. ' ' .. seq)
   return true
+end
+
+-- Gives the record of `key` the key's life (never none: the key has one).
+local function keep_record(key)
+  local left = redis.call('PTTL', key)
+  if left > 0 then
+    redis.call('PEXPIRE', key .. ':leader', left)
+  end
 end
