@@ -329,9 +329,10 @@ impl Engine {
                     let said_yes: Vec<bool> =
                         (0..self.nodes.len()).map(|i| tally.said_yes(i)).collect();
                     let (nodes, leave) = (self.nodes.clone(), queue::leave(&id.keys, member));
+                    let background = self.background.clone();
                     self.detach(async move {
                         let said_yes = stragglers.finish_counting(said_yes).await;
-                        leave_queues(nodes, leave, said_yes).await;
+                        leave_queues(nodes, leave, said_yes, background).await;
                     });
                 }
                 _ => self.detach(stragglers.finish()),
@@ -405,7 +406,7 @@ impl Engine {
         // Whatever of the attempt has not been sent by now never is; what
         // has is queued ahead of the rollback.
         id.gate().shut();
-        let release = kind.release(id, tally.might_hold_majority());
+        let release = kind.release(id, tally.might_hold_majority() || kind.announce_rollback());
         let mut waited = FuturesUnordered::new();
         // Per node, the rollback that waits for the node's answer.
         let mut later = Vec::with_capacity(self.nodes.len());
@@ -525,8 +526,8 @@ impl Engine {
 
     /// Takes the waiter `member` out of the queues of `keys` on every node,
     /// in the background: it stopped waiting without the lock (see
-    /// `kinds::queue`). Best effort: a node that misses it wakes the
-    /// waiter once for nothing, later.
+    /// `kinds::queue`). A node that does not answer is sent it again until
+    /// it does, or until the writer's intent it may hold has lapsed.
     pub(crate) fn leave(&self, keys: &Keys, member: &str) {
         if tokio::runtime::Handle::try_current().is_err() {
             return;
@@ -536,6 +537,7 @@ impl Engine {
             self.nodes.clone(),
             queue::leave(keys, member),
             skip,
+            self.background.clone(),
         ));
     }
 
@@ -563,12 +565,33 @@ impl Engine {
 
 /// Runs a waiter's leaving (`kinds::queue::leave`) on the nodes not marked
 /// in `skip` (one flag per node), each within the node timeout.
-async fn leave_queues(nodes: Vec<Node>, leave: Command, skip: Vec<bool>) {
+async fn leave_queues(
+    nodes: Vec<Node>,
+    leave: Command,
+    skip: Vec<bool>,
+    background: Arc<Background>,
+) {
     let leave = Prepared::new(leave);
+    // A node that does not answer (cut off, frozen) is sent it again, as a
+    // removal is, until the intent it may hold there has lapsed: a writer
+    // that got the lock while a node was cut off would otherwise leave its
+    // intent there, turning readers away for its whole life.
+    let until = Moment::now().after(queue::LEAVE_LIFE);
     let sent = nodes
         .iter()
         .zip(skip)
         .filter(|(_, skip)| !skip)
-        .map(|(node, _)| node.run(&leave, Patience::Cleanup, None, node.limits().request));
+        .map(|(node, _)| {
+            let reply = node.run(&leave, Patience::Cleanup, None, node.limits().request);
+            let (leave, node, background) = (leave.clone(), node.clone(), background.clone());
+            async move {
+                if let Err(failure) = reply.await
+                    && failure.unanswered()
+                    && let Some(send) = node.remove_later(leave, until)
+                {
+                    background.spawn(send);
+                }
+            }
+        });
     futures::future::join_all(sent).await;
 }

@@ -88,6 +88,16 @@ pub(crate) trait Kind: Send + Sync + 'static {
     /// learns from its votes for the next one (the semaphore: which slot to
     /// hint). Most kinds learn nothing.
     fn refused(&self, _tally: &Tally) {}
+    /// Whether the rollback of a failed attempt wakes the key's first
+    /// waiter where it frees the key, even when the attempt was refused by
+    /// a majority. Most kinds' waiters tell a failed attempt's partial
+    /// holds apart (each has its token: a split vote, and a short pause);
+    /// a reader's share is named `readers` like every other's, so a writer
+    /// refused by failing readers takes them for one holder and waits for
+    /// its release: their rollbacks must announce it (`kinds::rwlock`).
+    fn announce_rollback(&self) -> bool {
+        false
+    }
 }
 
 /// What a kind makes of an acquisition a majority agreed to.

@@ -116,7 +116,13 @@ pub(crate) fn read_wake(payload: &[u8]) -> Option<(u64, &[u8])> {
     Some((wait, token))
 }
 
-/// Takes `member` out of the queues of `keys`: it stopped waiting.
+/// The longest a writer's intent lives on a node (`refuse` in `queue.lua`:
+/// the readers' PTTL, ten seconds at most, plus a second): how long a
+/// leaving that a node did not answer is sent again.
+pub(crate) const LEAVE_LIFE: std::time::Duration = std::time::Duration::from_secs(11);
+
+/// Takes `member` out of the queues of `keys`: it stopped waiting (and its
+/// intent, if it left one).
 pub(crate) fn leave(keys: &Keys, member: &str) -> Command {
     Command {
         call: Call::Script {

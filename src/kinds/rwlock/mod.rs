@@ -55,7 +55,15 @@
 //! writer that does not queue (`Builder::wake_on_release(false)`: it
 //! polls) leaves no intent, and overlapping readers can keep it out.
 //! Shares whose readers vanished are purged when another reader comes or
-//! goes, so the hash does not grow with them. `tests/rwlock.rs` runs a
+//! goes, so the hash does not grow with them. Two things keep a writer and
+//! readers from sleeping on a free key: a failed read's rollback that
+//! frees the key wakes the first waiter (to a writer, failing reads look
+//! like one holder named `readers`, whose release it waits for:
+//! [`Kind::announce_rollback`]), and a writer's leaving of the queues —
+//! its intent with them — that a node did not answer (cut off) is sent
+//! again until the intent would have lapsed, so that a writer that got
+//! the lock during a partition leaves no intent behind to turn readers
+//! away after it. `tests/rwlock.rs` runs a
 //! writer under continuous overlapping readers and shows it gets in.
 //!
 //! **Upgrades are refused; downgrades are not offered.** A reader that asks
@@ -137,6 +145,13 @@ impl Kind for Shared {
             },
             effect: Effect::Remove,
         }
+    }
+
+    /// A failed read's rollback that frees the key wakes the first waiter
+    /// (a writer, most often): to it, every share is `readers`, and the
+    /// failing reads looked like a holder whose release it waits for.
+    fn announce_rollback(&self) -> bool {
+        true
     }
 
     fn extend(&self, id: &LockId, plan: &Plan) -> Command {
