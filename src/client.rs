@@ -288,7 +288,8 @@ impl Redlock {
     /// A request to an unreachable node is given up after the connect
     /// timeout plus the node timeout; a release or rollback it did not
     /// answer is then sent again (100 ms to 2 s apart) until the node
-    /// answers or the lock's keys would have expired, so with a node that
+    /// answers or the lock's keys would have expired (a waiter's leaving of
+    /// the queues: until its intent would have, 11 s), so with a node that
     /// stays unreachable `drain` returns `false` at `limit` and those keys
     /// expire at their TTL.
     pub async fn drain(&self, limit: Duration) -> bool {

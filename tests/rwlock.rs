@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::proxy::{in_front_of, steered};
+use common::proxy::{Proxy, in_front_of, steered};
 use common::*;
-use redquorum::local_cluster::{Reply, command};
+use redquorum::local_cluster::{LocalCluster, Reply, command};
 use redquorum::{ConfigError, Error, Holding, Lock, Redlock};
 
 const TTL: Duration = Duration::from_secs(10);
@@ -412,4 +412,189 @@ fn negative_control_per_node_reader_counts_free_a_majority_under_a_reader() {
         free >= 3,
         "only {free} nodes free: the counts did not diverge"
     );
+}
+
+/// A writer's name in the queues, of nobody: an intent that turns readers
+/// away on one node.
+const GHOST_WAITER: &str = "0000000000000001:ab:1";
+
+fn exists(c: &LocalCluster, i: usize, key: &str) -> bool {
+    holders(c, &[i], key) == 1
+}
+
+/// Polls (bounded) until `key` exists on node `i`.
+async fn until_exists(c: &LocalCluster, i: usize, key: &str) {
+    let start = Instant::now();
+    while !exists(c, i, key) {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{key} never on node {i}"
+        );
+        tokio::time::sleep(ms(2)).await;
+    }
+}
+
+/// Liveness: failed reads whose rollbacks free the key wake the writer.
+/// Two reads that fail (each refused, by answers, on a majority:
+/// a writer's intent on one node, another writer's key on node 2), whose
+/// shares are on nodes 0 and 1 at the same moment: a writer then sees
+/// `readers` on a majority, queues there and sleeps until the readers'
+/// keys would expire (10 s). The failed reads' rollbacks free nodes 0 and
+/// 1; unless they announce it, the writer sleeps on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_reads_that_free_the_key_wake_the_writer_they_turned_away() {
+    // One-way delay of the readers' traffic: each share lives on its node
+    // from the attempt's arrival until the rollback's, 2 D later.
+    const D: Duration = Duration::from_millis(600);
+    let c = cluster(3);
+    let name = "ledger";
+    let k = key(name);
+    let intent = format!("{k}:intent");
+    let (p1, p2) = (in_front_of(&c), in_front_of(&c));
+    let reader = |p: &[Proxy]| {
+        Redlock::builder()
+            .nodes(p.iter().map(Proxy::url))
+            .node_timeout(Duration::from_secs(3))
+            .retry_count(0)
+            .build()
+            .unwrap()
+    };
+    let (r1, r2) = (reader(&p1), reader(&p2));
+    // Connected, scripts loaded, before the delay.
+    for r in [&r1, &r2] {
+        r.lock("warm-read", Duration::from_secs(10))
+            .shared()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    for p in p1.iter().chain(&p2) {
+        p.set_delay(D);
+    }
+    let writer = builder(&c)
+        .retry_count(100)
+        .retry_delay(Duration::from_secs(5))
+        .retry_jitter(Duration::ZERO)
+        .wait_timeout(Duration::from_secs(25))
+        .build()
+        .unwrap();
+    // Node 2: another writer's key; every reader is refused there.
+    run(&c, 2, &["SET", &k, "ghost", "PX", "60000"]);
+    // R1: refused on node 1 (an intent), shares on node 0.
+    run(&c, 1, &["SET", &intent, GHOST_WAITER, "PX", "60000"]);
+    let t1 = tokio::spawn(async move {
+        let got = r1.lock("ledger", Duration::from_secs(10)).shared().await;
+        (got.is_ok(), r1)
+    });
+    until_exists(&c, 0, &k).await;
+    // R2: the intent moves to node 0; refused there, shares on node 1.
+    run(&c, 1, &["DEL", &intent]);
+    run(&c, 0, &["SET", &intent, GHOST_WAITER, "PX", "60000"]);
+    let t2 = tokio::spawn(async move {
+        let got = r2.lock("ledger", Duration::from_secs(10)).shared().await;
+        (got.is_ok(), r2)
+    });
+    until_exists(&c, 1, &k).await;
+    let publishes: u64 = (0..3)
+        .map(|i| command_stat(&c, i, "publish", "calls"))
+        .sum();
+    // The writer: refused by `readers` on nodes 0 and 1, and sleeps.
+    let start = Instant::now();
+    let lock = writer
+        .lock(name, Duration::from_secs(10))
+        .await
+        .expect("the writer");
+    let took = start.elapsed();
+    let (ok1, _r1) = t1.await.unwrap();
+    let (ok2, _r2) = t2.await.unwrap();
+    assert!(!ok1 && !ok2, "a read succeeded: the set-up is wrong");
+    let published: u64 = (0..3)
+        .map(|i| command_stat(&c, i, "publish", "calls"))
+        .sum::<u64>()
+        - publishes;
+    println!("writer got the lock after {took:?}; {published} PUBLISH on the nodes meanwhile");
+    // The rollbacks reach nodes 0 and 1 within 2 D of the writer's start.
+    assert!(
+        took < Duration::from_secs(4),
+        "the writer slept {took:?} on a key freed by failed reads' rollbacks"
+    );
+    lock.release().await.unwrap();
+    run(&c, 2, &["DEL", &k]);
+}
+
+/// Liveness: a writer's intent does not outlive a partition. A writer that waited for a reader (its intent on every node)
+/// gets the lock while node 2 is cut off: its leaving of the queues, its
+/// intent with them, is lost there. Once the cut heals, the intent must go
+/// within a few seconds, not live out its 11 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_that_got_the_lock_during_a_partition_leaves_no_intent_after_the_heal() {
+    let c = cluster(3);
+    let proxies = in_front_of(&c);
+    let name = "doc";
+    let intent = format!("{}:intent", key(name));
+    let readers = redlock(&c);
+    let reader = readers
+        .lock(name, Duration::from_secs(10))
+        .shared()
+        .await
+        .unwrap();
+    let writer = Redlock::builder()
+        .nodes(proxies.iter().map(Proxy::url))
+        .node_timeout(ms(300))
+        .retry_count(1_000)
+        .wait_timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let waiting =
+        tokio::spawn(async move { (writer.lock(name, Duration::from_secs(30)).await, writer) });
+    let start = Instant::now();
+    while holders(&c, &[0, 1, 2], &intent) < 3 {
+        assert!(start.elapsed() < Duration::from_secs(5), "no intent left");
+        tokio::time::sleep(ms(10)).await;
+    }
+    proxies[2].cut();
+    reader.release().await.unwrap();
+    let (lock, writer) = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the writer was not woken")
+        .unwrap();
+    let lock = lock.expect("the writer");
+    assert!(
+        exists(&c, 2, &intent),
+        "the intent is gone from the cut node already"
+    );
+    // Cut for long enough that the writer's connections to node 2 are
+    // given up (silent for over a second).
+    tokio::time::sleep(ms(1_500)).await;
+    let left = pttl(&c, 2, &intent);
+    assert!(
+        left > 5_000,
+        "the intent would lapse soon anyway ({left} ms): no test"
+    );
+    proxies[2].heal();
+    let healed = Instant::now();
+    while exists(&c, 2, &intent) {
+        assert!(
+            healed.elapsed() < Duration::from_secs(4),
+            "the writer's intent still on node 2 {:?} after the heal ({} ms left of it)",
+            healed.elapsed(),
+            pttl(&c, 2, &intent)
+        );
+        tokio::time::sleep(ms(20)).await;
+    }
+    println!(
+        "intent gone from node 2 {:?} after the heal (it had {left} ms left at the heal)",
+        healed.elapsed()
+    );
+    // And a reader gets in on every node once the writer lets go.
+    lock.release().await.unwrap();
+    let r = readers
+        .lock(name, Duration::from_secs(10))
+        .shared()
+        .await
+        .unwrap();
+    r.release().await.unwrap();
+    assert!(writer.drain(Duration::from_secs(12)).await);
 }

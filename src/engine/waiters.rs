@@ -5,8 +5,9 @@
 //! script publishes `<waiter> <token>` on the channel
 //! `<key>:wake:<client id>` of the first waiter's client, on every node
 //! where it deletes the key (rollbacks of failed attempts only when they
-//! may have reached a majority: see
-//! [`Kind::release`](crate::kinds::Kind::release)). So each `Redlock`
+//! may have reached a majority, or when the kind asks it:
+//! [`Kind::release`](crate::kinds::Kind::release),
+//! [`Kind::announce_rollback`](crate::kinds::Kind::announce_rollback)). So each `Redlock`
 //! hears only the wake-ups of its own waiters, and a release costs one
 //! waiter one attempt, not every waiter one each. A [`Redlock`] keeps one
 //! subscriber connection per node, made when the first of its `lock()`

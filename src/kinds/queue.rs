@@ -19,6 +19,8 @@
 //!   sleeps no longer than the holder's PTTL before its next attempt) and
 //!   expires a few seconds after they stop.
 //! * **Waking.** A release (or a rollback that may have reached a majority,
+//!   or any failed read's rollback: see
+//!   [`Kind::announce_rollback`](crate::kinds::Kind::announce_rollback),
 //!   or an operator's clear) that deletes a key takes the first waiter out of
 //!   its queue and publishes `<member> <token>` on that waiter's client's
 //!   channel `<key>:wake:<client id>` ([`channel`]). A waiter whose
@@ -29,7 +31,12 @@
 //!   monitoring tool's `PSUBSCRIBE *`), which wake nobody. (Where an ACL
 //!   forbids `PUBSUB`, `PUBLISH`'s count decides alone.)
 //! * **Leaving.** A waiter that stops waiting without the lock takes itself
-//!   out of the queues ([`leave`]), in the background, best effort.
+//!   out of the queues ([`leave`]), and its intent with them, in the
+//!   background; a node that does not answer is sent it again until the
+//!   intent would have lapsed ([`LEAVE_LIFE`]). (The first send is not
+//!   copied onto a retired connection as removals are: a writer's attempt
+//!   still held on one, delivered after the leave, sets its intent again
+//!   for up to its life.)
 //! * **Passing on.** A wake-up can name a wait that has ended: one that got
 //!   the lock while a node still had it queued (its attempt there came
 //!   late, or found the old holder's key still there), or one whose leaving
