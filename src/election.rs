@@ -44,6 +44,72 @@ use crate::lock::{Held, Lock};
 /// The longest value a leader may publish.
 pub const MAX_LEADER_VALUE: usize = 64 << 10;
 
+impl Redlock {
+    /// Campaigns for leadership of the election `name`, as the candidate
+    /// `identity`: `.await` it to wait until it leads (for ever by default:
+    /// [`Campaign::wait`]). Leadership is kept alive in the background,
+    /// renewed every third of `ttl`, until it is resigned, dropped or lost.
+    ///
+    /// ```no_run
+    /// # async fn run(redlock: redquorum::Redlock) -> Result<(), redquorum::Error> {
+    /// use std::time::Duration;
+    /// let leadership = redlock
+    ///     .campaign("scheduler", "host-a", Duration::from_secs(10))
+    ///     .value("10.0.0.7:8080")
+    ///     .await?;
+    /// let term = leadership.term();
+    /// tokio::select! {
+    ///     () = leadership.lost() => { /* stop acting as the leader */ }
+    ///     () = async { /* lead, passing `term` with every write */ } => {}
+    /// }
+    /// leadership.resign().await?;
+    /// # let _ = term;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// A candidate waits in the lock's queue: the leader's resignation
+    /// wakes it at once, a leader that dies without resigning lets it in
+    /// when its key expires (at most `ttl` after its last renewal). The
+    /// [`term`](Leadership::term) is greater than every earlier leader's;
+    /// the leader is named by [`leader`](Self::leader) and
+    /// [`observe`](Self::observe) from the moment the campaign returns.
+    /// See [`Leadership`] for what leading guarantees and what it does not.
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock) with a fenced lock (the wait deadline, if
+    /// set; bad TTLs); [`ConfigError::EmptyCandidate`],
+    /// [`ConfigError::ValueTooLong`].
+    pub fn campaign<'a>(
+        &'a self,
+        name: &'a str,
+        identity: impl Into<String>,
+        ttl: Duration,
+    ) -> Campaign<'a> {
+        Campaign::new(self, name, identity.into(), ttl)
+    }
+
+    /// Who leads the election `name`, as a majority of nodes agrees: the
+    /// leader; `None` when a majority shows no leader. Reads every node
+    /// once (each within the node timeout); changes nothing.
+    ///
+    /// # Errors
+    /// [`Error::NoQuorum`] when no majority agrees either way (nodes down,
+    /// a campaign between its two rounds, a lock of another kind on the
+    /// name): its report says what each node showed.
+    pub async fn leader(&self, name: &str) -> Result<Option<Leader>, Error> {
+        leader(self, name).await
+    }
+
+    /// The changes of leader of the election `name`, as a [`Stream`]
+    /// (`futures::Stream`): pushed by the nodes, polled as a fallback (see
+    /// [`Observer`]).
+    ///
+    /// [`Stream`]: futures::Stream
+    pub fn observe(&self, name: &str) -> Observer {
+        Observer::new(self.clone(), name)
+    }
+}
+
 /// A campaign for leadership of one election: `.await` it to get the
 /// [`Leadership`]. Made by [`Redlock::campaign`].
 #[must_use = "a Campaign does nothing until it is awaited"]
