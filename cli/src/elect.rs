@@ -18,16 +18,9 @@ use crate::run::{self, Ended, Job, Signals};
 use crate::{connect, exit, fail};
 
 pub async fn elect(args: Elect) -> u8 {
-    if let Err(code) = run::check_kill_after(args.kill_after, args.ttl) {
-        return code;
-    }
-    let redlock = match connect(&args.nodes) {
-        Ok(redlock) => redlock,
+    let (redlock, mut signals) = match run::start(&args.nodes, args.kill_after, args.ttl) {
+        Ok(started) => started,
         Err(code) => return code,
-    };
-    let mut signals = match Signals::new() {
-        Ok(signals) => signals,
-        Err(e) => return fail(exit::FAILURE, format!("cannot catch signals: {e}")),
     };
     let code = loop {
         let leadership = match campaign(&redlock, &args, &mut signals).await {

@@ -33,7 +33,7 @@ pub const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 pub const DRAIN: Duration = Duration::from_secs(3);
 
 /// A `--kill-after` that cannot work with the `--ttl`: the usage error.
-pub fn check_kill_after(kill_after: Option<Duration>, ttl: Duration) -> Result<(), u8> {
+fn check_kill_after(kill_after: Option<Duration>, ttl: Duration) -> Result<(), u8> {
     match kill_after {
         Some(kill_after) if kill_after > ttl / 2 => Err(fail(
             exit::USAGE,
@@ -49,17 +49,24 @@ pub fn check_kill_after(kill_after: Option<Duration>, ttl: Duration) -> Result<(
     }
 }
 
+/// What a supervising command needs first: its options checked, the lock
+/// manager over `nodes`, and the signals caught; or the exit status.
+pub fn start(
+    nodes: &crate::args::Nodes,
+    kill_after: Option<Duration>,
+    ttl: Duration,
+) -> Result<(Redlock, Signals), u8> {
+    check_kill_after(kill_after, ttl)?;
+    let redlock = connect(nodes)?;
+    let signals =
+        Signals::new().map_err(|e| fail(exit::FAILURE, format!("cannot catch signals: {e}")))?;
+    Ok((redlock, signals))
+}
+
 pub async fn run(args: Run) -> u8 {
-    if let Err(code) = check_kill_after(args.kill_after, args.ttl) {
-        return code;
-    }
-    let redlock = match connect(&args.nodes) {
-        Ok(redlock) => redlock,
+    let (redlock, mut signals) = match start(&args.nodes, args.kill_after, args.ttl) {
+        Ok(started) => started,
         Err(code) => return code,
-    };
-    let mut signals = match Signals::new() {
-        Ok(signals) => signals,
-        Err(e) => return fail(exit::FAILURE, format!("cannot catch signals: {e}")),
     };
     let code = match acquire(&redlock, &args, &mut signals).await {
         Ok(lock) => supervise(lock, &args, &mut signals).await,

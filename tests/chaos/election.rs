@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 use redquorum::Redlock;
 
 use crate::history::now_ns;
+use crate::scenarios::{for_the_run, sleep_ms};
 
 use crate::common;
 use crate::common::proxy::Proxy;
@@ -456,21 +457,6 @@ fn report(v: &Verdict, must_see_all: bool) {
     }
 }
 
-/// Runs `faults` (given the cluster, the candidates' pids and the time
-/// left, in ms) until the run ends.
-fn each_step(run: Duration, mut step: impl FnMut(u64)) {
-    let end = Instant::now() + run.saturating_sub(Duration::from_secs(1));
-    while let Some(left) = end.checked_duration_since(Instant::now()) {
-        step(left.as_millis() as u64);
-    }
-}
-
-fn sleep_ms(low: u64, high: u64) {
-    std::thread::sleep(Duration::from_millis(rand::random_range(
-        low..high.max(low + 1),
-    )));
-}
-
 const TTL: Duration = Duration::from_secs(1);
 
 /// Nodes killed and restarted (empty: the restart guard quarantines them).
@@ -478,7 +464,7 @@ pub fn kill(run: Duration) {
     let mut c = common::cluster(5);
     let candidates = Candidates::start("election_kill", &c.urls(), TTL, run, false);
     let mut kills = 0;
-    each_step(run, |left| {
+    for_the_run(run, |left| {
         sleep_ms(200, 700.min(left).max(201));
         let i = rand::random_range(0..5);
         c.kill(i);
@@ -496,7 +482,7 @@ pub fn freeze(run: Duration) {
     let mut c = common::cluster(5);
     let candidates = Candidates::start("election_freeze", &c.urls(), TTL, run, false);
     let mut freezes = 0;
-    each_step(run, |left| {
+    for_the_run(run, |left| {
         sleep_ms(200, 800.min(left).max(201));
         let i = rand::random_range(0..5);
         c.freeze(i);
@@ -516,7 +502,7 @@ pub fn partition(run: Duration) {
     let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
     let candidates = Candidates::start("election_partition", &urls, TTL, run, false);
     let mut cuts = 0;
-    each_step(run, |left| {
+    for_the_run(run, |left| {
         sleep_ms(200, 800);
         if left < 2_000 {
             return;
@@ -571,7 +557,7 @@ fn leader_frozen(name: &str, run: Duration, ignore_lost: bool) {
         .unwrap();
     let mut failovers = Vec::new();
     let mut freezes = 0;
-    each_step(run, |left| {
+    for_the_run(run, |left| {
         sleep_ms(300, 900);
         if left < 3_000 {
             return;

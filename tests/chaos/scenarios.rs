@@ -1063,7 +1063,7 @@ fn assert_safe(v: &Verdict, f: &Figures) {
 
 /// Runs `step` until a second before the load ends; `step` is told how many
 /// ms are left. The faults then stop, so that the run ends healed.
-fn for_the_run(run: Duration, mut step: impl FnMut(u64)) {
+pub(crate) fn for_the_run(run: Duration, mut step: impl FnMut(u64)) {
     let end = Instant::now() + run.saturating_sub(Duration::from_secs(1));
     while let Some(left) = end.checked_duration_since(Instant::now()) {
         step(left.as_millis() as u64);
@@ -1071,7 +1071,7 @@ fn for_the_run(run: Duration, mut step: impl FnMut(u64)) {
 }
 
 /// Sleeps a random time in `[low, high)` ms (`low` if the range is empty).
-fn sleep_ms(low: u64, high: u64) {
+pub(crate) fn sleep_ms(low: u64, high: u64) {
     let ms = if high > low {
         rand::random_range(low..high)
     } else {

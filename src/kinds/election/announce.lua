@@ -7,12 +7,9 @@
 -- 1: our key is here, the counter is at least the term, and the record is
 -- ours; 0: no key; -1: another holder's key (or a key that is no lock).
 -- Error BADFENCE: the counter is not one (counter.lua), nothing changed.
-local c, bad = fence_counter(KEYS[2])
-if not c then
+local raised, bad = raise_fence(KEYS[2], ARGV[2])
+if not raised then
   return bad
-end
-if c < tonumber(ARGV[2]) then
-  redis.call('SET', KEYS[2], ARGV[2])
 end
 local layout, id = look(KEYS[1], true)
 if layout == 'exclusive' and id == ARGV[1] then

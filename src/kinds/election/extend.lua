@@ -7,13 +7,9 @@
 -- ARGV[6] = the value's proclamation number.
 -- 1: our key lives at least ARGV[2] ms from now, and the record is ours;
 -- 0: the key is missing; -1: another holder's. Nothing changed unless 1.
-local layout, id = look(KEYS[1], true)
-if layout == nil then
-  return id
-elseif not layout then
-  return 0
-elseif layout ~= 'exclusive' or id ~= ARGV[1] then
-  return -1
+local ours, reply = mine(KEYS[1], 'exclusive', ARGV[1])
+if not ours then
+  return reply
 end
 prolong(KEYS[1], tonumber(ARGV[2]), ARGV[2])
 write_record(KEYS[1], ARGV[1], ARGV[3], ARGV[4], ARGV[5], ARGV[6])

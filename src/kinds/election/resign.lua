@@ -4,13 +4,9 @@
 -- waiter (the next candidate: see queue.lua).
 -- 1: our key is deleted; 2: the same, but the wake-up was refused (an
 -- ACL); 0: no key; -1: another holder's, left alone.
-local layout, id = look(KEYS[1], true)
-if layout == nil then
-  return id
-elseif not layout then
-  return 0
-elseif layout ~= 'exclusive' or id ~= ARGV[1] then
-  return -1
+local ours, reply = mine(KEYS[1], 'exclusive', ARGV[1])
+if not ours then
+  return reply
 end
 local done = let_go(KEYS[1], 'exclusive', ARGV[1], ARGV[1], ARGV[1], ARGV[2] == '1')
 local record = KEYS[1] .. ':leader'

@@ -6,12 +6,9 @@
 -- -1: another holder's key (or a key that is no lock). The counter is raised in every case: a node
 -- that lagged catches up. Error BADFENCE: the counter is not a whole number
 -- from 0 below 2^53 (see counter.lua), nothing changed.
-local c, bad = fence_counter(KEYS[2])
-if not c then
+local raised, bad = raise_fence(KEYS[2], ARGV[2])
+if not raised then
   return bad
-end
-if c < tonumber(ARGV[2]) then
-  redis.call('SET', KEYS[2], ARGV[2])
 end
 local layout, id = look(KEYS[1], true)
 if layout == 'exclusive' and id == ARGV[1] then

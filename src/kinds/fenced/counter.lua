@@ -14,3 +14,16 @@ local function fence_counter(key)
   return c
 end
 
+
+-- Raises the counter `key` to `to` (never lowers it): true; or nil and the
+-- error BADFENCE to return (see fence_counter), nothing changed.
+local function raise_fence(key, to)
+  local c, bad = fence_counter(key)
+  if not c then
+    return nil, bad
+  end
+  if c < tonumber(to) then
+    redis.call('SET', key, to)
+  end
+  return true
+end
