@@ -42,9 +42,14 @@ async fn a_free_election_is_won_named_by_a_majority_and_handed_on_at_a_resignati
     assert_eq!(seen.value, "10.0.0.1:80");
     assert_eq!(seen.term, a.term());
     assert!(seen.expires_in > Duration::ZERO && seen.expires_in <= TTL);
-    // The record is on every node (the second round reaches them all).
+    // The record is on a majority when the campaign returns (its second
+    // round is counted there; a node slower than the node timeout, on a
+    // loaded machine, may get neither key nor record).
     let record = "redquorum:sched:leader";
-    await_holders(&c, &[0, 1, 2, 3, 4], record, 5, Duration::from_secs(5)).await;
+    assert!(
+        holders(&c, &[0, 1, 2, 3, 4], record) >= 3,
+        "the record is on no majority"
+    );
     // A second candidate waits in the queue; a resignation wakes it, long
     // before the TTL would have.
     let other = common::redlock(&c);
