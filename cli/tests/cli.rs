@@ -241,6 +241,27 @@ fn shared_runs_read_together_and_a_writer_waits_for_them() {
     }
 }
 
+/// A child's stdout, line by line, read on a thread of its own: a line
+/// that never comes fails the test (`next_line`) instead of hanging it.
+fn lines_of(child: &mut Child) -> std::sync::mpsc::Receiver<String> {
+    let (lines, received) = std::sync::mpsc::channel();
+    let printed = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(printed).lines() {
+            if lines.send(line.unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    received
+}
+
+fn next_line(lines: &std::sync::mpsc::Receiver<String>, from: &str) -> String {
+    lines
+        .recv_timeout(Duration::from_secs(10))
+        .unwrap_or_else(|_| panic!("no line from {from} within 10 s"))
+}
+
 /// `elect`: the command runs while leading, with its term; `leader` names
 /// it (text and JSON) and `leader --watch` sees it go and the next come; a
 /// second candidate waits and runs once the first's command exits, with a
@@ -276,9 +297,9 @@ fn elect_runs_the_command_while_leading_and_leader_shows_who_leads() {
     .stdout(Stdio::piped())
     .spawn()
     .unwrap();
-    let mut watched = BufReader::new(watch.stdout.take().unwrap()).lines();
-    let mut next_watched =
-        || -> Value { serde_json::from_str(&watched.next().unwrap().unwrap()).unwrap() };
+    let watched = lines_of(&mut watch);
+    let next_watched =
+        || -> Value { serde_json::from_str(&next_line(&watched, "`leader --watch`")).unwrap() };
     assert_eq!(next_watched()["leader"], Value::Null);
     // `a` leads until its command reads a line from a file that is not
     // there yet: it exits when told.
@@ -312,7 +333,8 @@ fn elect_runs_the_command_while_leading_and_leader_shows_who_leads() {
     assert_eq!(json["leader"]["term"], term_a);
     assert_eq!(next_watched()["leader"]["identity"], "a");
     // `b` campaigns meanwhile, and waits.
-    let mut b = elect("b", "echo $REDQUORUM_ID $REDQUORUM_TERM");
+    // (b leads for a second: long enough to be seen by the watcher.)
+    let mut b = elect("b", "echo $REDQUORUM_ID $REDQUORUM_TERM; sleep 1");
     std::thread::sleep(Duration::from_millis(300));
     assert!(b.try_wait().unwrap().is_none(), "b ran while a led");
     std::fs::write(&go, "").unwrap();
@@ -373,8 +395,8 @@ fn elect_again_campaigns_anew_after_a_lost_leadership() {
     .stderr(Stdio::piped())
     .spawn()
     .unwrap();
-    let mut lines = BufReader::new(run.stdout.take().unwrap()).lines();
-    let first: u64 = lines.next().unwrap().unwrap().parse().unwrap();
+    let lines = lines_of(&mut run);
+    let first: u64 = next_line(&lines, "elect").parse().unwrap();
     for i in [0, 1, 2] {
         c.freeze(i);
     }
@@ -382,7 +404,7 @@ fn elect_again_campaigns_anew_after_a_lost_leadership() {
     for i in [0, 1, 2] {
         c.thaw(i);
     }
-    let second: u64 = lines.next().unwrap().unwrap().parse().unwrap();
+    let second: u64 = next_line(&lines, "elect --again").parse().unwrap();
     assert!(second > first, "terms must grow: {first} then {second}");
     signal(run.id(), libc::SIGTERM);
     let out = run.wait_with_output().unwrap();
