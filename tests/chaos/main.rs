@@ -21,6 +21,7 @@
 //! cargo test --test chaos                     # every scenario, ~10 s each
 //! cargo test --test chaos -- kill freeze     # those whose name contains a word
 //! cargo test --test chaos -- reentrant multi fenced # the other lock kinds
+//! cargo test --test chaos -- kill --skip election   # all but those with a word
 //! REDQUORUM_CHAOS_SECS=60 cargo test --test chaos   # longer runs
 //! ```
 //!
@@ -60,7 +61,18 @@ fn main() {
         }
         return;
     }
-    let words: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
+    // `--skip WORD` (as libtest has it) leaves out the scenarios whose
+    // name contains WORD; the other words choose.
+    let mut words: Vec<&String> = Vec::new();
+    let mut skip: Vec<&String> = Vec::new();
+    let mut rest = args.iter();
+    while let Some(a) = rest.next() {
+        if a == "--skip" {
+            skip.extend(rest.next());
+        } else if !a.starts_with('-') {
+            words.push(a);
+        }
+    }
     let exact = flag("--exact");
     let chosen: Vec<&scenarios::Case> = cases
         .iter()
@@ -74,6 +86,7 @@ fn main() {
                     }
                 })
         })
+        .filter(|c| !skip.iter().any(|w| c.name.contains(w.as_str())))
         .collect();
     let secs = run_time();
     println!(
