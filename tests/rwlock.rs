@@ -422,6 +422,11 @@ fn exists(c: &LocalCluster, i: usize, key: &str) -> bool {
     holders(c, &[i], key) == 1
 }
 
+/// How many scripts node `i` has run.
+fn script_calls(c: &LocalCluster, i: usize) -> u64 {
+    command_stat(c, i, "evalsha", "calls") + command_stat(c, i, "eval", "calls")
+}
+
 /// Polls (bounded) until `key` exists on node `i`.
 async fn until_exists(c: &LocalCluster, i: usize, key: &str) {
     let start = Instant::now();
@@ -484,11 +489,23 @@ async fn failed_reads_that_free_the_key_wake_the_writer_they_turned_away() {
     run(&c, 2, &["SET", &k, "ghost", "PX", "60000"]);
     // R1: refused on node 1 (an intent), shares on node 0.
     run(&c, 1, &["SET", &intent, GHOST_WAITER, "PX", "60000"]);
+    let scripts_on_1 = script_calls(&c, 1);
     let t1 = tokio::spawn(async move {
         let got = r1.lock("ledger", Duration::from_secs(10)).shared().await;
         (got.is_ok(), r1)
     });
     until_exists(&c, 0, &k).await;
+    // Not before R1's attempt has run on node 1 too (its requests arrive
+    // at about the same time, but not at once on a loaded machine): moved
+    // earlier, the intent would let R1 in there, on a majority.
+    let start = Instant::now();
+    while script_calls(&c, 1) == scripts_on_1 {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "R1 never reached node 1"
+        );
+        tokio::time::sleep(ms(2)).await;
+    }
     // R2: the intent moves to node 0; refused there, shares on node 1.
     run(&c, 1, &["DEL", &intent]);
     run(&c, 0, &["SET", &intent, GHOST_WAITER, "PX", "60000"]);
