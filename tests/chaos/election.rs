@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use redquorum::Redlock;
 
 use crate::history::now_ns;
-use crate::scenarios::{for_the_run, sleep_ms};
+use crate::scenarios::{for_the_run, partition_once, sleep_ms};
 
 use crate::common;
 use crate::common::proxy::Proxy;
@@ -503,24 +503,9 @@ pub fn partition(run: Duration) {
     let candidates = Candidates::start("election_partition", &urls, TTL, run, false);
     let mut cuts = 0;
     for_the_run(run, |left| {
-        sleep_ms(200, 800);
-        if left < 2_000 {
-            return;
+        if partition_once(&proxies, left).is_some() {
+            cuts += 1;
         }
-        let nodes = crate::pick(5, rand::random_range(1..=2));
-        let hold = rand::random_bool(0.5);
-        for &i in &nodes {
-            if hold {
-                proxies[i].hold();
-            } else {
-                proxies[i].cut();
-            }
-        }
-        sleep_ms(300, 1_500);
-        for &i in &nodes {
-            proxies[i].heal();
-        }
-        cuts += 1;
     });
     let v = candidates.finish();
     println!("   faults: {cuts} partitions of 1-2 nodes");

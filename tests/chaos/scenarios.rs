@@ -368,30 +368,10 @@ fn partition(secs: Duration, kind: Kind) {
     let (mut cuts, mut holds) = (0, 0);
     let mut partitioned = Vec::new();
     for_the_run(secs, |left| {
-        let pause = rand::random_range(200..800);
-        std::thread::sleep(Duration::from_millis(pause));
-        // Healed before the load ends: a client process that exits while
-        // its node is cut off takes its cleanup with it.
-        let Some(left) = left.checked_sub(pause + 300) else {
+        let Some((hold, from, to)) = partition_once(&proxies, left) else {
             return;
         };
-        let nodes = crate::pick(5, rand::random_range(1..=2));
-        let hold = rand::random_bool(0.5);
-        for &i in &nodes {
-            if hold {
-                proxies[i].hold();
-            } else {
-                proxies[i].cut();
-            }
-        }
-        let from = now_ns();
-        // Sometimes past the second after which a silent connection is
-        // replaced.
-        sleep_ms(300, 1_500.min(left));
-        for &i in &nodes {
-            proxies[i].heal();
-        }
-        partitioned.push((from, now_ns()));
+        partitioned.push((from, to));
         if hold {
             holds += 1;
         } else {
@@ -1059,6 +1039,36 @@ fn assert_safe(v: &Verdict, f: &Figures) {
         "{} lost updates with no two holders at once and no late write",
         f.lost_updates
     );
+}
+
+/// One step of a partition scenario, `left` ms before its faults stop:
+/// a pause of 200–800 ms, then one or two of the nodes behind `proxies`
+/// cut off for 0.3–1.5 s, their bytes swallowed or held (`hold`), then
+/// healed. Returns whether they were held, and when the cut began and
+/// ended; `None` when too little time was left to heal before the load
+/// ends (a client process that exits while its node is cut off takes its
+/// cleanup with it).
+pub(crate) fn partition_once(proxies: &[Proxy], left: u64) -> Option<(bool, u64, u64)> {
+    let pause = rand::random_range(200..800);
+    std::thread::sleep(Duration::from_millis(pause));
+    let left = left.checked_sub(pause + 300)?;
+    let nodes = crate::pick(proxies.len(), rand::random_range(1..=2));
+    let hold = rand::random_bool(0.5);
+    for &i in &nodes {
+        if hold {
+            proxies[i].hold();
+        } else {
+            proxies[i].cut();
+        }
+    }
+    let from = now_ns();
+    // Sometimes past the second after which a silent connection is
+    // replaced.
+    sleep_ms(300, 1_500.min(left));
+    for &i in &nodes {
+        proxies[i].heal();
+    }
+    Some((hold, from, now_ns()))
 }
 
 /// Runs `step` until a second before the load ends; `step` is told how many
