@@ -111,8 +111,6 @@ enum Line {
         end: u64,
         lost: bool,
     },
-    /// Its observer saw `term` lead (0: no leader) at `at`.
-    Saw { term: u64, at: u64 },
     /// A campaign that failed (its error's kind).
     Failed { cause: String },
 }
@@ -126,7 +124,6 @@ impl Line {
                 end,
                 lost,
             } => format!("led {term} {start} {end} {lost}"),
-            Line::Saw { term, at } => format!("saw {term} {at}"),
             Line::Failed { cause } => format!("failed {cause}"),
         }
     }
@@ -141,10 +138,6 @@ impl Line {
                 end: n(3),
                 lost: f[4] == "true",
             },
-            "saw" => Line::Saw {
-                term: n(1),
-                at: n(2),
-            },
             "failed" => Line::Failed {
                 cause: f[1..].join(" "),
             },
@@ -154,7 +147,7 @@ impl Line {
 }
 
 /// A candidate process: campaigns, leads for a while (checking before each
-/// step), resigns; observes meanwhile; writes its history at the end.
+/// step), resigns; writes its history at the end (this process observes).
 pub fn main(spec: Spec) {
     let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
     rt.block_on(async {
@@ -276,7 +269,6 @@ fn check(histories: &[Vec<Line>], saw: &[(u64, u64)], observed_until: u64) -> Ve
                     lost,
                 } => v.led.push((p, *term, *start, *end, *lost)),
                 Line::Failed { cause } => *v.failed.entry(cause.clone()).or_default() += 1,
-                Line::Saw { .. } => {}
             }
         }
     }
