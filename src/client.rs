@@ -70,8 +70,8 @@ impl Builder {
     /// [`Error::Config`] for a bad node list or option; its message says
     /// what to fix (and never shows a password).
     pub fn build(self) -> Result<Redlock, Error> {
-        let (clients, options) = self.validate()?;
-        let engine = Arc::new(Engine::new(clients, options));
+        let (endpoints, options) = self.validate()?;
+        let engine = Arc::new(Engine::new(endpoints, options));
         Ok(Redlock {
             plain: Context::plain(engine.clone(), mutex::kind()),
             engine,

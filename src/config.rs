@@ -28,6 +28,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use crate::error::ConfigError;
+use crate::net::Endpoint;
 use crate::proto::quorum::Plan;
 
 /// Builds a [`Redlock`](crate::Redlock). Start from
@@ -465,7 +466,7 @@ impl Builder {
 
     /// Checks the node list and the options: the clients to reach the
     /// nodes with, and the options. Does no I/O.
-    pub(crate) fn validate(self) -> Result<(Vec<redis::Client>, Options), ConfigError> {
+    pub(crate) fn validate(self) -> Result<(Vec<Endpoint>, Options), ConfigError> {
         let o = &self.options;
         if self.urls.is_empty() {
             return Err(ConfigError::NoNodes);
@@ -499,17 +500,17 @@ impl Builder {
         }
         #[cfg(feature = "tls")]
         self.check_certificates()?;
-        let mut clients = Vec::with_capacity(self.urls.len());
+        let mut endpoints = Vec::with_capacity(self.urls.len());
         let mut seen = HashSet::new();
         for url in &self.urls {
-            let client = self.client(url)?;
-            let node = node_identity(&client);
+            let endpoint = Endpoint::Server(self.client(url)?);
+            let node = endpoint.identity();
             if !seen.insert(node.clone()) {
                 return Err(ConfigError::DuplicateNode { node });
             }
-            clients.push(client);
+            endpoints.push(endpoint);
         }
-        Ok((clients, self.options))
+        Ok((endpoints, self.options))
     }
 }
 
@@ -529,17 +530,6 @@ fn install_crypto_provider() {
         // Err: another thread installed one meanwhile, which is as good.
         let _ = rustls::crypto::ring::default_provider().install_default();
     }
-}
-
-/// The identity of a node for duplicate detection: host (lower case) and
-/// port, or socket path. The database number is left out on purpose: two
-/// databases of one server are one failure domain.
-fn node_identity(client: &redis::Client) -> String {
-    client
-        .get_connection_info()
-        .addr()
-        .to_string()
-        .to_ascii_lowercase()
 }
 
 impl std::fmt::Debug for Builder {

@@ -562,7 +562,7 @@ async fn watch(redlock: Redlock, name: String, every: Duration, tx: mpsc::Sender
         .iter()
         .map(|node| {
             AbortOnDrop(tokio::spawn(listen(
-                node.client().clone(),
+                node.endpoint().clone(),
                 node.limits().connect,
                 channel.clone(),
                 heard.clone(),
@@ -660,7 +660,7 @@ impl Drop for AbortOnDrop {
 /// and of every (re)subscription, which may have missed one; a connection
 /// that fails or breaks is made again after `every`, a second at least.
 async fn listen(
-    client: redis::Client,
+    endpoint: crate::net::Endpoint,
     connect: Duration,
     channel: String,
     heard: Arc<Notify>,
@@ -668,7 +668,7 @@ async fn listen(
 ) {
     loop {
         let subscribed = tokio::time::timeout(connect, async {
-            let mut pubsub = client.get_async_pubsub().await?;
+            let mut pubsub = endpoint.pubsub().await?;
             pubsub.subscribe(&channel).await?;
             Ok::<_, redis::RedisError>(pubsub)
         })

@@ -586,7 +586,10 @@ mod tests {
     /// does I/O.
     fn plain() -> Arc<Context> {
         let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
-        let engine = Arc::new(Engine::new(vec![client], Options::default()));
+        let engine = Arc::new(Engine::new(
+            vec![crate::net::Endpoint::Server(client)],
+            Options::default(),
+        ));
         Context::plain(engine, mutex::kind())
     }
 

@@ -38,7 +38,7 @@ use crate::error::{NodeFailure, Report};
 use crate::kinds::{Kind, queue};
 use crate::metrics;
 use crate::net::guard::Lives;
-use crate::net::{Limits, Node, Patience};
+use crate::net::{Endpoint, Limits, Node, Patience};
 use crate::proto::quorum::{self, Plan, Stragglers, Tally};
 use crate::proto::{Answer, Command, Keys, LockId, Prepared, Shared};
 use waiters::Waiters;
@@ -143,7 +143,7 @@ pub(crate) enum Attempt {
 }
 
 impl Engine {
-    pub(crate) fn new(clients: Vec<redis::Client>, options: Options) -> Engine {
+    pub(crate) fn new(endpoints: Vec<Endpoint>, options: Options) -> Engine {
         let limits = Limits {
             request: options.node_timeout,
             connect: options.connect_timeout,
@@ -152,9 +152,9 @@ impl Engine {
         // The restart guard's record of how long keys live, shared by the
         // nodes: other clients are taken to use TTLs like ours.
         let lives = options.restart_guard.then(|| Arc::new(Lives::default()));
-        let nodes: Vec<Node> = clients
+        let nodes: Vec<Node> = endpoints
             .into_iter()
-            .map(|c| Node::new(c, limits, lives.clone()))
+            .map(|e| Node::new(e, limits, lives.clone()))
             .collect();
         let waiters = Waiters::new(&nodes);
         Engine {

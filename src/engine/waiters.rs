@@ -106,6 +106,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use redis::aio::PubSubSink;
+
+use crate::net::Endpoint;
 use tokio::sync::{Notify, oneshot};
 
 use crate::clock::Moment;
@@ -153,7 +155,7 @@ struct Inner {
 
 /// One node's subscriber connection.
 struct Subscriber {
-    client: redis::Client,
+    endpoint: Endpoint,
     /// The node's command side, told when this connection goes silent.
     node: Node,
     limits: Limits,
@@ -233,7 +235,7 @@ impl Waiters {
                 nodes: nodes
                     .iter()
                     .map(|node| Subscriber {
-                        client: node.client().clone(),
+                        endpoint: node.endpoint().clone(),
                         node: node.clone(),
                         limits: node.limits(),
                         slot: Slot::new(node.limits().connect),
@@ -706,11 +708,11 @@ impl Inner {
         i: usize,
     ) -> Result<(crate::net::slot::Live<Arc<Live>>, bool), NodeFailure> {
         let inner = Arc::downgrade(self);
-        let client = self.nodes[i].client.clone();
+        let endpoint = self.nodes[i].endpoint.clone();
         let limits = self.nodes[i].limits;
         self.nodes[i]
             .slot
-            .get(move |generation| connect(inner, client, limits, i, generation))
+            .get(move |generation| connect(inner, endpoint, limits, i, generation))
             .await
     }
 
@@ -778,16 +780,12 @@ impl Inner {
 /// [`PING_IDLE`]: see the module doc).
 async fn connect(
     inner: Weak<Inner>,
-    client: redis::Client,
+    endpoint: Endpoint,
     limits: Limits,
     i: usize,
     generation: u64,
 ) -> Result<Arc<Live>, NodeFailure> {
-    let (sink, mut stream) = client
-        .get_async_pubsub()
-        .await
-        .map_err(|e| classify(&e))?
-        .split();
+    let (sink, mut stream) = endpoint.pubsub().await.map_err(|e| classify(&e))?.split();
     let (stop, mut stopped) = oneshot::channel();
     let mut pinger = sink.clone();
     // A silent connection must not pass for a listening one: it answers a
@@ -888,7 +886,11 @@ mod tests {
             connect: Duration::from_secs(1),
             in_flight: 8,
         };
-        Waiters::new(&[Node::new(client, limits, None)])
+        Waiters::new(&[Node::new(
+            crate::net::Endpoint::Server(client),
+            limits,
+            None,
+        )])
     }
 
     /// A wake-up that names a wait wakes it, even when its last attempt

@@ -75,6 +75,7 @@
 //! unanswered one. The restart guard ([`guard`]) reads every new
 //! connection's `INFO server` before the connection is used.
 
+pub(crate) mod endpoint;
 pub(crate) mod guard;
 mod removals;
 mod retired;
@@ -94,6 +95,7 @@ use crate::error::NodeFailure;
 #[cfg(feature = "metrics")]
 use crate::metrics;
 use crate::proto::{Effect, Gate, Pass, Prepared, ScriptCall, Shared};
+pub(crate) use endpoint::Endpoint;
 use guard::{Guard, Lives};
 use removals::Removals;
 use retired::Retired;
@@ -144,7 +146,7 @@ pub(crate) struct Node {
 struct Inner {
     /// `host:port`, for reports and logs (never the password).
     name: String,
-    client: redis::Client,
+    endpoint: Endpoint,
     limits: Limits,
     slot: Arc<Slot<Conn>>,
     /// The restart guard, when on.
@@ -221,11 +223,11 @@ pub(crate) enum Patience {
 impl Node {
     /// A node reached through `client`. `lives` is shared by the nodes of
     /// one `Redlock` when the restart guard is on.
-    pub(crate) fn new(client: redis::Client, limits: Limits, lives: Option<Arc<Lives>>) -> Node {
+    pub(crate) fn new(endpoint: Endpoint, limits: Limits, lives: Option<Arc<Lives>>) -> Node {
         Node {
             inner: Arc::new(Inner {
-                name: name(&client),
-                client,
+                name: endpoint.name(),
+                endpoint,
                 limits,
                 slot: Slot::new(limits.connect),
                 guard: lives.map(Guard::new),
@@ -238,9 +240,9 @@ impl Node {
         }
     }
 
-    /// The client that reaches the node (for its other connections).
-    pub(crate) fn client(&self) -> &redis::Client {
-        &self.inner.client
+    /// How the node's connections are made (for its subscriber ones).
+    pub(crate) fn endpoint(&self) -> &Endpoint {
+        &self.inner.endpoint
     }
 
     /// Why the node's word on a lock's absence is not to be taken: it
@@ -558,8 +560,8 @@ impl Inner {
             .set_response_timeout(None)
             .set_pipeline_buffer_size(PIPELINE_BUFFER);
         let mut conn = self
-            .client
-            .get_multiplexed_async_connection_with_config(&config)
+            .endpoint
+            .connect(&config)
             .await
             .map_err(|e| classify(&e))?;
         if let Some(guard) = &self.guard {
@@ -664,12 +666,6 @@ async fn check_eviction_policy(node: String, mut conn: MultiplexedConnection) {
              set maxmemory-policy noeviction"
         );
     }
-}
-
-/// How a node is named: `host:port` (or the socket path), never the
-/// password.
-pub(crate) fn name(client: &redis::Client) -> String {
-    client.get_connection_info().addr().to_string()
 }
 
 /// Whether `e` is rustls's verdict on the handshake — a certificate it
@@ -807,7 +803,7 @@ mod tests {
             connect: Duration::from_secs(5),
             in_flight: 8,
         };
-        let node = Node::new(client, limits, Some(Arc::default()));
+        let node = Node::new(Endpoint::Server(client), limits, Some(Arc::default()));
         let id = LockId::new(crate::proto::keys(&["k"]));
         let plan = Plan::new(Duration::from_millis(1_500), 0.01).unwrap();
         let acquire = Prepared::new(Mutex.acquire(&id, &plan, None));
