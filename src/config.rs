@@ -124,6 +124,49 @@ impl Builder {
         self
     }
 
+    /// Adds one Sentinel-managed node (feature `sentinel`): the primary
+    /// that the sentinels at `sentinels` (`host:port` each, 26379 when the
+    /// port is left out) know as `master_name`, resolved anew for every
+    /// connection. The same as the URL
+    /// `redis+sentinel://host1:port1,host2:port2/<master_name>`; give the
+    /// URL to [`node`](Self::node) instead for credentials (those before
+    /// `@` go to the data nodes, `?sentinel_password=` to the sentinels)
+    /// or a database. Each node must be its own Sentinel-managed set, one
+    /// failure domain of its own: see the README's "Sentinel-managed
+    /// nodes" for what a failover costs (the restart guard keeps the node
+    /// out for a TTL) and why one set alone is not a safe lock.
+    ///
+    /// ```
+    /// let redlock = redquorum::Redlock::builder()
+    ///     .sentinel_node("locks-a", ["10.0.1.1:26379", "10.0.1.2:26379", "10.0.1.3:26379"])
+    ///     .sentinel_node("locks-b", ["10.0.2.1:26379", "10.0.2.2:26379", "10.0.2.3:26379"])
+    ///     .node("redis+sentinel://:secret@10.0.3.1,10.0.3.2,10.0.3.3/locks-c")
+    ///     .build();
+    /// # #[cfg(feature = "sentinel")]
+    /// assert_eq!(redlock?.quorum(), 2);
+    /// # Ok::<(), redquorum::Error>(())
+    /// ```
+    ///
+    /// Without the feature, [`build`](Self::build) fails with
+    /// [`ConfigError::SentinelNotEnabled`].
+    pub fn sentinel_node<I, S>(mut self, master_name: impl AsRef<str>, sentinels: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let hosts: Vec<String> = sentinels
+            .into_iter()
+            .map(|s| s.as_ref().trim().to_owned())
+            .collect();
+        self.urls.push(format!(
+            "{}://{}/{}",
+            SENTINEL_SCHEMES[0],
+            hosts.join(","),
+            master_name.as_ref()
+        ));
+        self
+    }
+
     /// Adds several nodes. Use an odd number of independent masters (not
     /// replicas of each other): five tolerate two failures.
     pub fn nodes<I, S>(mut self, urls: I) -> Self
@@ -423,6 +466,30 @@ impl Builder {
         Ok(())
     }
 
+    /// How node `url` is reached: a Sentinel-managed node for a
+    /// `redis+sentinel://` URL, else one server.
+    fn endpoint(&self, url: &str) -> Result<Endpoint, ConfigError> {
+        if !is_sentinel(url) {
+            return Ok(Endpoint::Server(self.client(url)?));
+        }
+        #[cfg(feature = "sentinel")]
+        {
+            use crate::net::sentinel::{Sentinel, UrlError};
+            match Sentinel::parse(url) {
+                Ok(sentinel) => Ok(Endpoint::Sentinel(sentinel)),
+                Err(UrlError::Tls) => {
+                    Err(ConfigError::SentinelTlsNotSupported { url: redact(url) })
+                }
+                Err(UrlError::Invalid(reason)) => Err(ConfigError::InvalidSentinelUrl {
+                    url: redact(url),
+                    reason: redact_all(&reason, url),
+                }),
+            }
+        }
+        #[cfg(not(feature = "sentinel"))]
+        Err(ConfigError::SentinelNotEnabled { url: redact(url) })
+    }
+
     /// A client for `url`, with our certificates where it is a TLS URL.
     fn client(&self, url: &str) -> Result<redis::Client, ConfigError> {
         let invalid = |e: redis::RedisError| ConfigError::InvalidUrl {
@@ -503,15 +570,31 @@ impl Builder {
         let mut endpoints = Vec::with_capacity(self.urls.len());
         let mut seen = HashSet::new();
         for url in &self.urls {
-            let endpoint = Endpoint::Server(self.client(url)?);
-            let node = endpoint.identity();
-            if !seen.insert(node.clone()) {
-                return Err(ConfigError::DuplicateNode { node });
+            let endpoint = self.endpoint(url)?;
+            // A Sentinel-managed node has an identity per sentinel: one
+            // sentinel listed in two nodes under one master name is one
+            // master. Its own sentinels listed twice are one node too.
+            let mut own = HashSet::new();
+            for node in endpoint.identities() {
+                if own.insert(node.clone()) && !seen.insert(node.clone()) {
+                    return Err(ConfigError::DuplicateNode { node });
+                }
             }
             endpoints.push(endpoint);
         }
         Ok((endpoints, self.options))
     }
+}
+
+/// The URL schemes of a Sentinel-managed node (the second asks for TLS).
+pub(crate) const SENTINEL_SCHEMES: [&str; 2] = ["redis+sentinel", "rediss+sentinel"];
+
+/// Whether `url` names a Sentinel-managed node.
+fn is_sentinel(url: &str) -> bool {
+    let scheme = url.trim_start().split("://").next().unwrap_or_default();
+    SENTINEL_SCHEMES
+        .iter()
+        .any(|s| scheme.eq_ignore_ascii_case(s))
 }
 
 /// Whether `url` asks for TLS.
@@ -548,8 +631,9 @@ impl std::fmt::Debug for Builder {
 }
 
 /// A URL with its password replaced, for error messages, logs and `Debug`:
-/// the password of `user:password@`, and the value of a `pass=` or
-/// `password=` query parameter (unix-socket URLs carry it there). A URL
+/// the password of `user:password@`, and the value of a `pass=`,
+/// `password=` (unix-socket URLs carry it there) or `sentinel_password=`
+/// query parameter. A URL
 /// that does not parse may carry its password elsewhere (see
 /// [`secret_span`]): that is replaced too.
 pub(crate) fn redact(url: &str) -> String {
@@ -561,7 +645,7 @@ pub(crate) fn redact(url: &str) -> String {
         let query: Vec<String> = out[q + 1..]
             .split('&')
             .map(|pair| match pair.split_once('=') {
-                Some((k, _)) if k == "pass" || k == "password" => format!("{k}=***"),
+                Some((k, _)) if is_secret_parameter(k) => format!("{k}=***"),
                 _ => pair.to_owned(),
             })
             .collect();
@@ -570,10 +654,18 @@ pub(crate) fn redact(url: &str) -> String {
     out
 }
 
+/// Whether a URL's query parameter `key` carries a password: `pass` and
+/// `password` (unix-socket URLs), `sentinel_password` (Sentinel-managed
+/// nodes).
+fn is_secret_parameter(key: &str) -> bool {
+    matches!(key, "pass" | "password" | "sentinel_password")
+}
+
 /// Where, outside the query, a URL may carry a password: the user
 /// information before the last `@` (all of it, user too), after the
 /// scheme's `://` or, in a fragment without one, from the start; with no
-/// `@`, a port that is not a number (all that follows the host's `:`): a
+/// `@`, a port that is not a number (all that follows the host's `:`; of
+/// any host of a comma-separated list): a
 /// password whose `@host` went missing (`redis://:hunter2` is what is left
 /// of `redis://:hunter2,x@host` cut at its comma), which a real port never
 /// is.
@@ -585,15 +677,27 @@ fn secret_span(url: &str) -> Option<std::ops::Range<usize>> {
     let end = url[start..]
         .find(['/', '?', '#'])
         .map_or(url.len(), |i| start + i);
-    let authority = &url[start..end];
-    // An IPv6 address's colons are not the port's.
-    let host = match authority.strip_prefix('[') {
-        Some(rest) => rest.find(']').map_or(authority.len(), |i| i + 2),
-        None => 0,
-    };
-    let port = start + host + authority[host..].find(':')? + 1;
-    let number = url[port..end].bytes().all(|b| b.is_ascii_digit());
-    (!number).then_some(port..end)
+    // A Sentinel-managed node lists its sentinels with commas: each has a
+    // port of its own.
+    let mut offset = start;
+    for piece in url[start..end].split(',') {
+        // An IPv6 address's colons are not the port's.
+        let host = match piece.strip_prefix('[') {
+            Some(rest) => rest.find(']').map_or(piece.len(), |i| i + 2),
+            None => 0,
+        };
+        if let Some(colon) = piece[host..].find(':') {
+            let port = offset + host + colon + 1;
+            let number = url[port..offset + piece.len()]
+                .bytes()
+                .all(|b| b.is_ascii_digit());
+            if !number {
+                return Some(port..end);
+            }
+        }
+        offset += piece.len() + 1;
+    }
+    None
 }
 
 /// `text` with every password of `url` taken out: a parser's message may
@@ -611,7 +715,9 @@ fn redact_all(text: &str, url: &str) -> String {
     }
     if let Some((_, query)) = url.split_once('?') {
         for pair in query.split('&') {
-            if let Some(("pass" | "password", value)) = pair.split_once('=') {
+            if let Some((key, value)) = pair.split_once('=')
+                && is_secret_parameter(key)
+            {
                 secrets.push(value);
             }
         }
@@ -797,6 +903,67 @@ mod tests {
             assert!(shown.contains("tls_root_certificate"), "{shown}");
             assert!(!shown.contains("s3cret"), "{shown}");
             assert!(!format!("{e:?}").contains("s3cret"), "{e:?}");
+        }
+    }
+
+    #[test]
+    fn sentinel_urls_are_checked_and_redacted() {
+        assert_eq!(
+            redact("redis+sentinel://h1:1,[::1]:2,h3/m/0"),
+            "redis+sentinel://h1:1,[::1]:2,h3/m/0"
+        );
+        assert_eq!(
+            redact("redis+sentinel://u:pw@h1:1,h2:2/m?sentinel_password=x"),
+            "redis+sentinel://***@h1:1,h2:2/m?sentinel_password=***"
+        );
+        let built = Builder::default().sentinel_node("m", ["h1:1", " h2:2"]);
+        assert_eq!(built.urls, ["redis+sentinel://h1:1,h2:2/m"]);
+        #[cfg(not(feature = "sentinel"))]
+        {
+            let e = config_err(built);
+            assert!(matches!(e, ConfigError::SentinelNotEnabled { .. }), "{e:?}");
+            assert!(e.to_string().contains("--features sentinel"), "{e}");
+        }
+        #[cfg(feature = "sentinel")]
+        {
+            assert!(built.validate().is_ok());
+            // One sentinel and one master name in two nodes: one master.
+            let dup = config_err(Builder::default().nodes([
+                "redis+sentinel://h1:1,h2:2/m",
+                "redis+sentinel://h3:3,H2:2/m",
+            ]));
+            assert_eq!(
+                dup,
+                ConfigError::DuplicateNode {
+                    node: "m@h2:2".into()
+                }
+            );
+            // Its own sentinel listed twice is no duplicate of another node.
+            assert!(
+                Builder::default()
+                    .nodes(["redis+sentinel://h1:1,h1:1/m", "redis+sentinel://h1:1/n"])
+                    .validate()
+                    .is_ok()
+            );
+            for (url, says) in [
+                ("redis+sentinel://:s3cret@/m", "no sentinel address"),
+                ("redis+sentinel://:s3cret@h1:1", "no master name"),
+                ("redis+sentinel://:s3cret@h1:99999/m", "no valid port"),
+                ("redis+sentinel://h1:s3cret/m", "no valid port"),
+            ] {
+                let e = config_err(Builder::default().node(url));
+                assert!(matches!(e, ConfigError::InvalidSentinelUrl { .. }), "{e:?}");
+                assert!(e.to_string().contains(says), "{e}");
+                assert!(e.to_string().contains("<master-name>"), "{e}");
+                assert!(!e.to_string().contains("s3cret"), "{e}");
+                assert!(!format!("{e:?}").contains("s3cret"), "{e:?}");
+            }
+            let e = config_err(Builder::default().node("rediss+sentinel://:s3cret@h:1/m"));
+            assert!(
+                matches!(e, ConfigError::SentinelTlsNotSupported { .. }),
+                "{e:?}"
+            );
+            assert!(!e.to_string().contains("s3cret"), "{e}");
         }
     }
 

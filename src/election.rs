@@ -668,12 +668,12 @@ async fn listen(
 ) {
     loop {
         let subscribed = tokio::time::timeout(connect, async {
-            let mut pubsub = endpoint.pubsub().await?;
-            pubsub.subscribe(&channel).await?;
-            Ok::<_, redis::RedisError>(pubsub)
+            let mut pubsub = endpoint.pubsub().await.ok()?;
+            pubsub.subscribe(&channel).await.ok()?;
+            Some(pubsub)
         })
         .await;
-        if let Ok(Ok(mut pubsub)) = subscribed {
+        if let Ok(Some(mut pubsub)) = subscribed {
             heard.notify_one();
             let mut messages = pubsub.on_message();
             while messages.next().await.is_some() {

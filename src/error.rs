@@ -317,6 +317,27 @@ pub enum ConfigError {
         /// The URL as given (password removed).
         url: String,
     },
+    /// A node URL is a Sentinel-managed node's (`redis+sentinel://`), and
+    /// the crate was built without its `sentinel` feature.
+    SentinelNotEnabled {
+        /// The URL as given (password removed).
+        url: String,
+    },
+    /// A Sentinel-managed node's URL (`redis+sentinel://`) cannot be used:
+    /// no sentinel address, no master name, a port that is not one, an
+    /// unknown query parameter. The reason says what to fix.
+    InvalidSentinelUrl {
+        /// The URL as given (passwords removed).
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A Sentinel-managed node over TLS (`rediss+sentinel://`), which is
+    /// not supported yet.
+    SentinelTlsNotSupported {
+        /// The URL as given (passwords removed).
+        url: String,
+    },
     /// A node URL asks to skip the checks of the node's TLS certificate
     /// (redis-rs's `rediss://host/#insecure`): anyone between this client
     /// and the node could then stand in for it and grant locks. Trust the
@@ -434,6 +455,24 @@ impl fmt::Display for ConfigError {
                 f,
                 "node URL {url:?} uses TLS, which needs redquorum's `tls` feature: \
                  `cargo add redquorum --features tls`"
+            ),
+            ConfigError::SentinelNotEnabled { url } => write!(
+                f,
+                "node URL {url:?} is a Sentinel-managed node's, which needs redquorum's \
+                 `sentinel` feature: `cargo add redquorum --features sentinel`"
+            ),
+            ConfigError::InvalidSentinelUrl { url, reason } => write!(
+                f,
+                "Sentinel node URL {url:?} is invalid ({reason}): use \
+                 redis+sentinel://[user:password@]host1:port1[,host2:port2...]/<master-name>[/<db>]\
+                 [?sentinel_password=...] (the password before '@' is the data nodes', \
+                 sentinel_password the sentinels')"
+            ),
+            ConfigError::SentinelTlsNotSupported { url } => write!(
+                f,
+                "node URL {url:?} asks for TLS to a Sentinel-managed node, which redquorum does \
+                 not support yet: use redis+sentinel:// on a trusted network, or give the \
+                 primaries as rediss:// nodes"
             ),
             ConfigError::InsecureTls { url } => write!(
                 f,
@@ -579,6 +618,27 @@ pub enum NodeFailure {
         /// The semaphore's number of permits on this node.
         permits: u32,
     },
+    /// None of a Sentinel-managed node's sentinels could be asked for the
+    /// primary: each one's reason, by address.
+    SentinelsUnreachable(String),
+    /// The sentinels of a Sentinel-managed node monitor no master of the
+    /// node's name.
+    UnknownMaster {
+        /// The master name asked for.
+        master: String,
+    },
+    /// The server the sentinels named as a Sentinel-managed node's primary
+    /// says it is not a master (`ROLE`): a failover is under way, or the
+    /// sentinels' view is stale. Nothing was sent; the next connection asks
+    /// again.
+    NotPrimary {
+        /// The master name asked for.
+        master: String,
+        /// The address the sentinels named.
+        addr: String,
+        /// What it says it is (`slave`, `sentinel`).
+        role: String,
+    },
     /// The Redis client refused to send the request: a mistake in its
     /// configuration for this node (redis-rs's `InvalidClientConfig` and
     /// client-side errors), not an answer from the node. Nothing was sent.
@@ -594,9 +654,19 @@ pub enum NodeFailure {
 
 impl NodeFailure {
     /// Whether the node gave no answer: a timeout or a broken connection,
-    /// after which the command may or may not have been applied.
+    /// after which the command may or may not have been applied; or a
+    /// Sentinel-managed node whose primary could not be found this time
+    /// (nothing was sent, but an earlier command may have landed there, and
+    /// a removal is worth sending again once it is found).
     pub(crate) fn unanswered(&self) -> bool {
-        matches!(self, NodeFailure::Timeout | NodeFailure::Connection(_))
+        matches!(
+            self,
+            NodeFailure::Timeout
+                | NodeFailure::Connection(_)
+                | NodeFailure::SentinelsUnreachable(_)
+                | NodeFailure::UnknownMaster { .. }
+                | NodeFailure::NotPrimary { .. }
+        )
     }
 }
 
@@ -659,6 +729,24 @@ impl fmt::Display for NodeFailure {
             NodeFailure::PermitsMismatch { permits } => write!(
                 f,
                 "the resource is a semaphore of {permits} permits here, not the number this call                  asked for: every caller of one semaphore must ask for the same number (a new                  number takes effect once every permit has been let go or has expired)"
+            ),
+            NodeFailure::SentinelsUnreachable(e) => write!(
+                f,
+                "no sentinel of the node could be asked for its primary ({e}): check the \
+                 sentinel addresses in the node's URL, that they run and are reachable from \
+                 here, and their credentials (?sentinel_password=...)"
+            ),
+            NodeFailure::UnknownMaster { master } => write!(
+                f,
+                "the node's sentinels monitor no master named {master:?}: use the name of their \
+                 `sentinel monitor <name> ...` line as the URL's path"
+            ),
+            NodeFailure::NotPrimary { master, addr, role } => write!(
+                f,
+                "the sentinels name {addr} as the primary of {master:?}, but it says it is a \
+                 {role} (a failover under way, or sentinels with a stale view): nothing was \
+                 sent there; the next connection asks the sentinels again (if it lasts, check \
+                 that the sentinels agree: SENTINEL CKQUORUM {master})"
             ),
             NodeFailure::Client(e) => write!(
                 f,

@@ -114,7 +114,7 @@ use crate::clock::Moment;
 use crate::error::NodeFailure;
 use crate::kinds::queue;
 use crate::net::slot::Slot;
-use crate::net::{Limits, Node, Patience, classify, is_connection_error};
+use crate::net::{Limits, Node, Patience, is_connection_error};
 use crate::proto::Prepared;
 
 /// How often an idle subscriber connection is pinged.
@@ -785,7 +785,7 @@ async fn connect(
     i: usize,
     generation: u64,
 ) -> Result<Arc<Live>, NodeFailure> {
-    let (sink, mut stream) = endpoint.pubsub().await.map_err(|e| classify(&e))?.split();
+    let (sink, mut stream) = endpoint.pubsub().await?.split();
     let (stop, mut stopped) = oneshot::channel();
     let mut pinger = sink.clone();
     // A silent connection must not pass for a listening one: it answers a

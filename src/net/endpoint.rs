@@ -1,37 +1,70 @@
 //! What a node is: where its connections go.
 //!
 //! A node of the quorum is one failure domain that holds a copy of each
-//! lock key. Most often it is one server ([`Endpoint::Server`]); the rest of
-//! the node layer (bounded requests, the gate, retired connections, the
-//! restart guard) does not care how a connection was reached, only that
-//! every connection it gets is to the server that holds the keys now. This
-//! file is the one place that knows how to get such a connection, for
-//! commands and for pub/sub.
+//! lock key. Most often it is one server ([`Endpoint::Server`]); with the
+//! `sentinel` feature it can be a Sentinel-managed primary
+//! (`Endpoint::Sentinel`, see [`sentinel`](super::sentinel)), whose
+//! connections go to whichever server the sentinels name as the primary
+//! when the connection is made. The rest of the node layer (bounded
+//! requests, the gate, retired connections, the restart guard) does not
+//! care how a connection was reached, only that every connection it gets is
+//! to the server that holds the keys now. This file is the one place that
+//! knows how to get such a connection, for commands and for pub/sub.
 
+use redis::AsyncConnectionConfig;
 use redis::aio::{MultiplexedConnection, PubSub};
-use redis::{AsyncConnectionConfig, RedisError};
+
+use crate::error::NodeFailure;
+use crate::net::classify;
+#[cfg(feature = "sentinel")]
+use crate::net::sentinel::Sentinel;
 
 /// How a node's connections are made.
 #[derive(Clone)]
 pub(crate) enum Endpoint {
     /// One server, at the client's address.
     Server(redis::Client),
+    /// The primary of a Sentinel-managed set, resolved anew for every
+    /// connection.
+    #[cfg(feature = "sentinel")]
+    Sentinel(Sentinel),
 }
 
 impl Endpoint {
     /// How the node is named in reports and logs: `host:port` (or the
-    /// socket path), never the password.
+    /// socket path), `master@sentinel:port,…` for a Sentinel-managed node;
+    /// never the password.
     pub(crate) fn name(&self) -> String {
         match self {
             Endpoint::Server(client) => client.get_connection_info().addr().to_string(),
+            #[cfg(feature = "sentinel")]
+            Endpoint::Sentinel(sentinel) => sentinel.name(),
         }
     }
 
-    /// The node's identity for duplicate detection: its name in lower case.
-    /// The database number is left out on purpose: two databases of one
-    /// server are one failure domain.
-    pub(crate) fn identity(&self) -> String {
-        self.name().to_ascii_lowercase()
+    /// The node's identities for duplicate detection: two nodes that share
+    /// one are the same node. A server's is its name in lower case (the
+    /// database number is left out on purpose: two databases of one server
+    /// are one failure domain); a Sentinel-managed node's are its master's
+    /// name with each of its sentinels' addresses.
+    pub(crate) fn identities(&self) -> Vec<String> {
+        match self {
+            Endpoint::Server(_) => vec![self.name().to_ascii_lowercase()],
+            #[cfg(feature = "sentinel")]
+            Endpoint::Sentinel(sentinel) => sentinel.identities(),
+        }
+    }
+
+    /// Whether the server behind the node can change to another that was
+    /// running all along (a promoted replica), so that its uptime says
+    /// nothing of when it began to hold the keys (see
+    /// [`guard`](super::guard)).
+    pub(crate) fn fails_over(&self) -> bool {
+        match self {
+            Endpoint::Server(_) => false,
+            #[cfg(feature = "sentinel")]
+            Endpoint::Sentinel(_) => true,
+        }
     }
 
     /// A new command connection to the server that holds the keys now.
@@ -39,21 +72,29 @@ impl Endpoint {
     pub(crate) async fn connect(
         &self,
         config: &AsyncConnectionConfig,
-    ) -> Result<MultiplexedConnection, RedisError> {
+    ) -> Result<MultiplexedConnection, NodeFailure> {
         match self {
-            Endpoint::Server(client) => {
-                client
-                    .get_multiplexed_async_connection_with_config(config)
-                    .await
-            }
+            Endpoint::Server(client) => client
+                .get_multiplexed_async_connection_with_config(config)
+                .await
+                .map_err(|e| classify(&e)),
+            #[cfg(feature = "sentinel")]
+            Endpoint::Sentinel(sentinel) => Ok(sentinel.resolve(config).await?.1),
         }
     }
 
     /// A new subscriber connection, on which the node's `PUBLISH`es are
     /// heard. Unbounded here: the caller bounds it.
-    pub(crate) async fn pubsub(&self) -> Result<PubSub, RedisError> {
-        match self {
-            Endpoint::Server(client) => client.get_async_pubsub().await,
-        }
+    pub(crate) async fn pubsub(&self) -> Result<PubSub, NodeFailure> {
+        let client = match self {
+            Endpoint::Server(client) => client.clone(),
+            // Resolved and checked as for commands; the checking connection
+            // is not kept.
+            #[cfg(feature = "sentinel")]
+            Endpoint::Sentinel(sentinel) => {
+                sentinel.resolve(&AsyncConnectionConfig::new()).await?.0
+            }
+        };
+        client.get_async_pubsub().await.map_err(|e| classify(&e))
     }
 }

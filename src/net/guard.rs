@@ -20,6 +20,31 @@
 //!
 //! Releases and extensions are never refused: they compare the token and
 //! cannot create a key.
+//!
+//! **A node that fails over** (a Sentinel-managed primary, see
+//! [`sentinel`](super::sentinel)) loses what asynchronous replication had
+//! not copied to the promoted replica, exactly as a restart without
+//! persistence loses everything. The promoted replica has its own
+//! `run_id`, so the guard sees the failover as a restart. But its
+//! `uptime_in_seconds` is the replica's process uptime, not the time since
+//! it became the primary, and would cancel the other clients' term. For
+//! such a node the uptime is taken as zero: a new `run_id` keeps it out for
+//! the whole longest TTL from the moment it is seen (and, as for any node,
+//! until our own keys there may have expired). What the guard sees and
+//! does not:
+//!
+//! * It sees a failover to another server, and a restart of the primary,
+//!   at this client's first new connection after it.
+//! * It cannot see a failover that happened before this client first
+//!   connected to the node (no earlier `run_id` to compare), nor keys
+//!   written to an old primary that kept accepting writes after the
+//!   failover (a partitioned primary, or one not yet demoted by the
+//!   sentinels) from clients still connected to it, past the quarantine of
+//!   a client that had already moved on: run the data nodes with
+//!   `min-replicas-to-write 1` and a small `min-replicas-max-lag` to bound
+//!   that window.
+//! * A failover to a replica that had copied every key is harmless, and is
+//!   quarantined all the same: the guard cannot tell what was copied.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -72,6 +97,10 @@ pub(crate) struct Guard {
     /// Whether the node has refused `INFO`, so that its restarts cannot be
     /// seen (warned about once).
     unwatched: AtomicBool,
+    /// Whether the node fails over to a replica that was running all
+    /// along: its uptime is then not the time since it holds the keys, and
+    /// is taken as zero.
+    fails_over: bool,
 }
 
 /// What `INFO server` tells of a node's process.
@@ -84,13 +113,16 @@ pub(crate) struct ServerInfo {
 }
 
 impl Guard {
-    pub(crate) fn new(lives: Arc<Lives>) -> Guard {
+    /// The guard of a node; `fails_over` for one whose server can change
+    /// to a replica that was running all along (a Sentinel-managed node).
+    pub(crate) fn new(lives: Arc<Lives>, fails_over: bool) -> Guard {
         Guard {
             lives,
             latest_expiry: AtomicU64::new(0),
             quarantine: AtomicU64::new(0),
             run_id: Mutex::new(None),
             unwatched: AtomicBool::new(false),
+            fails_over,
         }
     }
 
@@ -168,7 +200,14 @@ impl Guard {
         if !restarted {
             return Duration::ZERO;
         }
-        self.quarantine(node, info.uptime)
+        // A promoted replica's uptime is not the time since it became the
+        // primary: the whole longest TTL from now.
+        let uptime = if self.fails_over {
+            Duration::ZERO
+        } else {
+            info.uptime
+        };
+        self.quarantine(node, uptime)
     }
 
     /// Quarantines the node after a restart `uptime` ago (taken a second
@@ -248,7 +287,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn quarantine_covers_our_keys_exactly_and_others_by_our_ttls() {
-        let guard = Guard::new(Arc::default());
+        let guard = Guard::new(Arc::default(), false);
         // First meeting, or the same process: nothing to hold against it.
         assert_eq!(guard.connected("n", info("a", 0)), Duration::ZERO);
         assert_eq!(guard.connected("n", info("a", 0)), Duration::ZERO);
@@ -270,7 +309,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn one_long_ttl_stops_counting_once_its_key_could_have_expired() {
-        let guard = Guard::new(Arc::default());
+        let guard = Guard::new(Arc::default(), false);
         guard.connected("n", info("a", 0));
         guard.admit(Effect::Grant { life: s(60) }).unwrap();
         tokio::time::sleep(s(61)).await;
@@ -286,7 +325,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_known_node_that_stops_answering_info_is_taken_as_restarted() {
-        let guard = Guard::new(Arc::default());
+        let guard = Guard::new(Arc::default(), false);
         // Never answered: cannot be watched, votes as usual.
         assert_eq!(guard.connected("n", Err("NOPERM".into())), Duration::ZERO);
         guard.connected("n", info("a", 0));
@@ -301,8 +340,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn extensions_count_as_what_others_use_too() {
         let lives = Arc::new(Lives::default());
-        let quiet = Guard::new(lives.clone());
-        let busy = Guard::new(lives);
+        let quiet = Guard::new(lives.clone(), false);
+        let busy = Guard::new(lives, false);
         quiet.connected("n", info("a", 0));
         busy.admit(Effect::Grant { life: s(2) }).unwrap();
         busy.admit(Effect::Refresh { life: s(60) }).unwrap();
@@ -314,12 +353,50 @@ mod tests {
         // A client that has not sent to this node lately still assumes its
         // peers hold keys with its TTLs.
         let lives = Arc::new(Lives::default());
-        let quiet = Guard::new(lives.clone());
-        let busy = Guard::new(lives);
+        let quiet = Guard::new(lives.clone(), false);
+        let busy = Guard::new(lives, false);
         quiet.connected("n", info("a", 0));
         busy.admit(Effect::Grant { life: s(30) }).unwrap();
         tokio::time::sleep(s(5)).await;
         // Restarted 10 s ago (reported 11, a second high): 20 s left.
         assert_eq!(quiet.connected("n", info("b", 11)), s(20));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failover_keeps_the_node_out_for_the_whole_ttl_whatever_its_uptime() {
+        let lives = Arc::new(Lives::default());
+        let primary = Guard::new(lives.clone(), true);
+        let busy = Guard::new(lives, false);
+        primary.connected("n", info("old-primary", 500));
+        busy.admit(Effect::Grant { life: s(30) }).unwrap();
+        tokio::time::sleep(s(5)).await;
+        // The promoted replica has run for an hour: as a plain server's
+        // restart that would say every key of the others is gone; as a
+        // failover it keeps the node out for the whole longest TTL from now.
+        assert_eq!(primary.connected("n", info("promoted", 3_600)), s(30));
+        assert!(matches!(
+            primary.check(),
+            Err(NodeFailure::Restarted { .. })
+        ));
+        tokio::time::sleep(s(29)).await;
+        assert!(primary.check().is_err());
+        tokio::time::sleep(s(1)).await;
+        primary.check().unwrap();
+        // Our own keys there count as for any node: the latest expiry, if
+        // longer than the TTL assumed for the others.
+        primary.admit(Effect::Grant { life: s(40) }).unwrap();
+        tokio::time::sleep(s(1)).await;
+        assert_eq!(primary.connected("n", info("old-primary", 9_999)), s(40));
+        // The same server again (a reconnect): nothing.
+        assert_eq!(
+            primary.connected("n", info("old-primary", 9_999)),
+            Duration::ZERO
+        );
+        // A plain server up for an hour after a restart: nothing.
+        let plain = Guard::new(Arc::default(), false);
+        plain.connected("n", info("a", 0));
+        plain.admit(Effect::Grant { life: s(1) }).unwrap();
+        tokio::time::sleep(s(2)).await;
+        assert_eq!(plain.connected("n", info("b", 3_600)), Duration::ZERO);
     }
 }

@@ -47,7 +47,11 @@
 //!   nobody waits for (the rollback on nodes that had not answered, the
 //!   release of a dropped lock) is *patient* from its first try: it waits
 //!   for a connection up to the connect timeout, not the request timeout.
-//! * **Errors are sorted** into [`NodeFailure`]s a user can act on.
+//! * **Errors are sorted** into [`NodeFailure`]s a user can act on. A
+//!   `READONLY` answer also replaces the connection, as a broken one is
+//!   ([`needs_new_connection`]): the server is no longer the primary (a
+//!   Sentinel-managed node's demoted primary), and the next connection
+//!   resolves the node again.
 //!
 //! What can still leave a key nobody holds until its TTL (it delays
 //! others; it never makes two holders):
@@ -79,6 +83,8 @@ pub(crate) mod endpoint;
 pub(crate) mod guard;
 mod removals;
 mod retired;
+#[cfg(feature = "sentinel")]
+pub(crate) mod sentinel;
 pub(crate) mod slot;
 
 use std::future::Future;
@@ -224,13 +230,14 @@ impl Node {
     /// A node reached through `client`. `lives` is shared by the nodes of
     /// one `Redlock` when the restart guard is on.
     pub(crate) fn new(endpoint: Endpoint, limits: Limits, lives: Option<Arc<Lives>>) -> Node {
+        let fails_over = endpoint.fails_over();
         Node {
             inner: Arc::new(Inner {
                 name: endpoint.name(),
                 endpoint,
                 limits,
                 slot: Slot::new(limits.connect),
-                guard: lives.map(Guard::new),
+                guard: lives.map(|lives| Guard::new(lives, fails_over)),
                 policy_checked: AtomicBool::new(false),
                 publish_refused: AtomicBool::new(false),
                 retired: Arc::default(),
@@ -432,8 +439,9 @@ impl Inner {
                     return Ok(reply);
                 }
                 // A connection made earlier went stale (the node restarted,
-                // say): make a new one and try once more.
-                Ok(Some(Err(e))) if is_connection_error(&e) && !fresh && first_try.is_none() => {
+                // say, or was demoted to a replica): make a new one and try
+                // once more.
+                Ok(Some(Err(e))) if needs_new_connection(&e) && !fresh && first_try.is_none() => {
                     self.drop_connection(live.generation, &e);
                     first_try = Some(classify(&e));
                 }
@@ -469,9 +477,9 @@ impl Inner {
     }
 
     /// An error answer (the connection is alive), or a broken connection
-    /// (dropped).
+    /// or a server no longer the primary (dropped).
     fn failed(&self, generation: u64, conn: &Conn, sent: u64, e: &RedisError) -> NodeFailure {
-        if is_connection_error(e) {
+        if needs_new_connection(e) {
             self.drop_connection(generation, e);
         } else {
             conn.heard(sent);
@@ -559,11 +567,7 @@ impl Inner {
             .set_connection_timeout(None)
             .set_response_timeout(None)
             .set_pipeline_buffer_size(PIPELINE_BUFFER);
-        let mut conn = self
-            .endpoint
-            .connect(&config)
-            .await
-            .map_err(|e| classify(&e))?;
+        let mut conn = self.endpoint.connect(&config).await?;
         if let Some(guard) = &self.guard {
             let reply: Result<String, RedisError> = redis::cmd("INFO")
                 .arg("server")
@@ -709,6 +713,16 @@ fn is_tls_failure(_: &RedisError) -> bool {
 /// Whether `e` means the connection is gone (as opposed to an error answer).
 pub(crate) fn is_connection_error(e: &RedisError) -> bool {
     e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error()
+}
+
+/// Whether the connection that answered `e` is to be replaced: it is gone,
+/// or its server answers `READONLY`, so it is no longer the primary (a
+/// demoted primary of a Sentinel-managed node, or a server behind an
+/// address that moved to a replica). The next connection is made afresh
+/// (and, for a Sentinel-managed node, resolves the primary again); on a
+/// replica configured as a node by mistake, each refusal costs a reconnect.
+pub(crate) fn needs_new_connection(e: &RedisError) -> bool {
+    is_connection_error(e) || matches!(classify(e), NodeFailure::ReadOnly(_))
 }
 
 /// Sorts a Redis error into the failure a user can act on.

@@ -1,0 +1,486 @@
+//! A node that is a Sentinel-managed primary (feature `sentinel`).
+//!
+//! Such a node is one failure domain: a primary, its replicas, and the
+//! sentinels that watch them and promote a replica when the primary fails.
+//! Its connections go to whichever server is the primary *now*:
+//!
+//! * Every new connection (commands or subscriber) asks the sentinels,
+//!   all at once, `SENTINEL get-master-addr-by-name <master>`, connects to
+//!   the address the first of them names, and checks with `ROLE` that the
+//!   server really is a master: a sentinel may be stale during a failover,
+//!   and a demoted old primary must not be used. Another sentinel's answer,
+//!   if it names another address, is tried next.
+//! * There is no other re-resolution: a connection to a primary that dies
+//!   breaks; one to a primary that is demoted is closed by the sentinels
+//!   (`CLIENT KILL TYPE normal` when they reconfigure it) or answers
+//!   `READONLY`, which replaces the connection (see
+//!   [`net`](super)); the next connection resolves again.
+//! * A subscriber connection is resolved the same way. One left on a
+//!   demoted primary still hears releases: a `PUBLISH` on the primary is
+//!   replicated to its replicas, and delivered to their subscribers.
+//!
+//! What can go wrong is told apart, each a [`NodeFailure`] in the lock
+//! attempt's report: no sentinel answered
+//! ([`SentinelsUnreachable`](NodeFailure::SentinelsUnreachable)), the
+//! sentinels know no master of that name
+//! ([`UnknownMaster`](NodeFailure::UnknownMaster)), the server they named
+//! is not a master ([`NotPrimary`](NodeFailure::NotPrimary)).
+//!
+//! A failover loses what asynchronous replication had not copied, as a
+//! restart without persistence does: the restart guard sees the promoted
+//! replica's other `run_id` and quarantines the node (see
+//! [`guard`](super::guard), which counts the whole longest TTL from the
+//! moment it sees it: a replica's uptime says nothing of when it was
+//! promoted).
+//!
+//! **Credentials.** Those of the URL's user information
+//! (`user:password@`) and its database go to the data nodes (the primary
+//! the sentinels name), which hold the lock keys. The sentinels get their
+//! own, from the query parameters `sentinel_username` and
+//! `sentinel_password` (taken as written, not percent-decoded), or none.
+//! Neither is ever shown: names, errors and `Debug` output carry the
+//! master's name and the sentinels' addresses only.
+
+use std::fmt;
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, ConnectionAddr, Value};
+
+use crate::config::SENTINEL_SCHEMES as SCHEMES;
+use crate::error::NodeFailure;
+use crate::net::classify;
+
+/// The default port of a sentinel.
+const SENTINEL_PORT: u16 = 26379;
+
+/// A Sentinel-managed node: its master's name, its sentinels, and how to
+/// reach the primary they name.
+#[derive(Clone)]
+pub(crate) struct Sentinel {
+    master: String,
+    /// `host:port` of each sentinel, as given.
+    addresses: Vec<(String, u16)>,
+    /// A client per sentinel, with the sentinels' credentials.
+    sentinels: Vec<redis::Client>,
+    /// The data nodes' credentials and database, on a placeholder address
+    /// replaced by the primary's at each resolution.
+    data: redis::ConnectionInfo,
+}
+
+impl fmt::Debug for Sentinel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sentinel")
+            .field("master", &self.master)
+            .field("sentinels", &self.addresses)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What is wrong with a sentinel URL, for [`ConfigError::InvalidSentinelUrl`](crate::ConfigError::InvalidSentinelUrl).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum UrlError {
+    /// `rediss+sentinel://`.
+    Tls,
+    /// Anything else, with what to fix.
+    Invalid(String),
+}
+
+impl Sentinel {
+    /// Parses `redis+sentinel://[user:password@]host1:port1[,host2:port2…]/<master>[/<db>]`
+    /// `[?sentinel_username=…&sentinel_password=…]`. Does no I/O.
+    pub(crate) fn parse(url: &str) -> Result<Sentinel, UrlError> {
+        let invalid = |reason: &str| Err(UrlError::Invalid(reason.to_owned()));
+        let trimmed = url.trim();
+        let Some((scheme, rest)) = trimmed.split_once("://") else {
+            return invalid("no scheme");
+        };
+        if scheme.eq_ignore_ascii_case(SCHEMES[1]) {
+            return Err(UrlError::Tls);
+        }
+        if !scheme.eq_ignore_ascii_case(SCHEMES[0]) {
+            return invalid("not a redis+sentinel:// URL");
+        }
+        let (rest, query) = match rest.split_once('?') {
+            Some((rest, query)) => (rest, Some(query)),
+            None => (rest, None),
+        };
+        if rest.contains('#') {
+            return invalid("a fragment (#…) means nothing here: remove it");
+        }
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i + 1..]),
+            None => (rest, ""),
+        };
+        let (userinfo, hosts) = match authority.rfind('@') {
+            Some(at) => (Some(&authority[..at]), &authority[at + 1..]),
+            None => (None, authority),
+        };
+        let mut addresses = Vec::new();
+        for host in hosts.split(',') {
+            let host = host.trim();
+            if host.is_empty() {
+                if hosts.trim().is_empty() {
+                    return invalid(
+                        "no sentinel address: give at least one host:port (three or more \
+                         sentinels, comma-separated, are the usual)",
+                    );
+                }
+                return invalid("an empty sentinel address between commas");
+            }
+            addresses.push(parse_host(host).map_err(UrlError::Invalid)?);
+        }
+        let mut parts = path.split('/');
+        let master = parts.next().unwrap_or_default();
+        if master.is_empty() {
+            return invalid(
+                "no master name: add the name the sentinels monitor it by, after the \
+                 addresses (…:26379/mymaster)",
+            );
+        }
+        if master.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return invalid("a master name with spaces or control characters");
+        }
+        let db = match parts.next() {
+            None | Some("") => 0,
+            Some(db) => match db.parse::<i64>() {
+                Ok(db) if db >= 0 => db,
+                _ => return invalid("the database after the master name is not a number"),
+            },
+        };
+        if parts.next().is_some_and(|p| !p.is_empty()) {
+            return invalid("too many path segments: the path is /<master-name>[/<db>]");
+        }
+        let (mut sentinel_user, mut sentinel_password) = (None, None);
+        for pair in query.into_iter().flat_map(|q| q.split('&')) {
+            match pair.split_once('=') {
+                Some(("sentinel_username", v)) if !v.is_empty() => sentinel_user = Some(v),
+                Some(("sentinel_password", v)) if !v.is_empty() => sentinel_password = Some(v),
+                _ if pair.is_empty() => {}
+                _ => {
+                    return invalid(
+                        "an unknown query parameter: the only ones are sentinel_username and \
+                         sentinel_password",
+                    );
+                }
+            }
+        }
+        // The data nodes' credentials and database, parsed (and
+        // percent-decoded) by redis-rs on a placeholder address.
+        let placeholder = match userinfo {
+            Some(info) => format!("redis://{info}@127.0.0.1:1/{db}"),
+            None => format!("redis://127.0.0.1:1/{db}"),
+        };
+        let data = redis::Client::open(placeholder.as_str())
+            .map_err(|_| {
+                UrlError::Invalid(
+                    "the credentials before '@' cannot be read: percent-encode special \
+                     characters in them"
+                        .to_owned(),
+                )
+            })?
+            .get_connection_info()
+            .clone();
+        let sentinels = addresses
+            .iter()
+            .map(|(host, port)| {
+                let mut settings = redis::RedisConnectionInfo::default();
+                if let Some(user) = sentinel_user {
+                    settings = settings.set_username(user);
+                }
+                if let Some(password) = sentinel_password {
+                    settings = settings.set_password(password);
+                }
+                let info = data
+                    .clone()
+                    .set_addr(ConnectionAddr::Tcp(host.clone(), *port))
+                    .set_redis_settings(settings);
+                redis::Client::open(info).map_err(|_| {
+                    UrlError::Invalid(format!("sentinel address {host}:{port} cannot be used"))
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Sentinel {
+            master: master.to_owned(),
+            addresses,
+            sentinels,
+            data,
+        })
+    }
+
+    /// How the node is named in reports and logs: `master@host:port,…`.
+    pub(crate) fn name(&self) -> String {
+        let hosts: Vec<String> = self.addresses.iter().map(|(h, p)| addr(h, *p)).collect();
+        format!("{}@{}", self.master, hosts.join(","))
+    }
+
+    /// The node's identities for duplicate detection: one per sentinel,
+    /// `master@host:port`. Two nodes that share one are the same master
+    /// (the sentinels of one set all know it by one name).
+    pub(crate) fn identities(&self) -> Vec<String> {
+        self.addresses
+            .iter()
+            .map(|(h, p)| format!("{}@{}", self.master, addr(h, *p).to_ascii_lowercase()))
+            .collect()
+    }
+
+    /// The primary now: a client for it, and a command connection made with
+    /// `config` on which `ROLE` said `master`.
+    pub(crate) async fn resolve(
+        &self,
+        config: &AsyncConnectionConfig,
+    ) -> Result<(redis::Client, MultiplexedConnection), NodeFailure> {
+        let mut asked: FuturesUnordered<_> = self
+            .sentinels
+            .iter()
+            .map(|client| self.ask(client))
+            .collect();
+        let mut tried: Vec<(String, u16)> = Vec::new();
+        let mut unreachable = Vec::new();
+        let mut unknown = 0;
+        let mut not_primary = None;
+        while let Some(answer) = asked.next().await {
+            match answer {
+                Ok(Some(primary)) if !tried.contains(&primary) => {
+                    tried.push(primary.clone());
+                    match self.check(&primary, config).await {
+                        Ok(found) => return Ok(found),
+                        Err(failure @ NodeFailure::NotPrimary { .. }) => {
+                            not_primary = Some(failure)
+                        }
+                        Err(failure) => not_primary = not_primary.or(Some(failure)),
+                    }
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => unknown += 1,
+                Err(e) => unreachable.push(e),
+            }
+        }
+        if let Some(failure) = not_primary {
+            return Err(failure);
+        }
+        if unknown > 0 {
+            return Err(NodeFailure::UnknownMaster {
+                master: self.master.clone(),
+            });
+        }
+        Err(NodeFailure::SentinelsUnreachable(unreachable.join("; ")))
+    }
+
+    /// One sentinel's answer: the primary's address, `None` if it knows no
+    /// master of that name, or why it could not be asked.
+    async fn ask(&self, sentinel: &redis::Client) -> Result<Option<(String, u16)>, String> {
+        let at = sentinel.get_connection_info().addr().to_string();
+        let failed = |e: redis::RedisError| format!("{at}: {}", classify(&e));
+        let mut conn = sentinel
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(failed)?;
+        let reply: Value = redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg(&self.master)
+            .query_async(&mut conn)
+            .await
+            .map_err(failed)?;
+        match reply {
+            Value::Nil => Ok(None),
+            Value::Array(parts) if parts.len() == 2 => {
+                let text = |v: &Value| match v {
+                    Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+                    Value::SimpleString(s) => Some(s.clone()),
+                    _ => None,
+                };
+                let host = text(&parts[0]);
+                let port = text(&parts[1]).and_then(|p| p.parse().ok());
+                match (host, port) {
+                    (Some(host), Some(port)) => Ok(Some((host, port))),
+                    _ => Err(format!("{at}: an address that is not host and port")),
+                }
+            }
+            _ => Err(format!(
+                "{at}: not a sentinel (its answer to SENTINEL get-master-addr-by-name)"
+            )),
+        }
+    }
+
+    /// Connects to `primary` with the data nodes' credentials and checks
+    /// with `ROLE` that it is a master.
+    async fn check(
+        &self,
+        primary: &(String, u16),
+        config: &AsyncConnectionConfig,
+    ) -> Result<(redis::Client, MultiplexedConnection), NodeFailure> {
+        let (host, port) = primary;
+        let info = self
+            .data
+            .clone()
+            .set_addr(ConnectionAddr::Tcp(host.clone(), *port));
+        let client = redis::Client::open(info).map_err(|e| classify(&e))?;
+        let mut conn = client
+            .get_multiplexed_async_connection_with_config(config)
+            .await
+            .map_err(|e| classify(&e))?;
+        let role: Value = redis::cmd("ROLE")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| classify(&e))?;
+        let role = match role {
+            Value::Array(parts) => match parts.first() {
+                Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+                Some(Value::SimpleString(s)) => s.clone(),
+                _ => "unknown".to_owned(),
+            },
+            _ => "unknown".to_owned(),
+        };
+        if role != "master" {
+            return Err(NodeFailure::NotPrimary {
+                master: self.master.clone(),
+                addr: addr(host, *port),
+                role,
+            });
+        }
+        Ok((client, conn))
+    }
+}
+
+/// `host:port`, with an IPv6 host in brackets.
+fn addr(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// `host[:port]` or `[ipv6][:port]`; the port defaults to 26379.
+fn parse_host(text: &str) -> Result<(String, u16), String> {
+    let bad_port = || {
+        format!(
+            "sentinel address {text:?} has no valid port: give host:port, the port a number \
+             from 1 to 65535 (26379 when left out)"
+        )
+    };
+    let (host, port) = if let Some(rest) = text.strip_prefix('[') {
+        let Some((host, after)) = rest.split_once(']') else {
+            return Err(format!(
+                "sentinel address {text:?}: an IPv6 address without its ']'"
+            ));
+        };
+        match after {
+            "" => (host, None),
+            _ => match after.strip_prefix(':') {
+                Some(port) => (host, Some(port)),
+                None => return Err(bad_port()),
+            },
+        }
+    } else {
+        match text.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (text, None),
+        }
+    };
+    if host.is_empty() {
+        return Err(format!("sentinel address {text:?} has no host"));
+    }
+    let port = match port {
+        None => SENTINEL_PORT,
+        Some(port) => match port.parse::<u16>() {
+            Ok(port) if port > 0 => port,
+            _ => return Err(bad_port()),
+        },
+    };
+    Ok((host.to_owned(), port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reason(url: &str) -> String {
+        match Sentinel::parse(url) {
+            Err(UrlError::Invalid(reason)) => reason,
+            Err(UrlError::Tls) => "tls".to_owned(),
+            Ok(s) => panic!("{url} parsed: {s:?}"),
+        }
+    }
+
+    #[test]
+    fn parses_sentinel_urls() {
+        let s = Sentinel::parse(
+            "redis+sentinel://u:p%40ss@10.0.0.1:26379,10.0.0.2,[::1]:26380/mymaster/3",
+        )
+        .unwrap();
+        assert_eq!(s.master, "mymaster");
+        assert_eq!(
+            s.addresses,
+            [
+                ("10.0.0.1".to_owned(), 26379),
+                ("10.0.0.2".to_owned(), 26379),
+                ("::1".to_owned(), 26380)
+            ]
+        );
+        assert_eq!(s.data.redis_settings().db(), 3);
+        assert_eq!(s.data.redis_settings().username(), Some("u"));
+        assert_eq!(s.data.redis_settings().password(), Some("p@ss"));
+        // The data nodes' password is not the sentinels'.
+        assert_eq!(
+            s.sentinels[0]
+                .get_connection_info()
+                .redis_settings()
+                .password(),
+            None
+        );
+        assert_eq!(
+            s.name(),
+            "mymaster@10.0.0.1:26379,10.0.0.2:26379,[::1]:26380"
+        );
+        let shown = format!("{s:?}");
+        assert!(
+            !shown.contains("p@ss") && !shown.contains("p%40ss"),
+            "{shown}"
+        );
+
+        let s = Sentinel::parse(
+            "REDIS+SENTINEL://h:1/m?sentinel_username=admin&sentinel_password=s3cret",
+        )
+        .unwrap();
+        let sentinel = s.sentinels[0].get_connection_info().redis_settings();
+        assert_eq!(
+            (sentinel.username(), sentinel.password()),
+            (Some("admin"), Some("s3cret"))
+        );
+        assert_eq!(s.data.redis_settings().password(), None);
+        assert!(!format!("{s:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn says_what_to_fix_in_a_bad_url() {
+        assert!(reason("redis+sentinel:///m").contains("no sentinel address"));
+        assert!(reason("redis+sentinel://@/m").contains("no sentinel address"));
+        assert!(reason("redis+sentinel://h:1,,h:2/m").contains("empty sentinel address"));
+        assert!(reason("redis+sentinel://h:1").contains("no master name"));
+        assert!(reason("redis+sentinel://h:1/").contains("no master name"));
+        for port in ["0", "65536", "x", ""] {
+            let r = reason(&format!("redis+sentinel://h:{port}/m"));
+            assert!(r.contains("no valid port"), "{r}");
+        }
+        assert!(reason("redis+sentinel://[::1/m").contains("IPv6"));
+        assert!(reason("redis+sentinel://h:1/m/x").contains("database"));
+        assert!(reason("redis+sentinel://h:1/m/0/x").contains("path"));
+        assert!(reason("redis+sentinel://h:1/m?password=x").contains("query parameter"));
+        assert!(reason("redis+sentinel://h:1/m#insecure").contains("fragment"));
+        assert_eq!(reason("rediss+sentinel://h:1/m"), "tls");
+    }
+
+    #[test]
+    fn nodes_that_share_a_sentinel_and_a_master_name_are_one() {
+        let a = Sentinel::parse("redis+sentinel://H1:1,h2:2/m").unwrap();
+        let b = Sentinel::parse("redis+sentinel://h3:3,h1:1/m").unwrap();
+        let c = Sentinel::parse("redis+sentinel://h1:1/other").unwrap();
+        let shared =
+            |x: &Sentinel, y: &Sentinel| x.identities().iter().any(|i| y.identities().contains(i));
+        assert!(shared(&a, &b));
+        assert!(!shared(&a, &c));
+    }
+}
