@@ -81,7 +81,9 @@
 //!   per-request bound, replacing silent connections, the restart guard.
 //! * `config`, `error`, `clock` (the suspend-aware monotonic clock).
 //! * `local_cluster` (feature `local-cluster`): local `redis-server`
-//!   processes for tests, examples and benchmarks.
+//!   processes for tests, examples and benchmarks; `local_sentinel`, the
+//!   same for Sentinel-managed nodes (a primary and a replica each, and
+//!   three sentinels).
 
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -101,6 +103,9 @@ mod proto;
 #[cfg(feature = "local-cluster")]
 #[cfg_attr(docsrs, doc(cfg(feature = "local-cluster")))]
 pub mod local_cluster;
+#[cfg(feature = "local-cluster")]
+#[cfg_attr(docsrs, doc(cfg(feature = "local-cluster")))]
+pub mod local_sentinel;
 
 pub use client::{LockRequest, Redlock};
 pub use config::Builder;

@@ -328,7 +328,7 @@ impl Drop for LocalCluster {
 
 /// The path of `redis-server`: the override if given, else the first on the
 /// `PATH`.
-fn find_redis_server(override_path: Option<OsString>) -> io::Result<PathBuf> {
+pub(crate) fn find_redis_server(override_path: Option<OsString>) -> io::Result<PathBuf> {
     let not_found = || {
         io::Error::new(
             io::ErrorKind::NotFound,
@@ -352,12 +352,12 @@ fn find_redis_server(override_path: Option<OsString>) -> io::Result<PathBuf> {
 }
 
 /// A port the kernel just handed out; free unless someone races us to it.
-fn free_port() -> io::Result<u16> {
+pub(crate) fn free_port() -> io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 /// A fresh, empty temp dir for the node on `port`.
-fn node_dir(port: u16) -> io::Result<PathBuf> {
+pub(crate) fn node_dir(port: u16) -> io::Result<PathBuf> {
     static COUNTER: AtomicUsize = AtomicUsize::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("redquorum-{}-{n}-{port}", std::process::id()));
@@ -390,7 +390,7 @@ pub fn answering_pid(port: u16) -> Option<u32> {
         .and_then(|pid| pid.trim().parse().ok())
 }
 
-fn log_tail(log: &Path) -> String {
+pub(crate) fn log_tail(log: &Path) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(10)..].join("\n")

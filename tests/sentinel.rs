@@ -1,0 +1,466 @@
+//! Sentinel-managed nodes against real processes (`local_sentinel`: per
+//! node a primary and a replica, three sentinels): lock, extend and
+//! release; a failover while a lock is held, which the restart guard
+//! quarantines (and an unguarded client shows what it guards against);
+//! waiters whose subscriptions follow the primaries; the typed failures of
+//! an unknown master name, unreachable sentinels and a named server that is
+//! not a master; bad URLs; no password in any output.
+#![cfg(feature = "sentinel")]
+
+use std::time::{Duration, Instant};
+
+use redquorum::local_cluster::{Reply, command};
+use redquorum::local_sentinel::LocalSentinels;
+use redquorum::{ConfigError, Error, NodeFailure, Redlock};
+
+/// Generous, as in the other suites: a loaded machine never misses it.
+const NODE_TIMEOUT: Duration = Duration::from_millis(1_000);
+/// The bound on each wait of these tests.
+const BOUND: Duration = Duration::from_secs(20);
+
+fn sentinels(n: usize) -> LocalSentinels {
+    LocalSentinels::start(n).unwrap_or_else(|e| panic!("cannot start Sentinel-managed nodes: {e}"))
+}
+
+fn builder(s: &LocalSentinels) -> redquorum::Builder {
+    Redlock::builder()
+        .nodes(s.urls())
+        .node_timeout(NODE_TIMEOUT)
+        .retry_count(0)
+}
+
+fn key(resource: &str) -> String {
+    format!("redquorum:{resource}")
+}
+
+/// The value of `key` on the server on `port`.
+fn get(port: u16, key: &str) -> Option<Vec<u8>> {
+    match command(port, &["GET", key]).expect("GET") {
+        Reply::Bulk(v) => v,
+        other => panic!("GET {key} on {port}: {other:?}"),
+    }
+}
+
+/// Waits until `done` holds, for at most [`BOUND`].
+async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < BOUND, "{what}: not within {BOUND:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Takes and releases a lock on "warm": every node connected, its
+/// `run_id` known to the guard.
+async fn warm(redlock: &Redlock) {
+    redlock
+        .try_lock("warm", Duration::from_secs(10))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+/// The failures of `err`'s report that match `pred`, by node name.
+fn failed(err: &Error, pred: impl Fn(&NodeFailure) -> bool) -> Vec<String> {
+    let report = err.report().expect("a report");
+    report
+        .failures()
+        .iter()
+        .filter(|(_, f)| pred(f))
+        .map(|(node, _)| node.clone())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_extend_release_over_three_sentinel_nodes() {
+    let s = sentinels(3);
+    let redlock = builder(&s).build().unwrap();
+    assert_eq!(redlock.quorum(), 2);
+    let mut lock = redlock.lock("a", Duration::from_secs(10)).await.unwrap();
+    let token = lock.token().as_bytes().to_vec();
+    // On every node's primary, and replicated to its replica.
+    for i in 0..3 {
+        let primary = s.primary(i).unwrap();
+        assert_eq!(get(primary, &key("a")).as_deref(), Some(&token[..]));
+        let replica = s
+            .server_ports(i)
+            .into_iter()
+            .find(|&p| p != primary)
+            .unwrap();
+        eventually("the key replicated", || get(replica, &key("a")).is_some()).await;
+    }
+    // Held: another acquisition is refused by every node.
+    let err = redlock
+        .try_lock("a", Duration::from_secs(10))
+        .await
+        .unwrap_err();
+    // Two say so (the third is not waited for once two have).
+    assert!(
+        failed(&err, |f| *f == NodeFailure::Held).len() >= 2,
+        "{err}"
+    );
+    lock.extend(Duration::from_secs(20)).await.unwrap();
+    assert!(lock.remaining() > Duration::from_secs(10));
+    lock.release().await.unwrap();
+    for i in 0..3 {
+        assert_eq!(get(s.primary(i).unwrap(), &key("a")), None);
+    }
+    redlock
+        .try_lock("a", Duration::from_secs(10))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+/// Node 0 fails over to a replica that lacks the lock's key (deleted there
+/// before the failover: a write replication had not copied), and node 1's
+/// primary restarts empty. While the first holder is valid, a guarded
+/// client is refused by both (`Restarted`) and gets no lock; an unguarded
+/// one takes the lock a second time — what the guard is for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_while_held_is_quarantined_and_grants_no_second_holder() {
+    let mut s = sentinels(3);
+    let holder = builder(&s).build().unwrap();
+    let guarded = builder(&s).build().unwrap();
+    let unguarded = builder(&s).restart_guard(false).build().unwrap();
+    for r in [&holder, &guarded, &unguarded] {
+        warm(r).await;
+    }
+    let ttl = Duration::from_secs(30);
+    let mut lock = holder.lock("a", ttl).await.unwrap();
+
+    // Node 0: its replica forgets the key, then is promoted.
+    let old0 = s.primary(0).unwrap();
+    let replica0 = s.server_ports(0).into_iter().find(|&p| p != old0).unwrap();
+    eventually("the key replicated", || get(replica0, &key("a")).is_some()).await;
+    command(replica0, &["CONFIG", "SET", "replica-read-only", "no"]).unwrap();
+    assert_eq!(
+        command(replica0, &["DEL", &key("a")]).unwrap(),
+        Reply::Int(1)
+    );
+    let new0 = s.failover(0).unwrap();
+    assert_eq!(new0, replica0);
+    assert_eq!(get(new0, &key("a")), None);
+    // Node 1: its primary restarts empty, before the sentinels see it down.
+    let p1 = s.primary(1).unwrap();
+    s.restart_server(p1).unwrap();
+    assert_eq!(get(p1, &key("a")), None);
+    // The sentinels demote node 0's old primary, closing its clients'
+    // connections: the next ones resolve the new primary.
+    s.wait_for_replica(old0).unwrap();
+
+    let names = [s.name(0), s.name(1)];
+    let start = Instant::now();
+    let err = loop {
+        let err = guarded.try_lock("a", ttl).await.unwrap_err();
+        assert!(matches!(err, Error::NotAcquired { .. }), "{err}");
+        let restarted = failed(&err, |f| matches!(f, NodeFailure::Restarted { .. }));
+        if restarted == names {
+            break err;
+        }
+        assert!(start.elapsed() < BOUND, "no quarantine seen: {err}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // Counted from when the guard saw the new server: most of the TTL.
+    for (_, failure) in err.report().unwrap().failures() {
+        if let NodeFailure::Restarted { remaining } = failure {
+            assert!(*remaining > Duration::from_secs(15), "{err}");
+        }
+    }
+    assert!(lock.remaining() > Duration::ZERO);
+
+    // The unguarded client takes it a second time from the two nodes that
+    // forgot it: the danger is real.
+    let start = Instant::now();
+    let second = loop {
+        match unguarded.try_lock("a", ttl).await {
+            Ok(second) => break second,
+            Err(err) => assert!(start.elapsed() < BOUND, "{err}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        lock.remaining() > Duration::ZERO,
+        "the first holder ran out"
+    );
+    second.release().await.unwrap();
+
+    // The holder still has node 2, and its extension reaches the others.
+    lock.extend(ttl).await.unwrap_or_else(|e| panic!("{e}"));
+    lock.release().await.unwrap();
+}
+
+/// Every node's primary is killed: the sentinels promote the replicas, the
+/// waiter's subscriptions resolve the new primaries, and the holder's
+/// release there wakes it (its retry pause and the holder's TTL are both
+/// far longer than the bound it is given).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_woken_by_a_release_after_failovers() {
+    let mut s = sentinels(3);
+    let holder = builder(&s).build().unwrap();
+    // The guard would keep the promoted replicas out of its acquisition for
+    // the TTL; this test is about the subscriptions.
+    let waiter = builder(&s)
+        .restart_guard(false)
+        .retry_count(100)
+        .retry_delay(Duration::from_secs(60))
+        .retry_jitter(Duration::ZERO)
+        .build()
+        .unwrap();
+    warm(&holder).await;
+    warm(&waiter).await;
+    let lock = holder.lock("w", Duration::from_secs(60)).await.unwrap();
+    let waiting = tokio::spawn(async move {
+        let started = Instant::now();
+        let lock = waiter
+            .lock("w", Duration::from_secs(10))
+            .wait(Duration::from_secs(50))
+            .await;
+        (lock.map(|l| l.token().to_owned()), started.elapsed())
+    });
+    let olds: Vec<u16> = (0..3).map(|i| s.primary(i).unwrap()).collect();
+    // Subscribed on every primary, and the key on every replica.
+    for (i, &old) in olds.iter().enumerate() {
+        eventually("subscribed", || subscribed(old)).await;
+        let replica = s.server_ports(i).into_iter().find(|&p| p != old).unwrap();
+        eventually("the key replicated", || get(replica, &key("w")).is_some()).await;
+    }
+    for &old in &olds {
+        s.kill_server(old).unwrap();
+    }
+    let news: Vec<u16> = (0..3)
+        .map(|i| s.wait_for_new_primary(i, olds[i]).unwrap())
+        .collect();
+    for &new in &news {
+        eventually("subscribed again on the new primary", || subscribed(new)).await;
+    }
+    let released = Instant::now();
+    lock.release().await.unwrap();
+    let (got, _) = tokio::time::timeout(BOUND, waiting)
+        .await
+        .expect("the waiter was not woken")
+        .unwrap();
+    got.unwrap_or_else(|e| panic!("{e}"));
+    // Woken, not polling (a 60 s pause) nor waiting out the TTL (60 s).
+    assert!(released.elapsed() < Duration::from_secs(50));
+}
+
+/// The error of an acquisition on the one node `url`, once its connection
+/// was waited for (the first attempt may not wait for it), as text and
+/// the node's failure.
+async fn failure_of(url: &str) -> (String, NodeFailure) {
+    let redlock = Redlock::builder()
+        .node(url)
+        .node_timeout(NODE_TIMEOUT)
+        .retry_count(0)
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    loop {
+        let err = redlock
+            .try_lock("t", Duration::from_secs(10))
+            .await
+            .unwrap_err();
+        let failure = err.report().unwrap().failures()[0].1.clone();
+        if !matches!(failure, NodeFailure::Timeout | NodeFailure::NotWaited) {
+            return (err.to_string(), failure);
+        }
+        assert!(start.elapsed() < BOUND, "{err}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Whether the server on `port` has a subscriber on a lock's wake-up
+/// channel.
+fn subscribed(port: u16) -> bool {
+    matches!(
+        command(port, &["PUBSUB", "CHANNELS", "redquorum:*"]),
+        Ok(Reply::Array(Some(channels))) if !channels.is_empty()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_masters_unreachable_sentinels_and_replicas_are_told_apart() {
+    let s = sentinels(1);
+    let sentinels = s.sentinel_addresses().join(",");
+    let nobody = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = nobody.local_addr().unwrap().port();
+    drop(nobody);
+    // One sentinel told to monitor node 0's replica as a master, alone
+    // (quorum 2: it cannot fail it over).
+    let primary = s.primary(0).unwrap();
+    let replica = s
+        .server_ports(0)
+        .into_iter()
+        .find(|&p| p != primary)
+        .unwrap();
+    let lone = s.sentinel_ports()[0];
+    let monitored = command(
+        lone,
+        &[
+            "SENTINEL",
+            "MONITOR",
+            "stale",
+            "127.0.0.1",
+            &replica.to_string(),
+            "2",
+        ],
+    )
+    .unwrap();
+    assert_eq!(monitored, Reply::Status("OK".into()));
+    let unknown = failure_of(&format!("redis+sentinel://{sentinels}/no-such-master")).await;
+    assert!(
+        matches!(&unknown.1, NodeFailure::UnknownMaster { master } if master == "no-such-master"),
+        "{}",
+        unknown.0
+    );
+    assert!(
+        unknown.0.contains("no master named \"no-such-master\""),
+        "{}",
+        unknown.0
+    );
+    let unreachable = failure_of(&format!("redis+sentinel://127.0.0.1:{dead}/redquorum-0")).await;
+    assert!(
+        matches!(&unreachable.1, NodeFailure::SentinelsUnreachable(_)),
+        "{}",
+        unreachable.0
+    );
+    assert!(
+        unreachable
+            .0
+            .contains("no sentinel of the node could be asked"),
+        "{}",
+        unreachable.0
+    );
+    let stale = failure_of(&format!("redis+sentinel://127.0.0.1:{lone}/stale")).await;
+    assert!(
+        matches!(&stale.1, NodeFailure::NotPrimary { role, .. } if role == "slave"),
+        "{}",
+        stale.0
+    );
+    assert!(stale.0.contains("it says it is a slave"), "{}", stale.0);
+    // Nothing was written on the replica.
+    assert_eq!(get(replica, &key("t")), None);
+    // The right name still works beside them.
+    let ok = Redlock::builder()
+        .node(s.url(0))
+        .node_timeout(NODE_TIMEOUT)
+        .build()
+        .unwrap();
+    ok.lock("t", Duration::from_secs(10))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let _ = command(lone, &["SENTINEL", "REMOVE", "stale"]);
+}
+
+#[test]
+fn bad_urls_are_config_errors_that_say_what_to_fix() {
+    for (url, says) in [
+        ("redis+sentinel:///mymaster", "no sentinel address"),
+        ("redis+sentinel://:s3cret@10.0.0.1:26379", "no master name"),
+        (
+            "redis+sentinel://10.0.0.1:26379,10.0.0.2:notaport/m",
+            "no valid port",
+        ),
+        ("redis+sentinel://10.0.0.1:70000/m", "no valid port"),
+    ] {
+        let err = Redlock::builder().node(url).build().unwrap_err();
+        let Error::Config(ConfigError::InvalidSentinelUrl { .. }) = &err else {
+            panic!("{url}: {err:?}");
+        };
+        assert!(err.to_string().contains(says), "{err}");
+        assert!(!err.to_string().contains("s3cret"), "{err}");
+        assert!(!format!("{err:?}").contains("s3cret"), "{err:?}");
+    }
+    let err = Redlock::builder()
+        .node("rediss+sentinel://:s3cret@10.0.0.1/m")
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Config(ConfigError::SentinelTlsNotSupported { .. })
+        ),
+        "{err:?}"
+    );
+    assert!(!format!("{err} {err:?}").contains("s3cret"));
+    let err = Redlock::builder()
+        .sentinel_node("m", ["10.0.0.1:1", "10.0.0.2:2"])
+        .node("redis+sentinel://10.0.0.2:2,10.0.0.3:3/m")
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Config(ConfigError::DuplicateNode { .. })),
+        "{err:?}"
+    );
+}
+
+/// Wrong credentials for the data nodes and the sentinels: the failures
+/// say so, and neither password is shown anywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passwords_appear_in_no_error_or_debug_output() {
+    let s = sentinels(1);
+    let sentinels = s.sentinel_addresses().join(",");
+    let builder = Redlock::builder()
+        .nodes([
+            format!("redis+sentinel://user:s3cret-data@{sentinels}/redquorum-0"),
+            format!("redis+sentinel://{sentinels}/redquorum-0?sentinel_password=s3cret-sentinel"),
+        ])
+        .node_timeout(NODE_TIMEOUT)
+        .retry_count(0);
+    let shown = format!("{builder:?}");
+    assert!(!shown.contains("s3cret"), "{shown}");
+    // Two nodes naming one master through the same sentinels.
+    let err = builder.clone().build().unwrap_err();
+    assert!(!format!("{err} {err:?}").contains("s3cret"), "{err:?}");
+    // One at a time, each its own Redlock.
+    for (url, expect_auth_in_sentinels) in [
+        (
+            format!("redis+sentinel://user:s3cret-data@{sentinels}/redquorum-0"),
+            false,
+        ),
+        (
+            format!("redis+sentinel://{sentinels}/redquorum-0?sentinel_password=s3cret-sentinel"),
+            true,
+        ),
+    ] {
+        let redlock = Redlock::builder()
+            .node(&url)
+            .node_timeout(NODE_TIMEOUT)
+            .retry_count(0)
+            .build()
+            .unwrap();
+        assert!(!format!("{redlock:?}").contains("s3cret"));
+        let start = Instant::now();
+        let err = loop {
+            let err = redlock
+                .try_lock("p", Duration::from_secs(10))
+                .await
+                .unwrap_err();
+            let failure = &err.report().unwrap().failures()[0].1;
+            if !matches!(failure, NodeFailure::Timeout | NodeFailure::NotWaited) {
+                break err;
+            }
+            assert!(start.elapsed() < BOUND, "{err}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let failure = &err.report().unwrap().failures()[0].1;
+        if expect_auth_in_sentinels {
+            assert!(
+                matches!(failure, NodeFailure::SentinelsUnreachable(e) if e.contains("authentication")),
+                "{err}"
+            );
+        } else {
+            assert!(matches!(failure, NodeFailure::Auth(_)), "{err}");
+        }
+        let shown = format!("{err} {err:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+    }
+}
