@@ -189,15 +189,18 @@ async fn a_failover_while_held_is_quarantined_and_grants_no_second_holder() {
     );
     second.release().await.unwrap();
 
-    // The holder still has node 2, and its extension reaches the others.
-    lock.extend(ttl).await.unwrap_or_else(|e| panic!("{e}"));
-    lock.release().await.unwrap();
+    // The first holder's keys are gone from a majority now (the second
+    // holder's release deleted those it wrote): its extension says so
+    // rather than report it held.
+    let err = lock.extend(ttl).await.unwrap_err();
+    assert!(matches!(err, Error::Expired { .. }), "{err}");
 }
 
 /// Every node's primary is killed: the sentinels promote the replicas, the
-/// waiter's subscriptions resolve the new primaries, and the holder's
-/// release there wakes it (its retry pause and the holder's TTL are both
-/// far longer than the bound it is given).
+/// waiter's subscriptions, broken, are made again on the new primaries
+/// (seen there with `PUBSUB CHANNELS`), and the holder's release there
+/// wakes it: it gets the lock sooner than the timer it sleeps on while
+/// listening (ten retry pauses, 20 s) and the holder's TTL (60 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_is_woken_by_a_release_after_failovers() {
     let mut s = sentinels(3);
@@ -207,7 +210,7 @@ async fn a_waiter_is_woken_by_a_release_after_failovers() {
     let waiter = builder(&s)
         .restart_guard(false)
         .retry_count(100)
-        .retry_delay(Duration::from_secs(60))
+        .retry_delay(Duration::from_secs(2))
         .retry_jitter(Duration::ZERO)
         .build()
         .unwrap();
@@ -238,15 +241,12 @@ async fn a_waiter_is_woken_by_a_release_after_failovers() {
     for &new in &news {
         eventually("subscribed again on the new primary", || subscribed(new)).await;
     }
-    let released = Instant::now();
     lock.release().await.unwrap();
-    let (got, _) = tokio::time::timeout(BOUND, waiting)
+    let (got, _) = tokio::time::timeout(Duration::from_secs(15), waiting)
         .await
-        .expect("the waiter was not woken")
+        .expect("the waiter was not woken by the release")
         .unwrap();
     got.unwrap_or_else(|e| panic!("{e}"));
-    // Woken, not polling (a 60 s pause) nor waiting out the TTL (60 s).
-    assert!(released.elapsed() < Duration::from_secs(50));
 }
 
 /// The error of an acquisition on the one node `url`, once its connection
