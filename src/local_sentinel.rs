@@ -263,6 +263,21 @@ impl LocalSentinels {
         self.wait_in_sync(index)
     }
 
+    /// Node `i`'s server that is not its primary, if it is a replica whose
+    /// link to the primary is up (one a failover can promote).
+    pub fn replica_in_sync(&self, i: usize) -> Option<u16> {
+        let primary = self.primary(i).ok()?;
+        let replica = self.server_ports(i).into_iter().find(|&p| p != primary)?;
+        let in_sync = matches!(
+            command(replica, &["INFO", "replication"]),
+            Ok(Reply::Bulk(Some(info)))
+                if String::from_utf8_lossy(&info).contains("master_link_status:up")
+                    && String::from_utf8_lossy(&info)
+                        .contains(&format!("master_port:{primary}"))
+        );
+        in_sync.then_some(replica)
+    }
+
     /// Kills the server on `port` with SIGKILL (one of [`server_ports`](Self::server_ports)).
     ///
     /// # Errors

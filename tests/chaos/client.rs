@@ -92,7 +92,9 @@ impl Spec {
     pub fn encode(&self) -> String {
         [
             format!("kind={}", self.kind.name()),
-            format!("nodes={}", self.nodes.join(",")),
+            // Not commas: a Sentinel-managed node's URL lists its
+            // sentinels with them.
+            format!("nodes={}", self.nodes.join("|")),
             format!("register={}", self.register),
             format!("tasks={}", self.tasks),
             format!("resources={}", self.resources),
@@ -124,7 +126,7 @@ impl Spec {
         let n = |key: &str| -> u64 { get(key).parse().expect(key) };
         Spec {
             kind: Kind::parse(&get("kind")),
-            nodes: get("nodes").split(',').map(str::to_owned).collect(),
+            nodes: get("nodes").split('|').map(str::to_owned).collect(),
             register: n("register") as u16,
             tasks: n("tasks") as usize,
             resources: n("resources") as usize,
@@ -403,6 +405,17 @@ impl Task {
             }
             Err(e) => {
                 let cause = cause(&e);
+                let votes = e.report().map_or(0, |r| {
+                    r.failures()
+                        .iter()
+                        .filter(|(_, f)| matches!(f, NodeFailure::Restarted { .. }))
+                        .count()
+                });
+                if votes > 0 {
+                    self.log(Event::Quarantined {
+                        votes: votes as u64,
+                    });
+                }
                 self.log(Event::Failed {
                     cause: if inner {
                         format!("inner/{cause}")

@@ -62,6 +62,10 @@ pub enum Event {
     },
     /// A `release()`: `ok`, or the kind of error (the lock was gone).
     Released { outcome: String },
+    /// A failed `lock()` call's last attempt, refused by `votes` nodes
+    /// because they restarted or failed over (`NodeFailure::Restarted`: the
+    /// restart guard's quarantine).
+    Quarantined { votes: u64 },
     /// A register write, completed at `at`, by a holder whose validity ran
     /// out at `deadline`.
     Wrote {
@@ -124,6 +128,7 @@ impl fmt::Display for Event {
                 }
             }
             Event::Released { outcome } => write!(f, "released {outcome}"),
+            Event::Quarantined { votes } => write!(f, "quarantined {votes}"),
             Event::Wrote {
                 resource,
                 at,
@@ -170,6 +175,7 @@ impl Event {
                 },
             },
             Some("released") => Event::Released { outcome: s(1)? },
+            Some("quarantined") => Event::Quarantined { votes: n(1)? },
             Some("wrote") => Event::Wrote {
                 resource: s(1)?,
                 at: n(2)?,
@@ -248,6 +254,10 @@ pub struct Verdict {
     pub cancelled: usize,
     /// Failed `lock()` calls by cause.
     pub failures: BTreeMap<String, usize>,
+    /// Failed `lock()` calls whose last attempt some node refused under
+    /// the restart guard's quarantine, and how many such votes.
+    pub quarantined_calls: usize,
+    pub quarantined_votes: usize,
     /// Releases by outcome (`ok`, or the error kind when the lock was gone).
     pub releases: BTreeMap<String, usize>,
     /// Latency of the `lock()` calls that acquired, sorted (µs).
@@ -308,6 +318,10 @@ impl Verdict {
                     v.intervals.entry(resource).or_default().push(interval)
                 }
                 Event::Released { outcome } => *v.releases.entry(outcome).or_default() += 1,
+                Event::Quarantined { votes } => {
+                    v.quarantined_calls += 1;
+                    v.quarantined_votes += votes as usize;
+                }
                 Event::Wrote {
                     resource,
                     at,
@@ -541,6 +555,7 @@ pub mod self_test {
                 latency_us: 9,
             },
             Event::Cancelled,
+            Event::Quarantined { votes: 2 },
             held("r1", "p0t3", 10, 20),
             Event::Released {
                 outcome: "ok".into(),

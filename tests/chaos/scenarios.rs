@@ -14,6 +14,11 @@
 //! | `pause` | yes | | | yes: paused holders write after the pause; the plain register loses updates, the fenced one refuses the stale writes | yes |
 //! | `partition` | yes | | | | yes: at most 2 holders of 2 permits at once, 2 seen at once |
 //!
+//! `sentinel_failover` runs the plain lock over three Sentinel-managed
+//! nodes (`redquorum::local_sentinel`): `SENTINEL FAILOVER` and killed
+//! primaries under load, each failover a restart the guard quarantines
+//! (its figures count the `Restarted` votes).
+//!
 //! `rwlock_` runs `kill`, `freeze`, `partition` and `pause` with
 //! read-write locks (3 reads in 4): no writer interval overlaps any other,
 //! readers are seen to overlap, and writers get in;
@@ -43,6 +48,7 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use redquorum::local_cluster::{LocalCluster, Reply, command};
+use redquorum::local_sentinel::LocalSentinels;
 
 use crate::client::{self, Kind, Spec};
 use crate::history::{Event, Verdict, now_ns};
@@ -157,6 +163,11 @@ pub const ALL: &[Scenario] = &[
         name: "kill",
         about: "kill -9 a random node every 0.3-1 s while acquisitions are in flight, restart it at once (guard on)",
         run: Run::Kinds(EVERY_KIND, kill),
+    },
+    Scenario {
+        name: "sentinel_failover",
+        about: "three Sentinel-managed nodes (a primary and a replica each, three sentinels): SENTINEL FAILOVER of a node, or kill -9 of its primary (restarted empty once the replica is promoted), every 0.3-1 s while acquisitions are in flight (guard on: each failover quarantined)",
+        run: Run::Once(sentinel_failover),
     },
     Scenario {
         name: "freeze",
@@ -328,6 +339,53 @@ fn kill(secs: Duration, kind: Kind) {
     println!("   faults: {kills} nodes killed with SIGKILL and restarted at once");
     let f = load.report(&v);
     assert_safe(&v, &f);
+}
+
+/// Faults on Sentinel-managed nodes: a node whose replica is in sync is
+/// failed over by hand (the old primary stays a master no sentinel names
+/// until the sentinels demote it, seconds later, closing its clients'
+/// connections), or its primary is killed, and restarted empty once the
+/// sentinels have promoted the replica.
+fn sentinel_failover(secs: Duration) {
+    let mut s = LocalSentinels::start(3)
+        .unwrap_or_else(|e| panic!("cannot start Sentinel-managed nodes: {e}"));
+    let urls = s.urls();
+    let load = Load::with_nodes("sentinel_failover", urls.clone(), cluster(1), secs);
+    let clients = load.start(|_| urls.clone());
+    let (mut failovers, mut kills, mut round) = (0, 0, 0);
+    for_the_run(secs, |left| {
+        sleep_ms(300, 1_000.min(left));
+        // A node a failover can promote a replica of.
+        let ready: Vec<usize> = (0..s.len())
+            .filter(|&i| s.replica_in_sync(i).is_some())
+            .collect();
+        if ready.is_empty() {
+            return;
+        }
+        let i = ready[rand::random_range(0..ready.len())];
+        if round % 2 == 0 {
+            s.failover(i).unwrap();
+            failovers += 1;
+        } else {
+            let old = s.primary(i).unwrap();
+            s.kill_server(old).unwrap();
+            s.wait_for_new_primary(i, old).unwrap();
+            s.restart_server(old).unwrap();
+            kills += 1;
+        }
+        round += 1;
+    });
+    let v = clients.finish();
+    println!(
+        "   faults: {failovers} SENTINEL FAILOVERs, {kills} primaries killed (restarted empty after the promotion)"
+    );
+    let f = load.report(&v);
+    assert_safe(&v, &f);
+    assert!(failovers + kills > 0, "no fault in the run");
+    assert!(
+        v.quarantined_votes > 0,
+        "no node was ever quarantined after a failover"
+    );
 }
 
 fn freeze(secs: Duration, kind: Kind) {
@@ -806,6 +864,12 @@ impl Load {
             v.failures,
             v.cancelled
         );
+        if s.restart_guard {
+            println!(
+                "   restart guard: {} failed lock() calls refused by quarantined nodes, {} Restarted votes",
+                v.quarantined_calls, v.quarantined_votes
+            );
+        }
         let intervals: usize = v.intervals.values().map(Vec::len).sum();
         println!(
             "   holding intervals: {intervals}, overlapping pairs of one owner's holds (nested): {}; most holders of a resource at once: {} (allowed: {}); overlapping readers: {}",
