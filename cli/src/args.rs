@@ -26,8 +26,11 @@ NODES:
   Every command but `cluster` talks to the nodes given by --nodes (once per
   URL, or once with a comma-separated list), else by the REDQUORUM_NODES
   environment variable (a comma-separated list): URLs
-  redis://[user:password@]host:port[/db], rediss:// for TLS, or
-  redis+unix:///path/to.sock. A list is split only at a comma followed by a
+  redis://[user:password@]host:port[/db], rediss:// for TLS,
+  redis+unix:///path/to.sock, or a Sentinel-managed primary,
+  redis+sentinel://[user:password@]host1:port1,host2:port2/<master-name>
+  (its password the data nodes', ?sentinel_password=... the sentinels').
+  A list is split only at a comma followed by a
   URL's scheme (redis://, rediss://, unix://, ...): a comma in a password is
   kept in it, and every URL of a list needs its scheme. No password is ever
   printed, in any message. Use three or five independent nodes (not replicas
@@ -86,7 +89,7 @@ pub enum Command {
 /// Where the nodes are.
 #[derive(Debug, Args)]
 pub struct Nodes {
-    /// The nodes: redis:// or rediss:// URLs, comma-separated, or --nodes
+    /// The nodes: redis://, rediss:// or redis+sentinel:// URLs, comma-separated, or --nodes
     /// once per URL. A list is split only at a comma followed by a URL's
     /// scheme, so a comma in a password is kept.
     #[arg(

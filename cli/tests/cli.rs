@@ -578,6 +578,37 @@ fn huge_durations_are_usage_errors_not_panics() {
     assert_eq!(stdout(&out), "ran\n");
 }
 
+/// Sentinel-managed nodes in REDQUORUM_NODES: the comma-separated list is
+/// split at each `redis+sentinel://`, not at the sentinels' commas; a bad
+/// one is a usage error that says what to fix, its password not shown.
+#[test]
+fn sentinel_urls_are_nodes() {
+    let s = redquorum::local_sentinel::LocalSentinels::start(3)
+        .unwrap_or_else(|e| panic!("cannot start Sentinel-managed nodes: {e}"));
+    let out = Command::new(BIN)
+        .args(["run", "r", "--", "sh", "-c", "echo ran"])
+        .env("REDQUORUM_NODES", s.urls().join(","))
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .expect("redquorum runs");
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "ran\n");
+    let out = Command::new(BIN)
+        .args(["run", "r", "--", "true"])
+        .env(
+            "REDQUORUM_NODES",
+            "redis+sentinel://:s3cret@127.0.0.1:1,127.0.0.1:2",
+        )
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .expect("redquorum runs");
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("no master name"), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("s3cret"), "{}", stderr(&out));
+}
+
 /// A majority frozen while the command runs: renewals fail, and once no
 /// more than --kill-after of the lock is left the command's whole process
 /// group gets SIGTERM (a child it started in the background too), then
