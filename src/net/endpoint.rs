@@ -3,7 +3,7 @@
 //! A node of the quorum is one failure domain that holds a copy of each
 //! lock key. Most often it is one server ([`Endpoint::Server`]); with the
 //! `sentinel` feature it can be a Sentinel-managed primary
-//! (`Endpoint::Sentinel`, see [`sentinel`](super::sentinel)), whose
+//! (`Endpoint::Sentinel`, see `net::sentinel`), whose
 //! connections go to whichever server the sentinels name as the primary
 //! when the connection is made. The rest of the node layer (bounded
 //! requests, the gate, retired connections, the restart guard) does not

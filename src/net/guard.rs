@@ -22,7 +22,7 @@
 //! cannot create a key.
 //!
 //! **A node that fails over** (a Sentinel-managed primary, see
-//! [`sentinel`](super::sentinel)) loses what asynchronous replication had
+//! `net::sentinel`) loses what asynchronous replication had
 //! not copied to the promoted replica, exactly as a restart without
 //! persistence loses everything. The promoted replica has its own
 //! `run_id`, so the guard sees the failover as a restart. But its
