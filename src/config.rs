@@ -118,7 +118,10 @@ impl Default for Options {
 }
 
 impl Builder {
-    /// Adds one node, as a URL: `redis://[user:password@]host:port[/db]`.
+    /// Adds one node, as a URL: `redis://[user:password@]host:port[/db]`
+    /// (`rediss://` for TLS, feature `tls`), or a Sentinel-managed primary,
+    /// `redis+sentinel://[user:password@]host1:port1[,host2:port2…]/<master-name>[/<db>]`
+    /// (feature `sentinel`; see [`sentinel_node`](Self::sentinel_node)).
     pub fn node(mut self, url: impl AsRef<str>) -> Self {
         self.urls.push(url.as_ref().to_owned());
         self

@@ -39,7 +39,9 @@
 //! ## Contents
 //!
 //! What you use:
-//! * [`Redlock`] (and its [`Builder`]): one per process; takes locks with
+//! * [`Redlock`] (and its [`Builder`]): one per process, over N nodes,
+//!   each a server or (feature `sentinel`) a Sentinel-managed primary
+//!   ([`Builder::sentinel_node`]); takes locks with
 //!   [`lock`](Redlock::lock), [`try_lock`](Redlock::try_lock),
 //!   [`with_lock`](Redlock::with_lock), and sets of resources, all or none,
 //!   with [`lock_all`](Redlock::lock_all).

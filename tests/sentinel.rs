@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use redquorum::local_cluster::{Reply, command};
+use redquorum::local_cluster::{Reply, answering_pid, command};
 use redquorum::local_sentinel::LocalSentinels;
 use redquorum::{ConfigError, Error, NodeFailure, Redlock};
 
@@ -358,6 +358,24 @@ async fn unknown_masters_unreachable_sentinels_and_replicas_are_told_apart() {
         .await
         .unwrap();
     let _ = command(lone, &["SENTINEL", "REMOVE", "stale"]);
+}
+
+#[test]
+fn dropping_the_set_stops_every_process() {
+    let s = sentinels(2);
+    let ports: Vec<u16> = s
+        .sentinel_ports()
+        .into_iter()
+        .chain((0..2).flat_map(|i| s.server_ports(i)))
+        .collect();
+    assert_eq!(ports.len(), 7);
+    for &port in &ports {
+        assert!(answering_pid(port).is_some(), "{port}");
+    }
+    drop(s);
+    for &port in &ports {
+        assert_eq!(answering_pid(port), None, "{port} still answers");
+    }
 }
 
 #[test]
