@@ -200,7 +200,8 @@ async fn a_failover_while_held_is_quarantined_and_grants_no_second_holder() {
 /// waiter's subscriptions, broken, are made again on the new primaries
 /// (seen there with `PUBSUB CHANNELS`), and the holder's release there
 /// wakes it: it gets the lock sooner than the timer it sleeps on while
-/// listening (ten retry pauses, 20 s) and the holder's TTL (60 s).
+/// listening (the holder's remaining TTL, some 50 s, capped at ten retry
+/// pauses, 50 s), which only a wake-up can do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_is_woken_by_a_release_after_failovers() {
     let mut s = sentinels(3);
@@ -210,7 +211,7 @@ async fn a_waiter_is_woken_by_a_release_after_failovers() {
     let waiter = builder(&s)
         .restart_guard(false)
         .retry_count(100)
-        .retry_delay(Duration::from_secs(2))
+        .retry_delay(Duration::from_secs(5))
         .retry_jitter(Duration::ZERO)
         .build()
         .unwrap();
