@@ -42,7 +42,8 @@
 //!   sentinels) from clients still connected to it, past the quarantine of
 //!   a client that had already moved on: run the data nodes with
 //!   `min-replicas-to-write 1` and a small `min-replicas-max-lag` to bound
-//!   that window.
+//!   that window (the old primary then refuses writes, `NOREPLICAS`, once
+//!   its replica stops acknowledging).
 //! * A failover to a replica that had copied every key is harmless, and is
 //!   quarantined all the same: the guard cannot tell what was copied.
 
