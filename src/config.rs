@@ -359,7 +359,11 @@ impl Builder {
     /// * Keys other clients took with longer TTLs than ours (give them all
     ///   the same TTLs).
     /// * A restart that happened before this `Redlock` first connected to
-    ///   the node: with no run id to compare, it cannot tell.
+    ///   the node: with no run id to compare, it cannot tell. The same goes
+    ///   for a Sentinel-managed node's failover; after one it does see, it
+    ///   counts the whole longest TTL from that moment (a promoted
+    ///   replica's uptime is not the time since its promotion). See the
+    ///   README's "Sentinel-managed nodes".
     /// * A node whose ACL forbids `INFO`, or that renamed it, from the
     ///   start: it cannot be watched; a warning is logged once per node and
     ///   it votes as usual. (One that answered `INFO` before and stops
