@@ -9,8 +9,8 @@
 #   cluster-node.sh PORT PORT PORT PORT PORT PORT
 #
 # Every start is a fresh cluster (no persistence, nodes.conf emptied).
-# /tmp/ready is non-empty once every node reports cluster_state:ok, sees the three
-# replicas, and every replica is in sync with its primary.
+# /tmp/ready is non-empty once every node reports cluster_state:ok and sees
+# every replica, and every replica is in sync with its primary.
 set -eu
 # Shell builtins and redis binaries only: the local image has no coreutils
 # but `sleep`.
