@@ -7,7 +7,9 @@
 //! ```
 //!
 //! With `REDQUORUM_NODES` unset it starts five local `redis-server`
-//! processes (Redis must be installed) and stops them at the end.
+//! processes (Redis must be installed) and stops them at the end. A URL
+//! with several hosts (`redis+sentinel://h1:p1,h2:p2/name`) stays one node:
+//! a new URL starts only where a piece has a scheme (`…://`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -27,7 +29,7 @@ const TTL: Duration = Duration::from_secs(5);
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (urls, mut local) = match std::env::var("REDQUORUM_NODES") {
-        Ok(nodes) => (nodes.split(',').map(str::to_owned).collect(), None),
+        Ok(nodes) => (split_urls(&nodes), None),
         Err(_) => {
             let cluster = LocalCluster::start(5)?;
             println!("started a local cluster of 5 redis-server processes:");
@@ -129,4 +131,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("some workers did not get the lock".into());
     }
     Ok(())
+}
+
+/// `REDQUORUM_NODES` split at the commas that start a new URL: a piece
+/// without `://` is one more host of the URL before it.
+fn split_urls(nodes: &str) -> Vec<String> {
+    let mut urls: Vec<String> = Vec::new();
+    for piece in nodes.split(',') {
+        match urls.last_mut() {
+            Some(last) if !piece.contains("://") => {
+                last.push(',');
+                last.push_str(piece);
+            }
+            _ => urls.push(piece.to_owned()),
+        }
+    }
+    urls
 }

@@ -2,7 +2,10 @@
 # Builds the Docker image redquorum/redis-local:latest from this machine's own
 # redis-server and redis-cli and the shared libraries they load, with no
 # registry: the files go into a tarball that `docker import` turns into an
-# image. Use it where `redis:7` cannot be pulled:
+# image. A shell (/bin/sh) and `sleep` come too, for the entry scripts of the
+# compose `sentinel` and `cluster` profiles (scripts/compose/); Sentinel is
+# the server binary run with `--sentinel`. Use it where `redis:7` cannot be
+# pulled:
 #
 #   scripts/build-local-image.sh
 #   REDQUORUM_REDIS_IMAGE=redquorum/redis-local:latest docker-compose up -d
@@ -15,17 +18,21 @@ server=$(command -v redis-server) || {
     exit 1
 }
 cli=$(command -v redis-cli || true)
+shell=$(command -v dash || command -v sh)
+sleep=$(command -v sleep)
 
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
-mkdir -p "$root/usr/bin" "$root/tmp" "$root/data" "$root/etc"
+mkdir -p "$root/bin" "$root/usr/bin" "$root/tmp" "$root/data" "$root/etc"
 chmod 1777 "$root/tmp"
 # Debian's redis-server is a link to a binary that picks its role from argv[0]:
 # copy the file itself under the right name.
 cp -L "$server" "$root/usr/bin/redis-server"
 [ -n "$cli" ] && cp -L "$cli" "$root/usr/bin/redis-cli"
-# Every library either binary loads, the dynamic loader included, at its path.
-for lib in $( (ldd "$server"; [ -z "$cli" ] || ldd "$cli") | grep -o '/[^ ]*' | sort -u); do
+cp -L "$shell" "$root/bin/sh"
+cp -L "$sleep" "$root/usr/bin/sleep"
+# Every library a binary loads, the dynamic loader included, at its path.
+for lib in $( (for bin in "$server" $cli "$shell" "$sleep"; do ldd "$bin"; done) | grep -o '/[^ ]*' | sort -u); do
     mkdir -p "$root$(dirname "$lib")"
     cp -L "$lib" "$root$lib"
 done

@@ -1,5 +1,7 @@
 //! The `docker-compose.yml` cluster, for real: five containers on host ports
-//! 7001–7005, locked through, with one container killed and one paused.
+//! 7001–7005, locked through, with one container killed and one paused. And
+//! its profiles: three Sentinel-managed nodes (`sentinel`) and three Redis
+//! Clusters (`cluster`), locked through a failover on one of them.
 //!
 //! See `common::compose` for the image and for what happens where no Docker
 //! engine answers.
@@ -91,4 +93,261 @@ fn the_compose_cluster_grants_locks_through_a_kill_and_a_pause() {
             .unwrap();
         lock.release().await.unwrap();
     });
+}
+
+/// The `sentinel` profile's nodes: service, master name, sentinel ports,
+/// primary port, replica port (see `docker-compose.yml`).
+const SENTINEL_NODES: [(&str, &str, [u16; 3], u16, u16); 3] = [
+    ("sentinel1", "node1", [26111, 26112, 26113], 7111, 7112),
+    ("sentinel2", "node2", [26121, 26122, 26123], 7121, 7122),
+    ("sentinel3", "node3", [26131, 26132, 26133], 7131, 7132),
+];
+
+/// The `cluster` profile's nodes: service and the ports of its six servers.
+const CLUSTER_NODES: [(&str, [u16; 6]); 3] = [
+    ("cluster1", [7211, 7212, 7213, 7214, 7215, 7216]),
+    ("cluster2", [7221, 7222, 7223, 7224, 7225, 7226]),
+    ("cluster3", [7231, 7232, 7233, 7234, 7235, 7236]),
+];
+
+fn text(reply: &Reply) -> Option<String> {
+    match reply {
+        Reply::Bulk(Some(b)) => Some(String::from_utf8_lossy(b).into_owned()),
+        Reply::Status(s) => Some(s.clone()),
+        Reply::Int(i) => Some(i.to_string()),
+        _ => None,
+    }
+}
+
+/// `ROLE`'s first word on `port` ("master", "slave"), if it answers.
+fn role(port: u16) -> Option<String> {
+    match command_with_timeout(port, &["ROLE"], Duration::from_secs(1)) {
+        Ok(Reply::Array(Some(items))) => items.first().and_then(text),
+        _ => None,
+    }
+}
+
+/// The primary's port as the sentinel on `port` reports it for `name`.
+fn sentinel_primary(port: u16, name: &str) -> Option<u16> {
+    let args = ["SENTINEL", "GET-MASTER-ADDR-BY-NAME", name];
+    match command_with_timeout(port, &args, Duration::from_secs(1)) {
+        Ok(Reply::Array(Some(items))) if items.len() == 2 => {
+            assert_eq!(text(&items[0]).as_deref(), Some("127.0.0.1"));
+            text(&items[1])?.parse().ok()
+        }
+        _ => None,
+    }
+}
+
+/// Waits (up to `limit`) until `done` says yes; panics saying `what`.
+fn await_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < limit, "{what}: not after {limit:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// How many Sentinel-managed nodes hold `key` on the primary their sentinels
+/// name now (a replica's copy does not count).
+fn sentinel_holders(key: &str) -> usize {
+    SENTINEL_NODES
+        .iter()
+        .filter(|(_, name, sentinels, _, _)| {
+            sentinel_primary(sentinels[0], name).is_some_and(|p| holders_at(&[p], key) == 1)
+        })
+        .count()
+}
+
+/// How many clusters hold `key`: on the primary that serves its slot, the
+/// only server that answers `GET` (the others answer `MOVED`).
+fn cluster_holders(key: &str) -> usize {
+    CLUSTER_NODES
+        .iter()
+        .filter(|(_, ports)| holders_at(ports, key) > 0)
+        .count()
+}
+
+/// Locks `resource` (with a short TTL, so that a node the restart guard
+/// keeps out after a failover is back soon) until `holders` counts it on
+/// all three nodes, for up to `limit`; each lock is released.
+async fn await_held_everywhere(
+    redlock: &Redlock,
+    resource: &str,
+    holders: fn(&str) -> usize,
+    limit: Duration,
+) {
+    let start = Instant::now();
+    loop {
+        let lock = redlock
+            .lock(resource, Duration::from_secs(3))
+            .await
+            .unwrap();
+        let n = holders(&key(resource));
+        lock.release().await.unwrap();
+        if n == 3 {
+            return;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "the lock was never on all three nodes after {limit:?} (last: {n})"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// A `Redlock` on the profile's three URLs, with what to enable if the form
+/// is not supported.
+fn profile_redlock(urls: &[String], feature: &str) -> Redlock {
+    Redlock::builder()
+        .nodes(urls)
+        .node_timeout(Duration::from_secs(2))
+        .retry_count(0)
+        .build()
+        .unwrap_or_else(|e| panic!("{urls:?} (needs the `{feature}` feature): {e}"))
+}
+
+#[test]
+fn the_compose_sentinel_profile_grants_locks_through_a_failover() {
+    if let Err(reason) = docker_or_skip() {
+        eprintln!("SKIPPED the compose sentinel test: {reason}");
+        return;
+    }
+    let services: Vec<&str> = SENTINEL_NODES.iter().map(|n| n.0).collect();
+    let project = format!("redquorumsentinel{}", std::process::id());
+    let compose = Compose::up_profile(&project, "sentinel", &services);
+
+    let urls: Vec<String> = SENTINEL_NODES
+        .iter()
+        .map(|(_, name, [a, b, c], _, _)| {
+            format!("redis+sentinel://127.0.0.1:{a},127.0.0.1:{b},127.0.0.1:{c}/{name}")
+        })
+        .collect();
+    let redlock = profile_redlock(&urls, "sentinel");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let lock = redlock
+            .lock("sentinel", Duration::from_secs(3))
+            .await
+            .unwrap();
+        assert!(sentinel_holders(&key("sentinel")) >= 2);
+        lock.release().await.unwrap();
+
+        // node2's sentinels promote its replica, as a user would ask them.
+        let (service, name, sentinels, primary, replica) = SENTINEL_NODES[1];
+        let port = sentinels[0].to_string();
+        let reply = compose.redis_cli(service, &["-p", &port, "SENTINEL", "FAILOVER", name]);
+        assert_eq!(reply, "OK");
+        await_until(Duration::from_secs(20), "node2's failover", || {
+            sentinels
+                .iter()
+                .all(|&s| sentinel_primary(s, name) == Some(replica))
+                && role(replica).as_deref() == Some("master")
+        });
+        assert_ne!(sentinel_primary(sentinels[0], name), Some(primary));
+
+        // A majority is untouched: locking works at once; and the new
+        // primary gets the keys once the client has followed the failover
+        // (its restart guard keeps it out until our keys could have expired).
+        let lock = redlock
+            .lock("sentinel", Duration::from_secs(3))
+            .await
+            .unwrap();
+        lock.release().await.unwrap();
+        await_held_everywhere(
+            &redlock,
+            "sentinel",
+            sentinel_holders,
+            Duration::from_secs(30),
+        )
+        .await;
+    });
+}
+
+#[test]
+fn the_compose_cluster_profile_grants_locks_through_a_failover() {
+    if let Err(reason) = docker_or_skip() {
+        eprintln!("SKIPPED the compose cluster profile test: {reason}");
+        return;
+    }
+    let services: Vec<&str> = CLUSTER_NODES.iter().map(|n| n.0).collect();
+    let project = format!("redquorumcluster{}", std::process::id());
+    let compose = Compose::up_profile(&project, "cluster", &services);
+
+    let urls: Vec<String> = CLUSTER_NODES
+        .iter()
+        .map(|(_, [a, b, c, ..])| {
+            format!("redis+cluster://127.0.0.1:{a},127.0.0.1:{b},127.0.0.1:{c}")
+        })
+        .collect();
+    let redlock = profile_redlock(&urls, "cluster");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let lock = redlock
+            .lock("cluster", Duration::from_secs(3))
+            .await
+            .unwrap();
+        assert!(cluster_holders(&key("cluster")) >= 2);
+        lock.release().await.unwrap();
+
+        // In cluster2, the replica of the primary that serves the lock's key
+        // takes over (CLUSTER FAILOVER, the coordinated manual failover).
+        let (service, ports) = CLUSTER_NODES[1];
+        let (primary, replica) = slot_primary_and_replica(ports[0], &key("cluster"));
+        let reply = compose.redis_cli(
+            service,
+            &["-p", &replica.to_string(), "CLUSTER", "FAILOVER"],
+        );
+        assert_eq!(reply, "OK");
+        await_until(Duration::from_secs(20), "cluster2's failover", || {
+            role(replica).as_deref() == Some("master") && role(primary).as_deref() == Some("slave")
+        });
+
+        let lock = redlock
+            .lock("cluster", Duration::from_secs(3))
+            .await
+            .unwrap();
+        lock.release().await.unwrap();
+        await_held_everywhere(
+            &redlock,
+            "cluster",
+            cluster_holders,
+            Duration::from_secs(30),
+        )
+        .await;
+    });
+}
+
+/// The ports of the primary that serves `key`'s slot in the cluster that
+/// `port` belongs to, and of its replica (from `CLUSTER NODES`).
+fn slot_primary_and_replica(port: u16, key: &str) -> (u16, u16) {
+    let timeout = Duration::from_secs(2);
+    let slot: u16 = match command_with_timeout(port, &["CLUSTER", "KEYSLOT", key], timeout) {
+        Ok(Reply::Int(slot)) => slot.try_into().unwrap(),
+        other => panic!("CLUSTER KEYSLOT: {other:?}"),
+    };
+    let nodes = command_with_timeout(port, &["CLUSTER", "NODES"], timeout)
+        .ok()
+        .as_ref()
+        .and_then(text)
+        .expect("CLUSTER NODES");
+    // <id> <ip:port@bus> <flags> <primary id or -> <ping> <pong> <epoch> <link> <slots>...
+    let lines: Vec<Vec<&str>> = nodes.lines().map(|l| l.split(' ').collect()).collect();
+    let port_of = |f: &[&str]| -> u16 {
+        let addr = f[1].split('@').next().unwrap();
+        addr.rsplit(':').next().unwrap().parse().unwrap()
+    };
+    let serves = |range: &str| match range.split_once('-') {
+        Some((a, b)) => (a.parse().unwrap()..=b.parse().unwrap()).contains(&slot),
+        None => range.parse() == Ok(slot),
+    };
+    let primary = lines
+        .iter()
+        .find(|f| f[2].contains("master") && f[8..].iter().any(|r| serves(r)))
+        .unwrap_or_else(|| panic!("no primary serves slot {slot}:\n{nodes}"));
+    let replica = lines
+        .iter()
+        .find(|f| f[3] == primary[0])
+        .unwrap_or_else(|| panic!("no replica of {}:\n{nodes}", primary[1]));
+    (port_of(primary), port_of(replica))
 }

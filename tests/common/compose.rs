@@ -1,5 +1,6 @@
 //! The `docker-compose.yml` cluster, driven from tests: a project brought up
-//! with a locally built image and taken down on drop.
+//! with a locally built image and taken down on drop. The same for the
+//! `sentinel` and `cluster` profiles ([`Compose::up_profile`]).
 //!
 //! The image is `$REDQUORUM_REDIS_IMAGE` if set; otherwise it is built from
 //! this machine's `redis-server` by `scripts/build-local-image.sh`, since no
@@ -9,6 +10,7 @@
 
 use std::path::Path;
 use std::process::Command;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use redquorum::local_cluster::{Reply, command_with_timeout};
@@ -20,6 +22,8 @@ pub const PORTS: [u16; 5] = [7001, 7002, 7003, 7004, 7005];
 pub struct Compose {
     pub project: String,
     image: String,
+    /// `--profile <name>`, or nothing for the default services.
+    profile: Vec<String>,
 }
 
 impl Compose {
@@ -28,10 +32,64 @@ impl Compose {
         let compose = Compose {
             project: project.to_owned(),
             image: image(),
+            profile: Vec::new(),
         };
         compose.run(&["up", "-d"]);
         await_ping(&PORTS);
         compose
+    }
+
+    /// Brings up only `services` of profile `profile` (not the default five)
+    /// as the project `project`, and waits until every one is healthy: its
+    /// entry script says the node is ready (`/tmp/ready`, see
+    /// `scripts/compose/`). Taken down on drop, also when this panics.
+    pub fn up_profile(project: &str, profile: &str, services: &[&str]) -> Compose {
+        let compose = Compose {
+            project: project.to_owned(),
+            image: image(),
+            profile: vec!["--profile".to_owned(), profile.to_owned()],
+        };
+        let mut args = vec!["up", "-d"];
+        args.extend(services);
+        compose.run(&args);
+        compose.await_healthy(services, Duration::from_secs(60));
+        compose
+    }
+
+    /// Waits (up to `limit`) until every one of `services` is healthy;
+    /// panics with its log if one exits or the wait runs out.
+    pub fn await_healthy(&self, services: &[&str], limit: Duration) {
+        let start = Instant::now();
+        for service in services {
+            let container = self.container(service);
+            loop {
+                let out = Command::new("docker")
+                    .args([
+                        "inspect",
+                        "-f",
+                        "{{.State.Status}} {{.State.Health.Status}}",
+                    ])
+                    .arg(&container)
+                    .output()
+                    .expect("cannot run docker");
+                let state = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+                if state == "running healthy" {
+                    break;
+                }
+                if !state.starts_with("running") || start.elapsed() > limit {
+                    let logs = Command::new("docker")
+                        .args(["logs", "--tail", "30", &container])
+                        .output()
+                        .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+                        .unwrap_or_default();
+                    panic!(
+                        "{container} is not healthy after {:?} ({state}); its log ends:\n{logs}",
+                        start.elapsed()
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
     }
 
     /// Runs `docker-compose -p <project> <args>` and expects it to succeed.
@@ -40,6 +98,7 @@ impl Compose {
         let status = Command::new("docker-compose")
             .current_dir(root)
             .args(["-p", &self.project])
+            .args(&self.profile)
             .args(args)
             .env("REDQUORUM_REDIS_IMAGE", &self.image)
             .stdout(std::process::Stdio::null())
@@ -58,13 +117,31 @@ impl Compose {
     pub fn network(&self) -> String {
         format!("{}_default", self.project)
     }
+
+    /// Runs `redis-cli <args>` inside the container of `service`, as a user
+    /// would with `docker exec`, and returns its output.
+    pub fn redis_cli(&self, service: &str, args: &[&str]) -> String {
+        let out = Command::new("docker")
+            .args(["exec", &self.container(service), "redis-cli"])
+            .args(args)
+            .output()
+            .expect("cannot run docker");
+        assert!(
+            out.status.success(),
+            "docker exec {service} redis-cli {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
 }
 
 impl Drop for Compose {
     fn drop(&mut self) {
         let _ = Command::new("docker-compose")
             .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .args(["-p", &self.project, "down", "-v", "-t", "1"])
+            .args(["-p", &self.project])
+            .args(&self.profile)
+            .args(["down", "-v", "-t", "1"])
             .env("REDQUORUM_REDIS_IMAGE", &self.image)
             .status();
     }
@@ -88,7 +165,14 @@ pub fn docker_or_skip() -> Result<(), String> {
     Err("no Docker engine answers `docker info`".to_owned())
 }
 
+/// The image, built once per test binary (its tests bring projects up in
+/// parallel).
 fn image() -> String {
+    static IMAGE: OnceLock<String> = OnceLock::new();
+    IMAGE.get_or_init(build_image).clone()
+}
+
+fn build_image() -> String {
     if let Ok(image) = std::env::var("REDQUORUM_REDIS_IMAGE") {
         return image;
     }
