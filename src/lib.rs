@@ -92,6 +92,7 @@ mod config;
 mod election;
 mod engine;
 mod error;
+mod keys;
 mod kinds;
 mod lock;
 mod metrics;

@@ -7,31 +7,55 @@
 //! every connection it gets is to the server that holds the keys now. This
 //! file is the one place that knows how to get such a connection, for
 //! commands and for pub/sub.
+//!
+//! A node may also be a whole Redis Cluster ([`Endpoint::Cluster`], crate
+//! feature `cluster`): its command connection is then redis-rs's
+//! `ClusterConnection`, which sends each command to the primary serving
+//! its key's slot. What that changes for the node rules (replays, the
+//! restart guard per shard) is argued in [`cluster`](super::cluster).
 
-use redis::aio::{MultiplexedConnection, PubSub};
-use redis::{AsyncConnectionConfig, RedisError};
+use redis::aio::{ConnectionLike, MultiplexedConnection, PubSub};
+use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisError, RedisFuture, Value};
 
 /// How a node's connections are made.
+// One per node, made once: the sizes of the variants do not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone)]
 pub(crate) enum Endpoint {
     /// One server, at the client's address.
     Server(redis::Client),
+    /// A Redis Cluster, reached through its seed nodes.
+    #[cfg(feature = "cluster")]
+    Cluster(super::cluster::ClusterEndpoint),
 }
 
 impl Endpoint {
     /// How the node is named in reports and logs: `host:port` (or the
-    /// socket path), never the password.
+    /// socket path), never the password; a cluster by its seeds,
+    /// `cluster(host:port,host:port)`.
     pub(crate) fn name(&self) -> String {
         match self {
             Endpoint::Server(client) => client.get_connection_info().addr().to_string(),
+            #[cfg(feature = "cluster")]
+            Endpoint::Cluster(cluster) => cluster.name(),
         }
     }
 
-    /// The node's identity for duplicate detection: its name in lower case.
-    /// The database number is left out on purpose: two databases of one
-    /// server are one failure domain.
+    /// The node's identity for duplicate detection: its name in lower case
+    /// (a cluster's: its sorted seed set). The database number is left out
+    /// on purpose: two databases of one server are one failure domain.
     pub(crate) fn identity(&self) -> String {
         self.name().to_ascii_lowercase()
+    }
+
+    /// Whether the node is a Redis Cluster (its keys must then keep one
+    /// lock's keys in one slot).
+    pub(crate) fn is_cluster(&self) -> bool {
+        match self {
+            Endpoint::Server(_) => false,
+            #[cfg(feature = "cluster")]
+            Endpoint::Cluster(_) => true,
+        }
     }
 
     /// A new command connection to the server that holds the keys now.
@@ -39,21 +63,69 @@ impl Endpoint {
     pub(crate) async fn connect(
         &self,
         config: &AsyncConnectionConfig,
-    ) -> Result<MultiplexedConnection, RedisError> {
+    ) -> Result<CommandConn, RedisError> {
         match self {
-            Endpoint::Server(client) => {
-                client
-                    .get_multiplexed_async_connection_with_config(config)
-                    .await
-            }
+            Endpoint::Server(client) => client
+                .get_multiplexed_async_connection_with_config(config)
+                .await
+                .map(CommandConn::Plain),
+            #[cfg(feature = "cluster")]
+            Endpoint::Cluster(cluster) => cluster.connect().await.map(CommandConn::Cluster),
         }
     }
 
     /// A new subscriber connection, on which the node's `PUBLISH`es are
-    /// heard. Unbounded here: the caller bounds it.
+    /// heard. Unbounded here: the caller bounds it. On a cluster, a plain
+    /// connection to one of its nodes (a classic `PUBLISH` reaches every
+    /// node of a cluster), the next seed each time, so that a dead seed is
+    /// not tried again and again.
     pub(crate) async fn pubsub(&self) -> Result<PubSub, RedisError> {
         match self {
             Endpoint::Server(client) => client.get_async_pubsub().await,
+            #[cfg(feature = "cluster")]
+            Endpoint::Cluster(cluster) => cluster.pubsub().await,
+        }
+    }
+}
+
+/// A node's command connection: to one server, or to a cluster.
+#[derive(Clone)]
+pub(crate) enum CommandConn {
+    /// One server's multiplexed connection.
+    Plain(MultiplexedConnection),
+    /// A cluster's connection, which routes each command by its key's slot
+    /// (and is configured to retry nothing: see [`cluster`](super::cluster)).
+    #[cfg(feature = "cluster")]
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl ConnectionLike for CommandConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            CommandConn::Plain(conn) => conn.req_packed_command(cmd),
+            #[cfg(feature = "cluster")]
+            CommandConn::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            CommandConn::Plain(conn) => conn.req_packed_commands(cmd, offset, count),
+            #[cfg(feature = "cluster")]
+            CommandConn::Cluster(conn) => conn.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            CommandConn::Plain(conn) => conn.get_db(),
+            #[cfg(feature = "cluster")]
+            CommandConn::Cluster(conn) => conn.get_db(),
         }
     }
 }
