@@ -103,6 +103,10 @@ mod proto;
 #[cfg_attr(docsrs, doc(cfg(feature = "local-cluster")))]
 pub mod local_cluster;
 
+#[cfg(feature = "local-cluster")]
+#[cfg_attr(docsrs, doc(cfg(feature = "local-cluster")))]
+pub mod local_redis_cluster;
+
 pub use client::{LockRequest, Redlock};
 pub use config::Builder;
 pub use election::{Campaign, Leader, Leadership, MAX_LEADER_VALUE, Observer};
