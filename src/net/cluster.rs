@@ -11,7 +11,7 @@
 //!
 //! Three things make a cluster fit the node rules of [`net`](super):
 //!
-//! * **Every key of one lock in one slot** ([`cluster_key`]): a Lua script
+//! * **Every key of one lock in one slot** ([`keys`](crate::keys)): a Lua script
 //!   runs on one primary and must find all its keys there. The side keys
 //!   (`:waiters`, `:intent`, `:leader`, `:fence`) are built from the lock
 //!   key, so they share its hash tag.
