@@ -92,7 +92,8 @@ impl Spec {
     pub fn encode(&self) -> String {
         [
             format!("kind={}", self.kind.name()),
-            format!("nodes={}", self.nodes.join(",")),
+            // A space: a cluster node's URL holds commas.
+            format!("nodes={}", self.nodes.join(" ")),
             format!("register={}", self.register),
             format!("tasks={}", self.tasks),
             format!("resources={}", self.resources),
@@ -124,7 +125,7 @@ impl Spec {
         let n = |key: &str| -> u64 { get(key).parse().expect(key) };
         Spec {
             kind: Kind::parse(&get("kind")),
-            nodes: get("nodes").split(',').map(str::to_owned).collect(),
+            nodes: get("nodes").split(' ').map(str::to_owned).collect(),
             register: n("register") as u16,
             tasks: n("tasks") as usize,
             resources: n("resources") as usize,
