@@ -275,3 +275,63 @@ pub(crate) fn route_key(command: &crate::proto::Prepared) -> Option<Vec<u8>> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error(reply: &str) -> RedisError {
+        redis::parse_redis_value(reply.as_bytes())
+            .unwrap()
+            .extract_error()
+            .unwrap_err()
+    }
+
+    #[test]
+    fn redirects_are_followed_to_the_address_named_and_nothing_else() {
+        match redirect(&error("-MOVED 3999 127.0.0.1:6381\r\n")) {
+            Some((SingleNodeRoutingInfo::ByAddress { host, port }, false)) => {
+                assert_eq!((host.as_str(), port), ("127.0.0.1", 6381));
+            }
+            other => panic!("{other:?}"),
+        }
+        match redirect(&error("-ASK 3999 10.0.0.2:7000\r\n")) {
+            Some((SingleNodeRoutingInfo::ByAddress { host, port }, true)) => {
+                assert_eq!((host.as_str(), port), ("10.0.0.2", 7000));
+            }
+            other => panic!("{other:?}"),
+        }
+        // Errors after which the command may have run, or that name no
+        // address, are not followed.
+        for reply in [
+            "-TRYAGAIN Multiple keys request during rehashing of slot\r\n",
+            "-CLUSTERDOWN The cluster is down\r\n",
+            "-ERR something\r\n",
+            "-MOVED 3999\r\n",
+        ] {
+            assert!(redirect(&error(reply)).is_none(), "{reply}");
+        }
+        let io = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert!(redirect(&io).is_none());
+    }
+
+    #[test]
+    fn the_reply_and_the_primary_are_read_from_the_pipeline() {
+        let info = Value::BulkString(b"# Server\r\nrun_id:abc\r\nuptime_in_seconds:5\r\n".to_vec());
+        let ran = read(vec![Value::Okay, Value::Int(1), info.clone()], true, true);
+        assert_eq!(ran.reply.unwrap(), Value::Int(1));
+        assert_eq!(ran.run_id, Some(Ok("abc".to_owned())));
+        let ran = read(vec![Value::Int(1)], false, false);
+        assert!(ran.run_id.is_none());
+        // A script error is the command's reply; INFO refused is a reason.
+        let refused = redis::parse_redis_value(b"-NOPERM no\r\n").unwrap();
+        let noscript = redis::parse_redis_value(b"-NOSCRIPT No matching script\r\n").unwrap();
+        let ran = read(vec![noscript, refused], false, true);
+        assert_eq!(
+            ran.reply.unwrap_err().kind(),
+            ErrorKind::Server(ServerErrorKind::NoScript)
+        );
+        assert!(matches!(ran.run_id, Some(Err(_))));
+        assert!(read(Vec::new(), false, true).reply.is_err());
+    }
+}

@@ -15,7 +15,11 @@
 //!   connection, not a connection manager that resends commands after a
 //!   reconnect, where they could land after a rollback. The one retry we
 //!   make ourselves, on a connection that went stale, happens inside the
-//!   same request, before its vote is counted (see `Inner::run`).
+//!   same request, before its vote is counted (see `Inner::run`). A node
+//!   that is a Redis Cluster uses redis-rs's cluster connection with its
+//!   retries off; the redirects it would have followed (`MOVED`, `ASK`:
+//!   the command did not run) we follow ourselves, through the gate (see
+//!   `cluster`, feature `cluster`).
 //! * **Nothing of a lock is sent after its removal began.** An
 //!   acquisition, a fenced confirmation or an extension is handed to a
 //!   connection only through the lock's [`Gate`], which its rollback or
