@@ -74,7 +74,9 @@
 //! own nodes) compare, at 1, 16 and 64 tasks on distinct resources, three
 //! local Redis Clusters of three shards each (a primary and a replica per
 //! shard) as the three nodes (`cluster3x3`) with three single servers
-//! (`servers3`): locks a second, and the CPU each primary of the first
+//! (`servers3`), and the clusters without the restart guard
+//! (`cluster3x3_noguard`: no `INFO server` pipelined with each grant):
+//! locks a second, and the CPU each primary of the first
 //! cluster (or the first server) spent per lock
 //! (`shard<i>_cpu_us_per_op`); then `scaleout_keys`: the keys on each
 //! primary of the first cluster while 3 000 locks are held at once. All the
@@ -808,8 +810,16 @@ async fn scaleout(
     let servers = LocalCluster::start(3).expect("three local servers");
     let cluster =
         Client::Redquorum(Redlock::new(clusters.iter().map(LocalRedisCluster::url)).unwrap());
+    // The restart guard's `INFO server` with every grant, priced.
+    let unguarded = Client::Redquorum(
+        Redlock::builder()
+            .nodes(clusters.iter().map(LocalRedisCluster::url))
+            .restart_guard(false)
+            .build()
+            .unwrap(),
+    );
     let single = Client::Redquorum(Redlock::new(servers.urls()).unwrap());
-    for c in [&cluster, &single] {
+    for c in [&cluster, &unguarded, &single] {
         c.cycle("bench:warm").await.unwrap();
     }
     let primaries = clusters[0].primaries().unwrap();
@@ -827,10 +837,18 @@ async fn scaleout(
             .map(|(&p, b)| server_cpu(p) - b)
             .collect();
         let single_spent = server_cpu(servers.port(0)) - single_before;
-        for ((imp, s), shards) in ["cluster3x3", "servers3"]
+        // Apart, so that the shards' CPU is this client's own.
+        let before: Vec<f64> = primaries.iter().map(|&p| server_cpu(p)).collect();
+        let unguarded_samples = throughput(std::slice::from_ref(&unguarded), tasks, scale).await;
+        let unguarded_spent: Vec<f64> = primaries
+            .iter()
+            .zip(&before)
+            .map(|(&p, b)| server_cpu(p) - b)
+            .collect();
+        for ((imp, s), shards) in ["cluster3x3", "servers3", "cluster3x3_noguard"]
             .into_iter()
-            .zip(samples)
-            .zip([spent, vec![single_spent]])
+            .zip(samples.into_iter().chain(unguarded_samples))
+            .zip([spent, vec![single_spent], unguarded_spent])
         {
             let ops = s.ops.max(1) as f64;
             let mut r = row(name, imp, s);
