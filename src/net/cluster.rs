@@ -54,6 +54,15 @@
 //!   rollback then removes the key. Adding a shard (or a resharding that
 //!   makes a primary we have not seen serve a slot) trips it once too:
 //!   conservative, it costs that node's vote for one TTL.
+//!
+//! What it costs in availability: a connection error on any one server of
+//! the cluster (its primary killed, say) drops the whole cluster
+//! connection, as on a plain node, and the new one must reach every
+//! primary for the guard's `INFO server`: until the cluster has promoted a
+//! replica (its `cluster-node-timeout`), the node votes `Connection` for
+//! every key, not only for the keys of the dead shard. Keeping the cluster
+//! connection (redis-rs reconnects the one server itself) and learning the
+//! primaries one by one would narrow that to the shard; not done yet.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
