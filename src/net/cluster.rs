@@ -60,13 +60,14 @@
 //! connection, as on a plain node, and the new one must reach every
 //! primary for the guard's `INFO server`: until the cluster has promoted a
 //! replica (its `cluster-node-timeout`), the node votes `Connection` for
-//! every key, not only for the keys of the dead shard. Dropping it is what
-//! finds the promoted replica, though: with its retries off, redis-rs
-//! refreshes its slot map on a `MOVED`, which a dead primary never sends,
-//! so a kept connection would keep sending the shard's keys to the dead
-//! address. Keeping it, with a slot refresh of our own after connection
-//! errors, and learning the primaries one by one, would narrow the cost to
-//! the shard; not done yet.
+//! every key, not only for the keys of the dead shard. Dropping it is sure
+//! to find the promoted replica, though: a new connection reads the slot
+//! map afresh, while redis-rs refreshes a kept one's on a redirect (which
+//! a dead primary never sends) or when it has no connection for a slot,
+//! and whether that comes promptly after a primary's death was not
+//! checked. Keeping the connection, with a slot refresh of our own after
+//! connection errors, and learning the primaries one by one, would narrow
+//! the cost to the shard; not done yet.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
