@@ -35,11 +35,17 @@
 //!   failed vote, handled by the one retry of `Inner::run` like on a plain
 //!   node (before the vote is counted, through the gate).
 //!
-//!   What is left: redis-rs hands a command over to the cluster
-//!   connection's task through a channel of 100; a burst beyond that waits
-//!   after the gate's first poll and could be written after the lock's
-//!   rollback. It runs on the same node and would leave a key nobody holds
-//!   until its TTL — liveness, never two holders (the key has our token).
+//!   The gate needs the hand-over to be immediate (a request handed over
+//!   later than its first poll could be written after the lock's
+//!   rollback). redis-rs hands a command to the cluster connection's task
+//!   through a channel of 100 messages, so a cluster node has at most
+//!   [`IN_FLIGHT`] requests on the wire (each sends one message at a
+//!   time), below `Builder::max_in_flight` if that is higher: the channel
+//!   always has room. (A script's background `SCRIPT LOAD` after a
+//!   `NOSCRIPT` the gate cut off takes no permit; it would take 36 of them
+//!   at once to fill the rest. Even then the late command runs on the
+//!   same node and leaves a key nobody holds until its TTL: a delay,
+//!   never two holders.)
 //!
 //! * **The restart guard per shard.** The cluster connection reconnects to
 //!   a promoted replica by itself, so "read `INFO server` on every new
@@ -82,6 +88,11 @@ use redis::cluster_routing::{
 use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 
 use crate::proto::{Gate, Pass};
+
+/// The most requests on the wire to one cluster node: below the 100
+/// messages of redis-rs's command channel, so that handing a command over
+/// never waits (the lock's gate relies on it).
+pub(crate) const IN_FLIGHT: usize = 64;
 
 /// The most redirects one request follows (a slot migrating while the
 /// slot map is refreshed takes two).

@@ -228,7 +228,13 @@ pub(crate) enum Patience {
 impl Node {
     /// A node reached through `client`. `lives` is shared by the nodes of
     /// one `Redlock` when the restart guard is on.
-    pub(crate) fn new(endpoint: Endpoint, limits: Limits, lives: Option<Arc<Lives>>) -> Node {
+    pub(crate) fn new(endpoint: Endpoint, mut limits: Limits, lives: Option<Arc<Lives>>) -> Node {
+        #[cfg(feature = "cluster")]
+        if endpoint.is_cluster() {
+            // Handing a command to the cluster connection must not wait
+            // (see `cluster::IN_FLIGHT`).
+            limits.in_flight = limits.in_flight.min(cluster::IN_FLIGHT);
+        }
         Node {
             inner: Arc::new(Inner {
                 name: endpoint.name(),
