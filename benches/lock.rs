@@ -69,6 +69,20 @@
 //! stalls a leader's process (its runtime's thread blocks: no renewal) while
 //! a candidate waits, ten times with a TTL of 1 s: the time from the stall
 //! to the candidate leading.
+//!
+//! `scaleout1`, `scaleout16`, `scaleout64` (only where the bench starts its
+//! own nodes) compare, at 1, 16 and 64 tasks on distinct resources, three
+//! local Redis Clusters of three shards each (a primary and a replica per
+//! shard) as the three nodes (`cluster3x3`) with three single servers
+//! (`servers3`), and the clusters without the restart guard
+//! (`cluster3x3_noguard`: no `INFO server` pipelined with each grant):
+//! locks a second, and the CPU each primary of the first
+//! cluster (or the first server) spent per lock
+//! (`shard<i>_cpu_us_per_op`); then `scaleout_keys`: the keys on each
+//! primary of the first cluster while 3 000 locks are held at once. All the
+//! servers share this machine's cores, so the locks a second say what the
+//! client and the protocol cost, not what separate shard machines would
+//! give.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;
@@ -82,6 +96,7 @@ use std::time::{Duration, Instant};
 use redis::aio::MultiplexedConnection;
 use redquorum::Redlock;
 use redquorum::local_cluster::LocalCluster;
+use redquorum::local_redis_cluster::LocalRedisCluster;
 
 const TTL: Duration = Duration::from_secs(10);
 /// [`TTL`] in milliseconds, as the lean client sends it.
@@ -756,6 +771,139 @@ async fn throughput(clients: &[Client], tasks: usize, scale: Scale) -> Vec<Sampl
         }
     }
     samples
+}
+
+/// The CPU seconds (user + system) the server on `port` has used.
+fn server_cpu(port: u16) -> f64 {
+    let Ok(redquorum::local_cluster::Reply::Bulk(Some(text))) =
+        redquorum::local_cluster::command(port, &["INFO", "cpu"])
+    else {
+        return f64::NAN;
+    };
+    let text = String::from_utf8_lossy(&text);
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    field("used_cpu_user:") + field("used_cpu_sys:")
+}
+
+/// Three local Redis Clusters (three shards each) as the three nodes,
+/// against three single servers: throughput at each task count of `names`
+/// wanted, with the CPU per lock of each primary of the first cluster (and
+/// of the first single server); then the keys per primary of the first
+/// cluster while 3 000 locks are held.
+async fn scaleout(
+    scale: Scale,
+    names: &[&'static str; 3],
+    wanted: &dyn Fn(&str) -> bool,
+) -> Vec<Row> {
+    let started: Vec<_> = (0..3)
+        .map(|_| std::thread::spawn(LocalRedisCluster::start))
+        .collect();
+    let clusters: Vec<LocalRedisCluster> = started
+        .into_iter()
+        .map(|h| h.join().unwrap().expect("a local Redis Cluster"))
+        .collect();
+    let servers = LocalCluster::start(3).expect("three local servers");
+    let cluster =
+        Client::Redquorum(Redlock::new(clusters.iter().map(LocalRedisCluster::url)).unwrap());
+    // The restart guard's `INFO server` with every grant, priced.
+    let unguarded = Client::Redquorum(
+        Redlock::builder()
+            .nodes(clusters.iter().map(LocalRedisCluster::url))
+            .restart_guard(false)
+            .build()
+            .unwrap(),
+    );
+    let single = Client::Redquorum(Redlock::new(servers.urls()).unwrap());
+    for c in [&cluster, &unguarded, &single] {
+        c.cycle("bench:warm").await.unwrap();
+    }
+    let primaries = clusters[0].primaries().unwrap();
+    let mut rows = Vec::new();
+    for (&name, tasks) in names.iter().zip([1, 16, 64]) {
+        if !wanted(name) {
+            continue;
+        }
+        let before: Vec<f64> = primaries.iter().map(|&p| server_cpu(p)).collect();
+        let single_before = server_cpu(servers.port(0));
+        let samples = throughput(&[cluster.clone(), single.clone()], tasks, scale).await;
+        let spent: Vec<f64> = primaries
+            .iter()
+            .zip(&before)
+            .map(|(&p, b)| server_cpu(p) - b)
+            .collect();
+        let single_spent = server_cpu(servers.port(0)) - single_before;
+        // Apart, so that the shards' CPU is this client's own.
+        let before: Vec<f64> = primaries.iter().map(|&p| server_cpu(p)).collect();
+        let unguarded_samples = throughput(std::slice::from_ref(&unguarded), tasks, scale).await;
+        let unguarded_spent: Vec<f64> = primaries
+            .iter()
+            .zip(&before)
+            .map(|(&p, b)| server_cpu(p) - b)
+            .collect();
+        for ((imp, s), shards) in ["cluster3x3", "servers3", "cluster3x3_noguard"]
+            .into_iter()
+            .zip(samples.into_iter().chain(unguarded_samples))
+            .zip([spent, vec![single_spent], unguarded_spent])
+        {
+            let ops = s.ops.max(1) as f64;
+            let mut r = row(name, imp, s);
+            // The probe watches the bench's own five nodes, not these.
+            for key in [
+                "server_cpu_us_per_op",
+                "server_reads_per_op",
+                "cpu_bound_ops_per_s",
+            ] {
+                r.extra.remove(key);
+            }
+            for (i, cpu) in shards.iter().enumerate() {
+                r.extra.insert(
+                    [
+                        "shard0_cpu_us_per_op",
+                        "shard1_cpu_us_per_op",
+                        "shard2_cpu_us_per_op",
+                    ][i],
+                    cpu * 1e6 / ops,
+                );
+            }
+            rows.push(r);
+        }
+    }
+    // Keys per shard: distinct names spread over the primaries.
+    let Client::Redquorum(redlock) = &cluster else {
+        unreachable!()
+    };
+    let held = if scale.iterations > 100 { 3_000 } else { 300 };
+    // Once the load's keys are gone (a release a loaded node did not
+    // answer in time is sent again; a key left behind expires at its TTL).
+    // Not in the smoke run, which only checks that this runs.
+    if scale.iterations > 100 {
+        tokio::time::sleep(TTL + Duration::from_secs(1)).await;
+    }
+    let before = clusters[0].keys_per_shard().unwrap();
+    let mut locks = Vec::with_capacity(held);
+    for i in 0..held {
+        locks.push(redlock.lock(&format!("bench:keys:{i}"), TTL).await.unwrap());
+    }
+    // The last SETs follow the majority's answers.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let keys = clusters[0].keys_per_shard().unwrap();
+    let mut r = row("scaleout_keys", "cluster3x3", Sample::default());
+    for (i, ((_, n), (_, b))) in keys.iter().zip(&before).enumerate().take(3) {
+        r.extra.insert(
+            ["shard0_keys", "shard1_keys", "shard2_keys"][i],
+            (n - b) as f64,
+        );
+    }
+    rows.push(r);
+    for lock in locks {
+        let _ = lock.release().await;
+    }
+    rows
 }
 
 /// How a hand-off waiter waits: redquorum woken by releases, redquorum
@@ -1624,6 +1772,11 @@ fn main() {
             println!("burst ({} at once) …", scale.burst);
             let s = burst(&locks, &ports, scale).await;
             scenario("burst", s, &locks, &mut rows);
+        }
+        let scaleouts = ["scaleout1", "scaleout16", "scaleout64"];
+        if scaleouts.iter().any(|name| wanted(name)) && local.is_some() {
+            println!("scaleout (3 clusters of 3 shards against 3 servers) …");
+            rows.extend(scaleout(scale, &scaleouts, &wanted).await);
         }
         if !wanted("frozen_node") && !wanted("dead_node") {
             // Skipped for profiling.

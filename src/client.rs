@@ -388,7 +388,7 @@ impl Redlock {
 
     /// The Redis key of `resource`.
     pub(crate) fn key(&self, resource: &str) -> Box<str> {
-        format!("{}{resource}", self.engine.options.key_prefix).into()
+        self.engine.options.key(resource)
     }
 
     /// Takes a lock of `kind` on `keys` for one call; `resource` names it
@@ -635,6 +635,27 @@ impl<'a> LockRequest<'a> {
         }
     }
 
+    /// Refuses a set whose keys fall in several slots when a node is a
+    /// Redis Cluster (see [`keys`](crate::keys)).
+    fn one_slot(&self, keys: &Keys) -> Result<(), Error> {
+        let Resources::All(names) = &self.resources else {
+            return Ok(());
+        };
+        if !self.redlock.engine.options.cluster_keys {
+            return Ok(());
+        }
+        let slots: Vec<u16> = keys
+            .iter()
+            .map(|k| crate::keys::key_slot(k.as_bytes()))
+            .collect();
+        if slots.windows(2).all(|w| w[0] == w[1]) {
+            return Ok(());
+        }
+        Err(Error::CrossSlot {
+            resources: names.iter().cloned().zip(slots).collect(),
+        })
+    }
+
     /// The kind, its keys and the lock's name, checked before any I/O.
     fn parts(&self) -> Result<(Arc<dyn Kind>, Keys, String), ConfigError> {
         let options = &self.redlock.engine.options;
@@ -688,6 +709,7 @@ impl<'a> IntoFuture for LockRequest<'a> {
     fn into_future(self) -> Self::IntoFuture {
         async move {
             let (kind, keys, resource) = self.parts()?;
+            self.one_slot(&keys)?;
             if !self.shared {
                 // An upgrade: refused before it waits for itself.
                 let reads = |r: &&str| self.redlock.shares.held_here(r);

@@ -81,6 +81,21 @@ pub(crate) struct Options {
     pub(crate) restart_guard: bool,
     pub(crate) fenced: bool,
     pub(crate) fence_time_floor: bool,
+    /// Whether a node is a Redis Cluster: keys are then hash-tagged (see
+    /// [`keys`](crate::keys)). Set by `validate`, from the nodes.
+    pub(crate) cluster_keys: bool,
+}
+
+impl Options {
+    /// The Redis key of `resource` (see [`keys`](crate::keys)).
+    pub(crate) fn key(&self, resource: &str) -> Box<str> {
+        crate::keys::key(&self.key_prefix, self.cluster_keys, resource)
+    }
+
+    /// The resource whose key is `key`, if it is one.
+    pub(crate) fn resource<'k>(&self, key: &'k str) -> Option<&'k str> {
+        crate::keys::resource(&self.key_prefix, self.cluster_keys, key)
+    }
 }
 
 /// The default of [`Builder::wait_timeout`].
@@ -113,6 +128,7 @@ impl Default for Options {
             restart_guard: true,
             fenced: false,
             fence_time_floor: true,
+            cluster_keys: false,
         }
     }
 }
@@ -167,6 +183,39 @@ impl Builder {
             hosts.join(","),
             master_name.as_ref()
         ));
+        self
+    }
+
+    /// Adds one node that is a whole Redis Cluster (crate feature
+    /// `cluster`), reached through `seeds`: `host:port` each, or
+    /// `redis://[user:password@]host:port` (one password for all). The
+    /// same as [`node`](Builder::node) with
+    /// `redis+cluster://[user:password@]host:port[,host:port…]`. Several
+    /// independent clusters make a Redlock whose shard failovers are
+    /// handled like restarts; ONE cluster as the only node is one failure
+    /// domain, unsafe under failover (see the README's "Redis Cluster
+    /// nodes").
+    pub fn cluster_node<I, S>(mut self, seeds: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let mut userinfo = String::new();
+        let mut hosts = Vec::new();
+        for seed in seeds {
+            let seed = seed.as_ref().trim();
+            let rest = seed.split_once("://").map_or(seed, |(_, rest)| rest);
+            let (user, host) = match rest.rsplit_once('@') {
+                Some((user, host)) => (Some(user), host),
+                None => (None, rest),
+            };
+            if let Some(user) = user.filter(|_| userinfo.is_empty()) {
+                userinfo = format!("{user}@");
+            }
+            hosts.push(host.trim_end_matches('/').to_owned());
+        }
+        self.urls
+            .push(format!("redis+cluster://{userinfo}{}", hosts.join(",")));
         self
     }
 
@@ -476,6 +525,9 @@ impl Builder {
     /// How node `url` is reached: a Sentinel-managed node for a
     /// `redis+sentinel://` URL, else one server.
     fn endpoint(&self, url: &str) -> Result<Endpoint, ConfigError> {
+        if let Some(seeds) = cluster_seeds(url)? {
+            return self.cluster(url, &seeds);
+        }
         if !is_sentinel(url) {
             return Ok(Endpoint::Server(self.client(url)?));
         }
@@ -589,8 +641,86 @@ impl Builder {
             }
             endpoints.push(endpoint);
         }
-        Ok((endpoints, self.options))
+        let mut options = self.options;
+        options.cluster_keys = endpoints.iter().any(Endpoint::is_cluster);
+        Ok((endpoints, options))
     }
+
+    /// The endpoint of a cluster node given as `url`, whose seeds are
+    /// `seeds`.
+    #[cfg(feature = "cluster")]
+    fn cluster(&self, url: &str, seeds: &[String]) -> Result<Endpoint, ConfigError> {
+        crate::net::cluster::ClusterEndpoint::new(seeds, self.options.connect_timeout)
+            .map(Endpoint::Cluster)
+            .map_err(|e| ConfigError::InvalidUrl {
+                url: redact(url),
+                reason: redact_all(&e.to_string(), url),
+            })
+    }
+
+    /// Without the `cluster` feature, no node is a cluster.
+    #[cfg(not(feature = "cluster"))]
+    fn cluster(&self, url: &str, _: &[String]) -> Result<Endpoint, ConfigError> {
+        Err(ConfigError::ClusterNotEnabled { url: redact(url) })
+    }
+}
+
+/// The seeds of a cluster node's URL,
+/// `redis+cluster://[user:password@]host:port[,host:port…]`, as one
+/// `redis://[user:password@]host:port` each; `None` for another scheme.
+/// Nothing else is taken: no database (a cluster has one), no query, no
+/// TLS yet.
+fn cluster_seeds(url: &str) -> Result<Option<Vec<String>>, ConfigError> {
+    let trimmed = url.trim();
+    let Some((scheme, rest)) = trimmed.split_once("://") else {
+        return Ok(None);
+    };
+    let bad = |reason: &str| ConfigError::InvalidClusterUrl {
+        url: redact(url),
+        reason: reason.to_owned(),
+    };
+    if scheme.eq_ignore_ascii_case("rediss+cluster")
+        || scheme.eq_ignore_ascii_case("valkeys+cluster")
+    {
+        return Err(bad("TLS to a cluster node is not supported yet"));
+    }
+    if !(scheme.eq_ignore_ascii_case("redis+cluster")
+        || scheme.eq_ignore_ascii_case("valkey+cluster"))
+    {
+        return Ok(None);
+    }
+    let (userinfo, hosts) = match rest.rsplit_once('@') {
+        Some((user, hosts)) => (format!("{user}@"), hosts),
+        None => (String::new(), rest),
+    };
+    let hosts = hosts.strip_suffix('/').unwrap_or(hosts);
+    if hosts.contains(['/', '?', '#']) {
+        return Err(bad(
+            "a cluster node takes no database, path or query: give only host:port seeds",
+        ));
+    }
+    let mut seeds = Vec::new();
+    for host in hosts.split(',') {
+        let host = host.trim();
+        if host.is_empty() {
+            return Err(bad(
+                "an empty seed: give host:port seeds separated by commas",
+            ));
+        }
+        let port = host
+            .rsplit_once(':')
+            .filter(|(h, _)| !h.is_empty() && !h.ends_with(':'))
+            .and_then(|(_, p)| p.parse::<u16>().ok())
+            .filter(|&p| p != 0);
+        if port.is_none() {
+            // The seed is shown only if it cannot be a password's piece.
+            return Err(bad(
+                "every seed needs a host and a port (1-65535): host:port,host:port",
+            ));
+        }
+        seeds.push(format!("redis://{userinfo}{host}"));
+    }
+    Ok(Some(seeds))
 }
 
 /// The URL schemes of a Sentinel-managed node (the second asks for TLS).
@@ -759,6 +889,63 @@ impl Options {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cluster_urls_give_seeds_or_say_what_to_fix() {
+        assert_eq!(cluster_seeds("redis://h:1").unwrap(), None);
+        assert_eq!(
+            cluster_seeds("redis+cluster://u:p,w@a:1,b:2").unwrap(),
+            Some(vec![
+                "redis://u:p,w@a:1".to_owned(),
+                "redis://u:p,w@b:2".to_owned()
+            ])
+        );
+        for bad in [
+            "redis+cluster://",
+            "redis+cluster://a:1,,b:2",
+            "redis+cluster://a",
+            "redis+cluster://a:0",
+            "redis+cluster://:1",
+            "redis+cluster://a:1/0",
+            "redis+cluster://u:hunter2@a:1?x=1",
+            "rediss+cluster://u:hunter2@a:1",
+            "redis+cluster://:hunter2",
+        ] {
+            let e = cluster_seeds(bad).unwrap_err();
+            assert!(
+                matches!(e, ConfigError::InvalidClusterUrl { .. }),
+                "{bad}: {e:?}"
+            );
+            let shown = format!("{e} {e:?}");
+            assert!(!shown.contains("hunter2"), "{shown}");
+            assert!(shown.contains("host:port"), "{shown}");
+        }
+        // The builder call makes the same URL; the seed set is the identity.
+        let b = Builder::default().cluster_node(["redis://u:pw@b:2", "a:1"]);
+        assert_eq!(b.urls, vec!["redis+cluster://u:pw@b:2,a:1".to_owned()]);
+        assert!(!format!("{b:?}").contains("pw"));
+        #[cfg(feature = "cluster")]
+        {
+            let dup = Builder::default()
+                .node("redis+cluster://a:1,b:2")
+                .cluster_node(["b:2", "a:1"]);
+            assert!(matches!(config_err(dup), ConfigError::DuplicateNode { .. }));
+            let (endpoints, options) = Builder::default()
+                .node("redis://c:3")
+                .node("redis+cluster://a:1,b:2")
+                .validate()
+                .unwrap();
+            assert_eq!(endpoints[1].name(), "cluster(a:1,b:2)");
+            assert!(options.cluster_keys);
+        }
+        #[cfg(not(feature = "cluster"))]
+        {
+            let e = config_err(Builder::default().node("redis+cluster://u:hunter2@a:1"));
+            assert!(matches!(e, ConfigError::ClusterNotEnabled { .. }), "{e:?}");
+            assert!(e.to_string().contains("`cluster` feature"), "{e}");
+            assert!(!e.to_string().contains("hunter2"), "{e}");
+        }
+    }
 
     fn config_err(b: Builder) -> ConfigError {
         match b.validate() {

@@ -98,6 +98,15 @@ pub enum Error {
         /// The resource read and asked for.
         resource: String,
     },
+    /// A [`lock_all`](crate::Redlock::lock_all) whose keys fall in
+    /// different slots of a Redis Cluster node: one lock's keys must be on
+    /// one primary, where its script runs. Nothing was sent. Give the
+    /// resources a shared hash tag, `{order:42}:a` and `{order:42}:b`, so
+    /// that they share a slot (see the README's "Redis Cluster nodes").
+    CrossSlot {
+        /// The resources asked for, with the slot of each.
+        resources: Vec<(String, u16)>,
+    },
 }
 
 /// Why [`Redlock::lock`](crate::Redlock::lock) stopped trying.
@@ -121,7 +130,10 @@ impl Error {
     /// The per-node votes behind this error, when nodes were asked.
     pub fn report(&self) -> Option<&Report> {
         match self {
-            Error::Config(_) | Error::Lost { .. } | Error::Upgrade { .. } => None,
+            Error::Config(_)
+            | Error::Lost { .. }
+            | Error::Upgrade { .. }
+            | Error::CrossSlot { .. } => None,
             Error::ReleasedLate { report, .. }
             | Error::NotAcquired { report, .. }
             | Error::Expired { report, .. }
@@ -135,6 +147,19 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Config(e) => write!(f, "invalid configuration: {e}"),
+            Error::CrossSlot { resources } => {
+                let list: Vec<String> = resources
+                    .iter()
+                    .map(|(r, slot)| format!("{r:?} (slot {slot})"))
+                    .collect();
+                write!(
+                    f,
+                    "lock_all refused, nothing sent: a node is a Redis Cluster and the resources \
+                     fall in different slots: {}; give them a shared hash tag, such as \
+                     {{order:42}}:a and {{order:42}}:b, so that one primary holds them all",
+                    list.join(", ")
+                )
+            }
             Error::Upgrade { resource } => write!(
                 f,
                 "write lock on {resource:?} refused: this task holds a read lock on it, which the writer would wait for until it gave up; release the read lock first"
@@ -338,6 +363,20 @@ pub enum ConfigError {
         /// The URL as given (passwords removed).
         url: String,
     },
+    /// A cluster node's URL (`redis+cluster://…`) is not of the form
+    /// `redis+cluster://[user:password@]host:port[,host:port…]`.
+    InvalidClusterUrl {
+        /// The URL as given (password removed).
+        url: String,
+        /// What is wrong, and how to fix it.
+        reason: String,
+    },
+    /// A node is a Redis Cluster (`redis+cluster://…`), which needs the
+    /// crate feature `cluster`.
+    ClusterNotEnabled {
+        /// The URL as given (password removed).
+        url: String,
+    },
     /// A node URL asks to skip the checks of the node's TLS certificate
     /// (redis-rs's `rediss://host/#insecure`): anyone between this client
     /// and the node could then stand in for it and grant locks. Trust the
@@ -473,6 +512,16 @@ impl fmt::Display for ConfigError {
                 "node URL {url:?} asks for TLS to a Sentinel-managed node, which redquorum does \
                  not support yet: use redis+sentinel:// on a trusted network, or give the \
                  primaries as rediss:// nodes"
+            ),
+            ConfigError::InvalidClusterUrl { url, reason } => write!(
+                f,
+                "cluster node URL {url:?} is invalid: {reason} \
+                 (redis+cluster://[user:password@]host:port[,host:port...])"
+            ),
+            ConfigError::ClusterNotEnabled { url } => write!(
+                f,
+                "node URL {url:?} is a Redis Cluster, which needs redquorum's `cluster` feature: \
+                 `cargo add redquorum --features cluster`"
             ),
             ConfigError::InsecureTls { url } => write!(
                 f,

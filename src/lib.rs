@@ -96,6 +96,7 @@ mod config;
 mod election;
 mod engine;
 mod error;
+mod keys;
 mod kinds;
 mod lock;
 mod metrics;
@@ -108,6 +109,10 @@ pub mod local_cluster;
 #[cfg(feature = "local-cluster")]
 #[cfg_attr(docsrs, doc(cfg(feature = "local-cluster")))]
 pub mod local_sentinel;
+
+#[cfg(feature = "local-cluster")]
+#[cfg_attr(docsrs, doc(cfg(feature = "local-cluster")))]
+pub mod local_redis_cluster;
 
 pub use client::{LockRequest, Redlock};
 pub use config::Builder;

@@ -144,11 +144,7 @@ impl Hold {
         let engine = &plain.engine;
         let one = id.keys.len() == 1;
         // The key is the prefix and the name: keep no copy of the name.
-        let derivable = one
-            && shared
-                .key()
-                .strip_prefix(engine.options.key_prefix.as_str())
-                == Some(resource);
+        let derivable = one && engine.options.resource(shared.key()) == Some(resource);
         let ctx =
             if derivable && fence.is_none() && mark.is_none() && Arc::ptr_eq(&kind, &plain.kind) {
                 plain.clone()
@@ -354,7 +350,13 @@ impl Hold {
     pub(crate) fn resource(&self) -> &str {
         match &self.ctx.resource {
             Some(resource) => resource,
-            None => &self.shared.key()[self.ctx.engine.options.key_prefix.len()..],
+            // `derivable` at the hold's making: the key is the name's.
+            None => self
+                .ctx
+                .engine
+                .options
+                .resource(self.shared.key())
+                .unwrap_or_default(),
         }
     }
 
@@ -596,10 +598,7 @@ mod tests {
     /// The hold of a lock of `kind` on `names`, as if just acquired.
     fn hold(plain: &Arc<Context>, kind: Arc<dyn Kind>, names: &[&str], fence: Option<u64>) -> Hold {
         let options = &plain.engine.options;
-        let keys: Keys = names
-            .iter()
-            .map(|n| format!("{}{n}", options.key_prefix).into())
-            .collect();
+        let keys: Keys = names.iter().map(|n| options.key(n)).collect();
         let plan = options.plan(Duration::from_secs(10)).unwrap();
         let acquired = Acquired {
             id: LockId::new(keys),

@@ -34,7 +34,13 @@
 //! dropped a moment before, its subscriptions not yet closed, or one
 //! counted by a pattern subscriber where an ACL forbids `PUBSUB` — costs
 //! the next waiter its timer: the holder's PTTL, capped at ten retry
-//! delays.
+//! delays. A node that is a Redis Cluster is subscribed on one of its
+//! servers (the next seed after a failure: [`Endpoint::pubsub`]); a
+//! release's `PUBLISH`, on the primary of the key's slot, reaches every
+//! server of the cluster, but there `PUBSUB NUMSUB` and `PUBLISH`'s reply
+//! count only that server's subscribers, so the script takes the waiter as
+//! listening (a waiter whose client is gone then costs the next one its
+//! timer too).
 //! Below that the waiter is [`listening`](Channel::listening) no more, and
 //! the retry loop falls back to its ordinary retry pause. The
 //! subscriptions that count for a wait are those made before the attempt

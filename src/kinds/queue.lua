@@ -60,18 +60,31 @@ end
 -- Takes `member` out of `key`'s queue and publishes '<member> <token>' on
 -- its client's channel. 'heard', 'refused' (an ACL refused the PUBLISH) or
 -- 'nobody' (its client gone, or no longer subscribed).
+-- Whether this node is one of a Redis Cluster's. There `PUBSUB NUMSUB`
+-- and `PUBLISH`'s reply count the subscribers of this node only, while a
+-- `PUBLISH` reaches those of every node (a waiter's client subscribes on
+-- one node of the cluster, not necessarily this one): whether anyone
+-- listens cannot be told, and a waiter is taken as listening. If its
+-- client is gone, the turn is lost until the next waiter's timer (a
+-- delay, as for a wake-up a pattern subscriber counted).
+local function clustered()
+  local info = redis.pcall('INFO', 'cluster')
+  return type(info) == 'string' and string.find(info, 'cluster_enabled:1', 1, true) ~= nil
+end
+
 local function notify(key, member, token)
   redis.call('ZREM', key .. ':waiters', member)
   local client = string.match(member, '^[^:]*:([^:]*):') or ''
   local channel = key .. ':wake:' .. client
-  if not subscribed(channel) then
+  local cluster = clustered()
+  if not cluster and not subscribed(channel) then
     return 'nobody'
   end
   local heard = redis.pcall('PUBLISH', channel, member .. ' ' .. token)
   if type(heard) == 'table' then
     return 'refused'
   end
-  return heard > 0 and 'heard' or 'nobody'
+  return (cluster or heard > 0) and 'heard' or 'nobody'
 end
 
 -- Wakes the first waiter of `key`'s queue whose client listens, with

@@ -10,9 +10,16 @@
 //! care how a connection was reached, only that every connection it gets is
 //! to the server that holds the keys now. This file is the one place that
 //! knows how to get such a connection, for commands and for pub/sub.
+//!
+//! A node may also be a whole Redis Cluster ([`Endpoint::Cluster`], crate
+//! feature `cluster`): its command connection is then redis-rs's
+//! `ClusterConnection`, which sends each command to the primary serving
+//! its key's slot. What that changes for the node rules (replays, the
+//! restart guard per shard) is argued in [`cluster`](super::cluster).
 
 use redis::AsyncConnectionConfig;
-use redis::aio::{MultiplexedConnection, PubSub};
+use redis::aio::{ConnectionLike, MultiplexedConnection, PubSub};
+use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use crate::error::NodeFailure;
 use crate::net::classify;
@@ -20,6 +27,8 @@ use crate::net::classify;
 use crate::net::sentinel::Sentinel;
 
 /// How a node's connections are made.
+// One per node, made once: the sizes of the variants do not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone)]
 pub(crate) enum Endpoint {
     /// One server, at the client's address.
@@ -28,30 +37,36 @@ pub(crate) enum Endpoint {
     /// connection.
     #[cfg(feature = "sentinel")]
     Sentinel(Sentinel),
+    /// A Redis Cluster, reached through its seed nodes.
+    #[cfg(feature = "cluster")]
+    Cluster(super::cluster::ClusterEndpoint),
 }
 
 impl Endpoint {
     /// How the node is named in reports and logs: `host:port` (or the
-    /// socket path), `master@sentinel:port,…` for a Sentinel-managed node;
-    /// never the password.
+    /// socket path), `master@sentinel:port,…` for a Sentinel-managed node,
+    /// `cluster(host:port,…)` for a cluster (its seeds); never the password.
     pub(crate) fn name(&self) -> String {
         match self {
             Endpoint::Server(client) => client.get_connection_info().addr().to_string(),
             #[cfg(feature = "sentinel")]
             Endpoint::Sentinel(sentinel) => sentinel.name(),
+            #[cfg(feature = "cluster")]
+            Endpoint::Cluster(cluster) => cluster.name(),
         }
     }
 
     /// The node's identities for duplicate detection: two nodes that share
     /// one are the same node. A server's is its name in lower case (the
     /// database number is left out on purpose: two databases of one server
-    /// are one failure domain); a Sentinel-managed node's are its master's
-    /// name with each of its sentinels' addresses.
+    /// are one failure domain); a cluster's, its sorted seed set; a
+    /// Sentinel-managed node's are its master's name with each of its
+    /// sentinels' addresses.
     pub(crate) fn identities(&self) -> Vec<String> {
         match self {
-            Endpoint::Server(_) => vec![self.name().to_ascii_lowercase()],
             #[cfg(feature = "sentinel")]
             Endpoint::Sentinel(sentinel) => sentinel.identities(),
+            _ => vec![self.name().to_ascii_lowercase()],
         }
     }
 
@@ -64,27 +79,52 @@ impl Endpoint {
             Endpoint::Server(_) => false,
             #[cfg(feature = "sentinel")]
             Endpoint::Sentinel(_) => true,
+            #[cfg(feature = "cluster")]
+            Endpoint::Cluster(_) => true,
         }
     }
 
-    /// A new command connection to the server that holds the keys now.
-    /// Unbounded here: the caller bounds it (see [`slot`](super::slot)).
+    /// Whether the node is a Redis Cluster (its keys must then keep one
+    /// lock's keys in one slot).
+    pub(crate) fn is_cluster(&self) -> bool {
+        match self {
+            #[cfg(feature = "cluster")]
+            Endpoint::Cluster(_) => true,
+            _ => false,
+        }
+    }
+
+    /// A new command connection to the server that holds the keys now (on
+    /// a cluster, to every primary, routed by slot). Unbounded here: the
+    /// caller bounds it (see [`slot`](super::slot)).
     pub(crate) async fn connect(
         &self,
         config: &AsyncConnectionConfig,
-    ) -> Result<MultiplexedConnection, NodeFailure> {
+    ) -> Result<CommandConn, NodeFailure> {
         match self {
             Endpoint::Server(client) => client
                 .get_multiplexed_async_connection_with_config(config)
                 .await
+                .map(CommandConn::Plain)
                 .map_err(|e| classify(&e)),
             #[cfg(feature = "sentinel")]
-            Endpoint::Sentinel(sentinel) => Ok(sentinel.resolve(config).await?.1),
+            Endpoint::Sentinel(sentinel) => {
+                Ok(CommandConn::Plain(sentinel.resolve(config).await?.1))
+            }
+            #[cfg(feature = "cluster")]
+            Endpoint::Cluster(cluster) => cluster
+                .connect()
+                .await
+                .map(CommandConn::Cluster)
+                .map_err(|e| classify(&e)),
         }
     }
 
     /// A new subscriber connection, on which the node's `PUBLISH`es are
-    /// heard. Unbounded here: the caller bounds it.
+    /// heard. Unbounded here: the caller bounds it. On a cluster, a plain
+    /// connection to one of its nodes (a classic `PUBLISH` reaches every
+    /// node of a cluster), the next seed each time, so that a dead seed is
+    /// not tried again and again.
     pub(crate) async fn pubsub(&self) -> Result<PubSub, NodeFailure> {
         let client = match self {
             Endpoint::Server(client) => client.clone(),
@@ -94,7 +134,51 @@ impl Endpoint {
             Endpoint::Sentinel(sentinel) => {
                 sentinel.resolve(&AsyncConnectionConfig::new()).await?.0
             }
+            #[cfg(feature = "cluster")]
+            Endpoint::Cluster(cluster) => return cluster.pubsub().await.map_err(|e| classify(&e)),
         };
         client.get_async_pubsub().await.map_err(|e| classify(&e))
+    }
+}
+
+/// A node's command connection: to one server, or to a cluster.
+#[derive(Clone)]
+pub(crate) enum CommandConn {
+    /// One server's multiplexed connection.
+    Plain(MultiplexedConnection),
+    /// A cluster's connection, which routes each command by its key's slot
+    /// (and is configured to retry nothing: see [`cluster`](super::cluster)).
+    #[cfg(feature = "cluster")]
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl ConnectionLike for CommandConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            CommandConn::Plain(conn) => conn.req_packed_command(cmd),
+            #[cfg(feature = "cluster")]
+            CommandConn::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            CommandConn::Plain(conn) => conn.req_packed_commands(cmd, offset, count),
+            #[cfg(feature = "cluster")]
+            CommandConn::Cluster(conn) => conn.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            CommandConn::Plain(conn) => conn.get_db(),
+            #[cfg(feature = "cluster")]
+            CommandConn::Cluster(conn) => conn.get_db(),
+        }
     }
 }

@@ -95,6 +95,9 @@ pub(crate) struct Guard {
     quarantine: AtomicU64,
     /// The node's `run_id` as of the last connection, once known.
     run_id: Mutex<Option<String>>,
+    /// A cluster node's primaries seen so far, by `run_id` (see
+    /// [`cluster`](super::cluster)): a grant by another one is no vote.
+    primaries: Mutex<std::collections::HashSet<String>>,
     /// Whether the node has refused `INFO`, so that its restarts cannot be
     /// seen (warned about once).
     unwatched: AtomicBool,
@@ -122,6 +125,7 @@ impl Guard {
             latest_expiry: AtomicU64::new(0),
             quarantine: AtomicU64::new(0),
             run_id: Mutex::new(None),
+            primaries: Mutex::default(),
             unwatched: AtomicBool::new(false),
             fails_over,
         }
@@ -209,6 +213,68 @@ impl Guard {
             info.uptime
         };
         self.quarantine(node, uptime)
+    }
+
+    /// On a new connection to a cluster: the `run_id`s of its primaries (the
+    /// reason, if `INFO` failed). A primary not seen before, once some
+    /// are known, is taken as a restart just now (a replica promoted, or a
+    /// primary restarted): the node is quarantined. The first connection
+    /// only learns them.
+    pub(crate) fn cluster_connected(&self, node: &str, info: Result<Vec<String>, String>) {
+        let ids = match info {
+            Ok(ids) => ids,
+            Err(reason) => {
+                self.connected(node, Err(reason));
+                return;
+            }
+        };
+        let mut known = self.primaries.lock().unwrap_or_else(|p| p.into_inner());
+        let first = known.is_empty();
+        let mut new = false;
+        for id in ids {
+            new |= known.insert(id);
+        }
+        drop(known);
+        if new && !first {
+            self.quarantine(node, Duration::ZERO);
+        }
+    }
+
+    /// A cluster node granted a key; `run_id` is that of the primary that
+    /// ran the grant (the reason, if it could not be told). A primary not
+    /// seen before has taken over the slot since we last looked: it may
+    /// have lost keys replication had not copied, so this grant is no vote
+    /// and the node is quarantined as after a restart just now
+    /// ([`NodeFailure::Restarted`]). A grant whose primary cannot be told
+    /// counts, with a warning once (as a node refusing `INFO` does).
+    pub(crate) fn granted_by(
+        &self,
+        node: &str,
+        run_id: Result<String, String>,
+    ) -> Result<(), NodeFailure> {
+        let run_id = match run_id {
+            Ok(id) => id,
+            Err(reason) => {
+                if !self.unwatched.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        node,
+                        reason,
+                        "the primary that ran a grant could not be told, so a shard's \
+                         failover cannot be seen: allow INFO in the ACL"
+                    );
+                }
+                return Ok(());
+            }
+        };
+        let new = self
+            .primaries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(run_id);
+        if new {
+            self.quarantine(node, Duration::ZERO);
+        }
+        self.check()
     }
 
     /// Quarantines the node after a restart `uptime` ago (taken a second
@@ -306,6 +372,39 @@ mod tests {
         guard.admit(Effect::Remove).unwrap();
         tokio::time::sleep(s(30)).await;
         guard.check().unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_grant_by_a_primary_not_seen_before_is_no_vote() {
+        let guard = Guard::new(Arc::default(), true);
+        let ids = |v: &[&str]| Ok(v.iter().map(|s| (*s).to_owned()).collect());
+        // The first connection learns the primaries.
+        guard.cluster_connected("c", ids(&["p1", "p2", "p3"]));
+        guard.check().unwrap();
+        guard.admit(Effect::Grant { life: s(10) }).unwrap();
+        guard.granted_by("c", Ok("p2".into())).unwrap();
+        // A replica promoted: its grant does not count, and the node is
+        // out for the whole TTL from now (uptime taken as 0).
+        tokio::time::sleep(s(4)).await;
+        guard.admit(Effect::Grant { life: s(10) }).unwrap();
+        match guard.granted_by("c", Ok("r2".into())) {
+            Err(NodeFailure::Restarted { remaining }) => assert_eq!(remaining, s(10)),
+            other => panic!("{other:?}"),
+        }
+        assert!(guard.admit(Effect::Grant { life: s(10) }).is_err());
+        tokio::time::sleep(s(10)).await;
+        // Known from now on.
+        guard.admit(Effect::Grant { life: s(10) }).unwrap();
+        guard.granted_by("c", Ok("r2".into())).unwrap();
+        // A new connection that finds a primary not seen trips it too; one
+        // that finds only known ones does not.
+        guard.cluster_connected("c", ids(&["p1", "r2", "p3"]));
+        guard.check().unwrap();
+        guard.cluster_connected("c", ids(&["p1", "r2", "p4"]));
+        assert!(guard.check().is_err());
+        // A primary that cannot be told: the grant counts (warned once).
+        tokio::time::sleep(s(11)).await;
+        guard.granted_by("c", Err("NOPERM".into())).unwrap();
     }
 
     #[tokio::test(start_paused = true)]

@@ -15,7 +15,11 @@
 //!   connection, not a connection manager that resends commands after a
 //!   reconnect, where they could land after a rollback. The one retry we
 //!   make ourselves, on a connection that went stale, happens inside the
-//!   same request, before its vote is counted (see `Inner::run`).
+//!   same request, before its vote is counted (see `Inner::run`). A node
+//!   that is a Redis Cluster uses redis-rs's cluster connection with its
+//!   retries off; the redirects it would have followed (`MOVED`, `ASK`:
+//!   the command did not run) we follow ourselves, through the gate (see
+//!   `cluster`, feature `cluster`).
 //! * **Nothing of a lock is sent after its removal began.** An
 //!   acquisition, a fenced confirmation or an extension is handed to a
 //!   connection only through the lock's [`Gate`], which its rollback or
@@ -79,6 +83,8 @@
 //! unanswered one. The restart guard ([`guard`]) reads every new
 //! connection's `INFO server` before the connection is used.
 
+#[cfg(feature = "cluster")]
+pub(crate) mod cluster;
 pub(crate) mod endpoint;
 pub(crate) mod guard;
 mod removals;
@@ -92,7 +98,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ErrorKind, RedisError, ServerErrorKind, Value};
 use tokio::time::timeout_at;
 
@@ -101,7 +106,7 @@ use crate::error::NodeFailure;
 #[cfg(feature = "metrics")]
 use crate::metrics;
 use crate::proto::{Effect, Gate, Pass, Prepared, ScriptCall, Shared};
-pub(crate) use endpoint::Endpoint;
+pub(crate) use endpoint::{CommandConn, Endpoint};
 use guard::{Guard, Lives};
 use removals::Removals;
 use retired::Retired;
@@ -175,7 +180,7 @@ struct Inner {
 /// never).
 #[derive(Clone)]
 struct Conn {
-    conn: MultiplexedConnection,
+    conn: CommandConn,
     waiting_since: Arc<AtomicU64>,
     heard_at: Arc<AtomicU64>,
     /// When it was made.
@@ -229,8 +234,14 @@ pub(crate) enum Patience {
 impl Node {
     /// A node reached through `client`. `lives` is shared by the nodes of
     /// one `Redlock` when the restart guard is on.
-    pub(crate) fn new(endpoint: Endpoint, limits: Limits, lives: Option<Arc<Lives>>) -> Node {
+    pub(crate) fn new(endpoint: Endpoint, mut limits: Limits, lives: Option<Arc<Lives>>) -> Node {
         let fails_over = endpoint.fails_over();
+        #[cfg(feature = "cluster")]
+        if endpoint.is_cluster() {
+            // Handing a command to the cluster connection must not wait
+            // (see `cluster::IN_FLIGHT`).
+            limits.in_flight = limits.in_flight.min(cluster::IN_FLIGHT);
+        }
         Node {
             inner: Arc::new(Inner {
                 name: endpoint.name(),
@@ -425,7 +436,8 @@ impl Inner {
             };
             let conn = &live.conn;
             let sent = conn.sending();
-            match timeout_at(deadline, send(&conn.conn, command, gate)).await {
+            let watch = self.guard.is_some() && matches!(command.effect, Effect::Grant { .. });
+            match timeout_at(deadline, send(&conn.conn, command, gate, watch)).await {
                 Err(_) => return Err(self.timed_out(&live)),
                 // The lock's removal began before this could be sent; but a
                 // first try may have run, and the removal must not take
@@ -434,8 +446,12 @@ impl Inner {
                     conn.unsent(sent);
                     return Err(first_try.unwrap_or(NodeFailure::NotWaited));
                 }
-                Ok(Some(Ok(reply))) => {
+                Ok(Some(Ok(Sent { reply, run_id }))) => {
                     conn.heard(sent);
+                    if let (Some(guard), Some(run_id)) = (&self.guard, run_id) {
+                        // A cluster's grant, by a primary we may not know.
+                        guard.granted_by(&self.name, run_id)?;
+                    }
                     return Ok(reply);
                 }
                 // A connection made earlier went stale (the node restarted,
@@ -568,7 +584,16 @@ impl Inner {
             .set_response_timeout(None)
             .set_pipeline_buffer_size(PIPELINE_BUFFER);
         let mut conn = self.endpoint.connect(&config).await?;
-        if let Some(guard) = &self.guard {
+        #[cfg(feature = "cluster")]
+        if let (Some(guard), CommandConn::Cluster(cluster)) = (&self.guard, &mut conn) {
+            let info = match cluster::primaries(cluster).await {
+                Ok(ids) => Ok(ids),
+                Err(e) if is_connection_error(&e) => return Err(classify(&e)),
+                Err(e) => Err(e.to_string()),
+            };
+            guard.cluster_connected(&self.name, info);
+        }
+        if let (Some(guard), CommandConn::Plain(_)) = (&self.guard, &conn) {
             let reply: Result<String, RedisError> = redis::cmd("INFO")
                 .arg("server")
                 .query_async(&mut conn)
@@ -594,31 +619,75 @@ impl Inner {
     }
 }
 
+/// A command's reply and, on a cluster asked to watch, the `run_id` of the
+/// primary that ran it (see [`cluster`]).
+struct Sent {
+    reply: Value,
+    run_id: Option<Result<String, String>>,
+}
+
 /// Sends one command and reads its reply; `None` if `gate` was shut before
 /// the command (or, after `NOSCRIPT`, its `EVAL`) could be handed over.
+/// With `watch`, a cluster node also says which primary ran it.
 async fn send(
-    conn: &MultiplexedConnection,
+    conn: &CommandConn,
     command: &Prepared,
     gate: Option<&Gate>,
-) -> Option<Result<Value, RedisError>> {
-    let reply = Pass::new(gate, query(conn.clone(), &command.first)).await?;
+    watch: bool,
+) -> Option<Result<Sent, RedisError>> {
+    let reply = routed(conn, command, &command.first, gate, watch).await?;
     match (reply, &command.script) {
         // Boxed: rare (after a restart or `SCRIPT FLUSH`), it would
         // otherwise add its `EVAL` to the state every request keeps.
         (Err(e), Some(call)) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-            Box::pin(send_eval(conn, call, gate)).await
+            Box::pin(send_eval(conn, command, call, gate, watch)).await
         }
         (reply, _) => Some(reply),
     }
 }
 
+/// Sends `cmd`, one of `command`'s calls: on a plain connection as it is;
+/// on a cluster to the primary of its key's slot, redirects followed by us
+/// (see [`cluster`]).
+async fn routed(
+    conn: &CommandConn,
+    command: &Prepared,
+    cmd: &redis::Cmd,
+    gate: Option<&Gate>,
+    watch: bool,
+) -> Option<Result<Sent, RedisError>> {
+    match conn {
+        CommandConn::Plain(_) => {
+            let _ = (command, watch);
+            let reply = Pass::new(gate, query(conn.clone(), cmd)).await?;
+            Some(reply.map(|reply| Sent {
+                reply,
+                run_id: None,
+            }))
+        }
+        #[cfg(feature = "cluster")]
+        CommandConn::Cluster(cluster) => {
+            let key = cluster::route_key(command);
+            let ran = cluster::send(cluster, cmd, key.as_deref(), gate, watch).await?;
+            Some(ran.and_then(|ran| {
+                ran.reply.map(|reply| Sent {
+                    reply,
+                    run_id: ran.run_id,
+                })
+            }))
+        }
+    }
+}
+
 /// `send`'s second try of a script the node lacked, with `EVAL`.
 async fn send_eval(
-    conn: &MultiplexedConnection,
+    conn: &CommandConn,
+    command: &Prepared,
     call: &ScriptCall,
     gate: Option<&Gate>,
-) -> Option<Result<Value, RedisError>> {
-    let eval = Pass::new(gate, query(conn.clone(), &call.eval())).await;
+    watch: bool,
+) -> Option<Result<Sent, RedisError>> {
+    let eval = routed(conn, command, &call.eval(), gate, watch).await;
     if eval.is_none() {
         // The round was decided (its lock's removal began) while the node
         // said it lacked the script: a node slower than the others would be
@@ -635,7 +704,7 @@ async fn send_eval(
 /// How long a script's loading, in the background, may take.
 const MAX_LOAD: Duration = Duration::from_secs(5);
 
-async fn query(mut conn: MultiplexedConnection, cmd: &redis::Cmd) -> Result<Value, RedisError> {
+async fn query(mut conn: CommandConn, cmd: &redis::Cmd) -> Result<Value, RedisError> {
     cmd.query_async(&mut conn).await
 }
 
@@ -644,7 +713,7 @@ async fn query(mut conn: MultiplexedConnection, cmd: &redis::Cmd) -> Result<Valu
 /// a TTL, and a lock whose key is evicted is silently lost. Asked once per
 /// node; a node that forbids `CONFIG` (managed Redis) cannot tell, and
 /// nothing is said.
-async fn check_eviction_policy(node: String, mut conn: MultiplexedConnection) {
+async fn check_eviction_policy(node: String, mut conn: CommandConn) {
     let query = async {
         let (_, max): (String, u64) = redis::cmd("CONFIG")
             .arg("GET")

@@ -28,13 +28,20 @@
 //! are mirrored to per node; past that the oldest is no longer written on
 //! (with a warning; it stays open until its drain ends), should a node's
 //! connections be replaced more often than they drain.
+//!
+//! A cluster node's retired connection is redis-rs's cluster connection,
+//! one socket per server: a mirrored removal goes to the primary of its
+//! key's slot on it (behind what that socket carries), but the draining
+//! `PING` goes to any one server, so the connection may be closed before
+//! the socket that carried a late acquisition has delivered everything;
+//! such a key lingers until its TTL (a delay, never two holders).
 
 use std::future::poll_fn;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Poll;
 
+use super::CommandConn;
 use futures::FutureExt;
-use redis::aio::MultiplexedConnection;
 use redis::{RedisError, Value};
 
 use crate::proto::Prepared;
@@ -50,7 +57,7 @@ pub(crate) struct Retired {
 
 struct Entry {
     generation: u64,
-    conn: MultiplexedConnection,
+    conn: CommandConn,
     /// How many removals have been written on it.
     mirrored: u64,
 }
@@ -59,12 +66,7 @@ impl Retired {
     /// Keeps `conn` (connection `generation` of node `name`) until it has
     /// delivered everything written on it, removals mirrored from now on
     /// included. Outside a tokio runtime the connection simply closes.
-    pub(crate) fn retire(
-        self: &Arc<Self>,
-        name: &str,
-        generation: u64,
-        conn: MultiplexedConnection,
-    ) {
+    pub(crate) fn retire(self: &Arc<Self>, name: &str, generation: u64, conn: CommandConn) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -130,7 +132,7 @@ impl Retired {
 
 /// Keeps connection `generation` until a `PING` written on it after its
 /// last mirrored removal is answered, or it fails.
-async fn drain(retired: Arc<Retired>, name: String, generation: u64, conn: MultiplexedConnection) {
+async fn drain(retired: Arc<Retired>, name: String, generation: u64, conn: CommandConn) {
     loop {
         // The PING is handed over under the list's lock, so that every
         // removal counted before `seen` is written ahead of it.
@@ -173,6 +175,6 @@ async fn drain(retired: Arc<Retired>, name: String, generation: u64, conn: Multi
     }
 }
 
-async fn ping(mut conn: MultiplexedConnection) -> Result<Value, RedisError> {
+async fn ping(mut conn: CommandConn) -> Result<Value, RedisError> {
     redis::cmd("PING").query_async(&mut conn).await
 }

@@ -240,6 +240,11 @@ pub const ALL: &[Scenario] = &[
         run: Run::Once(clock_jump),
     },
     Scenario {
+        name: "cluster_failover",
+        about: "three local Redis Clusters (3 shards, a replica each) as the three nodes: a shard failed over (CLUSTER FAILOVER, or its primary killed) or the load's slot migrated to another primary every 0.5-1.5 s; the restart guard quarantines a node whose grant came from a primary it had not seen",
+        run: Run::Once(cluster_failover),
+    },
+    Scenario {
         name: "compose",
         about: "the docker-compose cluster: containers killed and restarted, paused, and disconnected from their network",
         run: Run::Once(compose_chaos),
@@ -660,6 +665,139 @@ fn clock_jump(secs: Duration) {
         !v.violations.is_empty(),
         "no violation after clock jumps: the scenario does not reach the documented limit"
     );
+}
+
+fn cluster_failover(secs: Duration) {
+    use redquorum::local_redis_cluster::LocalRedisCluster;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    let started: Vec<_> = (0..3)
+        .map(|_| std::thread::spawn(LocalRedisCluster::start))
+        .collect();
+    let mut clusters: Vec<LocalRedisCluster> = started
+        .into_iter()
+        .map(|h| h.join().unwrap().expect("a local Redis Cluster"))
+        .collect();
+    let urls: Vec<String> = clusters.iter().map(LocalRedisCluster::url).collect();
+    let mut load = Load::with_nodes("cluster_failover", urls.clone(), cluster(1), secs);
+    // Eighteen servers share the machine: a little more room per request.
+    load.spec.node_timeout = Duration::from_millis(100);
+    load.spec.ttl = Duration::from_secs(2);
+    let clients = load.start(|_| urls.clone());
+    // A probe of our own, on other names: how often the guard refused a
+    // node (`Restarted`) after a failover it saw.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (quarantined, probed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let probe = {
+        let (urls, stop, quarantined, probed) = (
+            urls.clone(),
+            stop.clone(),
+            quarantined.clone(),
+            probed.clone(),
+        );
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let redlock = redquorum::Redlock::builder()
+                    .nodes(&urls)
+                    .key_prefix("chaos:cluster_probe:")
+                    .node_timeout(Duration::from_millis(100))
+                    .build()
+                    .unwrap();
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    probed.fetch_add(1, Ordering::Relaxed);
+                    match redlock
+                        .try_lock(&format!("p{}", n % 16), Duration::from_secs(2))
+                        .await
+                    {
+                        Ok(lock) => {
+                            let _ = lock.release().await;
+                        }
+                        Err(e) => {
+                            let restarted = e.report().is_some_and(|r| {
+                                r.failures().iter().any(|(_, f)| {
+                                    matches!(f, redquorum::NodeFailure::Restarted { .. })
+                                })
+                            });
+                            if restarted {
+                                quarantined.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            });
+        })
+    };
+    // The load's keys: `{chaos:cluster_failover:r<i>}`; slot moves take
+    // the slot of one of them.
+    let keys: Vec<String> = (0..load.spec.resources)
+        .map(|i| format!("{{{}r{i}}}", load.spec.prefix))
+        .collect();
+    let mut faults: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut round = 0usize;
+    for_the_run(secs, |left| {
+        sleep_ms(500, 1_500.min(left));
+        let c = rand::random_range(0..clusters.len());
+        let key = &keys[rand::random_range(0..keys.len())];
+        let cluster = &mut clusters[c];
+        let Ok(primary) = cluster.primary_of(key) else {
+            return;
+        };
+        let done = match round % 3 {
+            0 => cluster.failover(primary).map(|_| "failover"),
+            1 => {
+                let slot = cluster.slot(key).unwrap();
+                let to = cluster
+                    .primaries()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .find(|&p| p != primary);
+                match to {
+                    Some(to) => cluster.migrate_slot(slot, to).map(|()| "slot migrated"),
+                    None => Ok("no other primary"),
+                }
+            }
+            // Once per cluster: the shard is left without a replica.
+            _ => cluster.kill_primary(primary).map(|_| "primary killed"),
+        };
+        match done {
+            Ok(what) => *faults.entry(what).or_default() += 1,
+            Err(e) => {
+                println!("   (a fault could not be made: {e})");
+                *faults.entry("not made").or_default() += 1;
+            }
+        }
+        round += 1;
+    });
+    let v = clients.finish();
+    stop.store(true, Ordering::Relaxed);
+    probe.join().unwrap();
+    println!("   faults: {faults:?}");
+    println!(
+        "   quarantine: {} of {} probe attempts refused with a node's vote `Restarted` (a grant by a primary the probe had not seen)",
+        quarantined.load(Ordering::Relaxed),
+        probed.load(Ordering::Relaxed)
+    );
+    let f = load.report(&v);
+    assert_safe(&v, &f);
+    // Whatever a fault left behind expires with its TTL.
+    std::thread::sleep(load.spec.ttl + Duration::from_secs(1));
+    for (c, cluster) in clusters.iter().enumerate() {
+        for (port, keys) in cluster.keys_per_shard().unwrap() {
+            assert_eq!(
+                keys, 0,
+                "cluster {c}: keys left on the primary on port {port}"
+            );
+        }
+    }
+    assert!(round >= 3, "only {round} faults in the run");
 }
 
 fn compose_chaos(secs: Duration) {

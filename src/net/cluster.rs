@@ -1,0 +1,362 @@
+//! A node that is a whole Redis Cluster (crate feature `cluster`).
+//!
+//! Redlock wants N independent failure domains. A Redis Cluster can be one
+//! of them: it holds each lock key on the primary serving the key's slot,
+//! and a shard's failover (a replica promoted) is, for the keys of that
+//! shard, what a restart without persistence is for a single server — the
+//! writes replication had not copied yet are gone. So a Redlock of three
+//! clusters is a Redlock whose nodes scale out by shards; ONE cluster as
+//! the only node is a single failure domain whose failover can hand a lock
+//! to two holders (the README says so plainly).
+//!
+//! Three things make a cluster fit the node rules of [`net`](super):
+//!
+//! * **Every key of one lock in one slot** ([`keys`](crate::keys)): a Lua script
+//!   runs on one primary and must find all its keys there. The side keys
+//!   (`:waiters`, `:intent`, `:leader`, `:fence`) are built from the lock
+//!   key, so they share its hash tag.
+//!
+//! * **Nothing replayed behind our back.** redis-rs's cluster connection
+//!   retries a request on one counter, `retries` (16 by default), for
+//!   every reason it has: `MOVED` and `ASK` (the command did not run:
+//!   safe), `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `LOADING` (did not
+//!   run: safe), `READONLY` (did not run), but also an I/O error or a
+//!   dropped connection (`RetryMethod::Reconnect` and `RetryImmediately`
+//!   in `errors/redis_error.rs`): there the command may have run, and its
+//!   resending after our rollback could land after it and leave a key
+//!   nobody holds. One counter cannot tell them apart, so we set
+//!   `retries(0)`: redis-rs retries nothing and hands every error back.
+//!   We follow the redirects ourselves ([`send`]): a `MOVED` or `ASK`
+//!   answer means the command did not run, so sending it to the address
+//!   named (with `ASKING` first for `ASK`) is no replay; each hop passes
+//!   the lock's [`Gate`] again, so a hop after the lock's removal began
+//!   is dropped unsent. At most [`MAX_REDIRECTS`] hops; the slot map is
+//!   refreshed by redis-rs on the `MOVED` it saw. A connection error is a
+//!   failed vote, handled by the one retry of `Inner::run` like on a plain
+//!   node (before the vote is counted, through the gate).
+//!
+//!   The gate needs the hand-over to be immediate (a request handed over
+//!   later than its first poll could be written after the lock's
+//!   rollback). redis-rs hands a command to the cluster connection's task
+//!   through a channel of 100 messages, so a cluster node has at most
+//!   [`IN_FLIGHT`] requests on the wire (each sends one message at a
+//!   time), below `Builder::max_in_flight` if that is higher: the channel
+//!   always has room. (A script's background `SCRIPT LOAD` after a
+//!   `NOSCRIPT` the gate cut off takes no permit; it would take 36 of them
+//!   at once to fill the rest. Even then the late command runs on the
+//!   same node and leaves a key nobody holds until its TTL: a delay,
+//!   never two holders.)
+//!
+//! * **The restart guard per shard.** The cluster connection reconnects to
+//!   a promoted replica by itself, so "read `INFO server` on every new
+//!   connection" would never run. Instead: at connect, the `run_id` of
+//!   every primary is learned (`INFO server` to all primaries); and every
+//!   acquisition ([`Effect::Grant`](crate::proto::Effect)) is pipelined
+//!   with `INFO server` on the same route, so the reply names the primary
+//!   that ran it. A grant from a primary this client has not seen is no
+//!   vote: the node is quarantined as after a restart with an uptime of 0
+//!   (the longest TTL in use, from now) and the vote is
+//!   [`NodeFailure::Restarted`](crate::NodeFailure) — the engine's
+//!   rollback then removes the key. Adding a shard (or a resharding that
+//!   makes a primary we have not seen serve a slot) trips it once too:
+//!   conservative, it costs that node's vote for one TTL.
+//!
+//! What it costs in availability: a connection error on any one server of
+//! the cluster (its primary killed, say) drops the whole cluster
+//! connection, as on a plain node, and the new one must reach every
+//! primary for the guard's `INFO server`: until the cluster has promoted a
+//! replica (its `cluster-node-timeout`), the node votes `Connection` for
+//! every key, not only for the keys of the dead shard. Dropping it is sure
+//! to find the promoted replica, though: a new connection reads the slot
+//! map afresh, while redis-rs refreshes a kept one's on a redirect (which
+//! a dead primary never sends) or when it has no connection for a slot,
+//! and whether that comes promptly after a primary's death was not
+//! checked. Keeping the connection, with a slot refresh of our own after
+//! connection errors, and learning the primaries one by one, would narrow
+//! the cost to the shard; not done yet.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use redis::aio::PubSub;
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{
+    MultipleNodeRoutingInfo, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
+};
+use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
+
+use crate::proto::{Gate, Pass};
+
+/// The most requests on the wire to one cluster node: below the 100
+/// messages of redis-rs's command channel, so that handing a command over
+/// never waits (the lock's gate relies on it).
+pub(crate) const IN_FLIGHT: usize = 64;
+
+/// The most redirects one request follows (a slot migrating while the
+/// slot map is refreshed takes two).
+pub(crate) const MAX_REDIRECTS: usize = 5;
+
+/// How a cluster node's connections are made.
+#[derive(Clone)]
+pub(crate) struct ClusterEndpoint {
+    /// `cluster(host:port,…)`, the sorted seeds (no password).
+    name: String,
+    client: redis::cluster::ClusterClient,
+    /// A plain client per seed, for subscribers.
+    seeds: Arc<[redis::Client]>,
+    /// The seed the next subscriber tries.
+    next: Arc<AtomicUsize>,
+}
+
+impl ClusterEndpoint {
+    /// A cluster reached through `seeds` (`redis://[user:password@]host:port`
+    /// each); `connect` bounds each of redis-rs's connection attempts.
+    pub(crate) fn new(seeds: &[String], connect: Duration) -> Result<Self, RedisError> {
+        let mut clients = Vec::with_capacity(seeds.len());
+        let mut names = Vec::with_capacity(seeds.len());
+        for seed in seeds {
+            let client = redis::Client::open(seed.as_str())?;
+            names.push(client.get_connection_info().addr().to_string());
+            clients.push(client);
+        }
+        names.sort();
+        names.dedup();
+        let client = ClusterClientBuilder::new(seeds.iter().map(String::as_str))
+            // Nothing retried behind our back: see the module's doc.
+            .retries(0)
+            .connection_timeout(connect)
+            .build()?;
+        Ok(ClusterEndpoint {
+            name: format!("cluster({})", names.join(",")),
+            client,
+            seeds: clients.into(),
+            next: Arc::default(),
+        })
+    }
+
+    pub(crate) fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    pub(crate) async fn connect(&self) -> Result<ClusterConnection, RedisError> {
+        self.client.get_async_connection().await
+    }
+
+    /// A subscriber on one seed, the next one at each call.
+    pub(crate) async fn pubsub(&self) -> Result<PubSub, RedisError> {
+        let at = self.next.fetch_add(1, Ordering::Relaxed) % self.seeds.len();
+        self.seeds[at].get_async_pubsub().await
+    }
+}
+
+/// The `run_id`s of the cluster's primaries, from `INFO server` sent to all
+/// of them (`Err` with the reason if that failed).
+pub(crate) async fn primaries(conn: &mut ClusterConnection) -> Result<Vec<String>, RedisError> {
+    let mut info = redis::cmd("INFO");
+    info.arg("server");
+    let reply = conn
+        .route_command(
+            info,
+            RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None)),
+        )
+        .await?;
+    let Value::Map(answers) = reply else {
+        return Err(RedisError::from((
+            ErrorKind::UnexpectedReturnType,
+            "INFO server to all primaries: not one answer per primary",
+        )));
+    };
+    let mut ids = Vec::with_capacity(answers.len());
+    for (_, answer) in answers {
+        let text: String = redis::from_redis_value(answer)?;
+        let info = super::guard::parse_info(&text)
+            .map_err(|reason| RedisError::from((ErrorKind::Client, "INFO server", reason)))?;
+        ids.push(info.run_id);
+    }
+    Ok(ids)
+}
+
+/// What a command sent to a cluster came back with.
+pub(crate) struct Ran {
+    /// Its reply (an error reply as `Err`).
+    pub(crate) reply: Result<Value, RedisError>,
+    /// The `run_id` of the primary that ran it, when asked for and told.
+    pub(crate) run_id: Option<Result<String, String>>,
+}
+
+/// Sends `cmd` to the primary serving `key`'s slot (anywhere without a
+/// key), following `MOVED` and `ASK` ourselves (see the module's doc), each
+/// hop through `gate`; with `watch`, pipelined with `INFO server` so that
+/// the primary that ran it is known. `None` if the gate was shut before a
+/// hop could be handed over (that hop did not run; an earlier hop was
+/// redirected, so it did not run either).
+pub(crate) async fn send(
+    conn: &ClusterConnection,
+    cmd: &Cmd,
+    key: Option<&[u8]>,
+    gate: Option<&Gate>,
+    watch: bool,
+) -> Option<Result<Ran, RedisError>> {
+    let mut route = match key {
+        Some(key) => SingleNodeRoutingInfo::SpecificNode(Route::new(
+            crate::keys::key_slot(key),
+            SlotAddr::Master,
+        )),
+        None => SingleNodeRoutingInfo::Random,
+    };
+    let mut asking = false;
+    for _ in 0..=MAX_REDIRECTS {
+        let mut pipe = redis::pipe();
+        if asking {
+            pipe.cmd("ASKING");
+        }
+        pipe.add_command(cmd.clone());
+        if watch {
+            pipe.cmd("INFO").arg("server");
+        }
+        let count = 1 + usize::from(asking) + usize::from(watch);
+        let mut conn = conn.clone();
+        let hop = route.clone();
+        let answer = Pass::new(gate, async move {
+            conn.route_pipeline(pipe, 0, count, hop).await
+        })
+        .await?;
+        match answer {
+            Ok(values) => return Some(Ok(read(values, asking, watch))),
+            Err(e) => match redirect(&e) {
+                Some((to, ask)) => {
+                    route = to;
+                    asking = ask;
+                }
+                None => return Some(Err(e)),
+            },
+        }
+    }
+    Some(Err(RedisError::from((
+        ErrorKind::Client,
+        "too many cluster redirects",
+        format!("more than {MAX_REDIRECTS} MOVED/ASK answers for one request"),
+    ))))
+}
+
+/// Where a `MOVED` or `ASK` error sends the request, and whether it is an
+/// `ASK` (`ASKING` first, and the slot map is not changed).
+fn redirect(e: &RedisError) -> Option<(SingleNodeRoutingInfo, bool)> {
+    let ask = match e.kind() {
+        ErrorKind::Server(ServerErrorKind::Moved) => false,
+        ErrorKind::Server(ServerErrorKind::Ask) => true,
+        _ => return None,
+    };
+    let (address, _slot) = e.redirect_node()?;
+    let (host, port) = address.rsplit_once(':')?;
+    let port = port.parse().ok()?;
+    Some((
+        SingleNodeRoutingInfo::ByAddress {
+            host: host.to_owned(),
+            port,
+        },
+        ask,
+    ))
+}
+
+/// The command's reply and, if asked for, the primary's `run_id`, from the
+/// pipeline's replies.
+fn read(values: Vec<Value>, asking: bool, watch: bool) -> Ran {
+    let mut values = values.into_iter().skip(usize::from(asking));
+    let reply = match values.next() {
+        Some(value) => value.extract_error(),
+        None => Err(RedisError::from((
+            ErrorKind::UnexpectedReturnType,
+            "a cluster pipeline came back without the command's reply",
+        ))),
+    };
+    let run_id = watch.then(|| match values.next() {
+        Some(value) => redis::from_redis_value::<String>(value)
+            .map_err(|e| e.to_string())
+            .and_then(|text| super::guard::parse_info(&text))
+            .map(|info| info.run_id),
+        None => Err("no INFO server reply".to_owned()),
+    });
+    Ran { reply, run_id }
+}
+
+/// The key a command is routed by: a script's first key, a plain command's
+/// first argument after its name (`SET key …`); none for `PING`.
+pub(crate) fn route_key(command: &crate::proto::Prepared) -> Option<Vec<u8>> {
+    if let Some(script) = &command.script {
+        return script.keys.first().map(|k| k.as_bytes().to_vec());
+    }
+    let mut args = command.first.args_iter();
+    let redis::Arg::Simple(name) = args.next()? else {
+        return None;
+    };
+    if name.eq_ignore_ascii_case(b"PING") {
+        return None;
+    }
+    match args.next()? {
+        redis::Arg::Simple(key) => Some(key.to_vec()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error(reply: &str) -> RedisError {
+        redis::parse_redis_value(reply.as_bytes())
+            .unwrap()
+            .extract_error()
+            .unwrap_err()
+    }
+
+    #[test]
+    fn redirects_are_followed_to_the_address_named_and_nothing_else() {
+        match redirect(&error("-MOVED 3999 127.0.0.1:6381\r\n")) {
+            Some((SingleNodeRoutingInfo::ByAddress { host, port }, false)) => {
+                assert_eq!((host.as_str(), port), ("127.0.0.1", 6381));
+            }
+            other => panic!("{other:?}"),
+        }
+        match redirect(&error("-ASK 3999 10.0.0.2:7000\r\n")) {
+            Some((SingleNodeRoutingInfo::ByAddress { host, port }, true)) => {
+                assert_eq!((host.as_str(), port), ("10.0.0.2", 7000));
+            }
+            other => panic!("{other:?}"),
+        }
+        // Errors after which the command may have run, or that name no
+        // address, are not followed.
+        for reply in [
+            "-TRYAGAIN Multiple keys request during rehashing of slot\r\n",
+            "-CLUSTERDOWN The cluster is down\r\n",
+            "-ERR something\r\n",
+            "-MOVED 3999\r\n",
+        ] {
+            assert!(redirect(&error(reply)).is_none(), "{reply}");
+        }
+        let io = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert!(redirect(&io).is_none());
+    }
+
+    #[test]
+    fn the_reply_and_the_primary_are_read_from_the_pipeline() {
+        let info = Value::BulkString(b"# Server\r\nrun_id:abc\r\nuptime_in_seconds:5\r\n".to_vec());
+        let ran = read(vec![Value::Okay, Value::Int(1), info.clone()], true, true);
+        assert_eq!(ran.reply.unwrap(), Value::Int(1));
+        assert_eq!(ran.run_id, Some(Ok("abc".to_owned())));
+        let ran = read(vec![Value::Int(1)], false, false);
+        assert!(ran.run_id.is_none());
+        // A script error is the command's reply; INFO refused is a reason.
+        let refused = redis::parse_redis_value(b"-NOPERM no\r\n").unwrap();
+        let noscript = redis::parse_redis_value(b"-NOSCRIPT No matching script\r\n").unwrap();
+        let ran = read(vec![noscript, refused], false, true);
+        assert_eq!(
+            ran.reply.unwrap_err().kind(),
+            ErrorKind::Server(ServerErrorKind::NoScript)
+        );
+        assert!(matches!(ran.run_id, Some(Err(_))));
+        assert!(read(Vec::new(), false, true).reply.is_err());
+    }
+}

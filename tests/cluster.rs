@@ -1,0 +1,371 @@
+//! Redis Cluster nodes (feature `cluster`), against real local clusters:
+//! three clusters of three shards (a primary and a replica each) as the
+//! three nodes of one Redlock.
+
+use std::time::Duration;
+
+use redquorum::local_cluster::{Reply, command};
+use redquorum::local_redis_cluster::LocalRedisCluster;
+use redquorum::{Error, Redlock};
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// `n` local clusters, started in parallel.
+fn clusters(n: usize) -> Vec<LocalRedisCluster> {
+    let handles: Vec<_> = (0..n)
+        .map(|_| std::thread::spawn(LocalRedisCluster::start))
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| h.join().unwrap().expect("a local Redis Cluster"))
+        .collect()
+}
+
+fn redlock(clusters: &[LocalRedisCluster]) -> Redlock {
+    Redlock::builder()
+        .nodes(clusters.iter().map(LocalRedisCluster::url))
+        .node_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap()
+}
+
+/// The value of `key` on the primary serving it in `cluster`.
+fn get(cluster: &LocalRedisCluster, key: &str) -> Option<String> {
+    let port = cluster.primary_of(key).unwrap();
+    match command(port, &["GET", key]).unwrap() {
+        Reply::Bulk(Some(v)) => Some(String::from_utf8(v).unwrap()),
+        _ => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_lives_on_the_primary_serving_its_slot_in_every_cluster() {
+    let c = clusters(3);
+    let redlock = redlock(&c);
+    let lock = redlock.lock("report", secs(10)).await.unwrap();
+    let key = "{redquorum:report}";
+    // Returned at a majority; the last SET follows.
+    let start = std::time::Instant::now();
+    while c.iter().any(|c| get(c, key).is_none()) && start.elapsed() < secs(5) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for cluster in &c {
+        assert_eq!(get(cluster, key).as_deref(), Some(lock.token()));
+    }
+    lock.release().await.unwrap();
+    for cluster in &c {
+        assert_eq!(get(cluster, key), None);
+    }
+}
+
+/// Every kind works with three clusters as the three nodes: their scripts
+/// touch side keys built from the lock key (`:waiters`, `:intent`,
+/// `:leader`, `:fence`) without declaring them, which Redis 7 in cluster
+/// mode accepts as they share the key's slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_works_over_three_clusters() {
+    let c = clusters(3);
+    let redlock = redlock(&c);
+    let ttl = secs(10);
+
+    // Mutex, and its status.
+    let lock = redlock.lock("m", ttl).await.unwrap();
+    assert_eq!(
+        redlock.status("m").await.holder(),
+        Some(&redquorum::Holding::Token(lock.token().to_owned()))
+    );
+    assert!(redlock.try_lock("m", ttl).await.is_err());
+    lock.release().await.unwrap();
+
+    // A set with a shared hash tag: one slot, one primary per cluster.
+    let set = redlock
+        .lock_all(["{order:42}:a", "{order:42}:b"], ttl)
+        .await
+        .unwrap();
+    let key = "redquorum:{order:42}:a";
+    for cluster in &c {
+        assert_eq!(
+            cluster.primary_of(key).unwrap(),
+            cluster.primary_of("redquorum:{order:42}:b").unwrap()
+        );
+    }
+    assert!(redlock.try_lock("{order:42}:b", ttl).await.is_err());
+    set.release().await.unwrap();
+
+    // Reentrant: a second hold of the owner, refused to others.
+    let first = redlock.lock("r", ttl).reentrant("job-1").await.unwrap();
+    let second = redlock.lock("r", ttl).reentrant("job-1").await.unwrap();
+    assert!(redlock.try_lock("r", ttl).await.is_err());
+    first.release().await.unwrap();
+    second.release().await.unwrap();
+    redlock
+        .try_lock("r", ttl)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    // Fenced: tokens grow (the counter `<key>:fence` is in the key's slot).
+    let a = redlock.lock("f", ttl).fenced().await.unwrap();
+    let fa = a.fence().unwrap();
+    a.release().await.unwrap();
+    let b = redlock.lock("f", ttl).fenced().await.unwrap();
+    assert!(b.fence().unwrap() > fa);
+    b.release().await.unwrap();
+
+    // Semaphore: two permits, a third refused.
+    let p1 = redlock.lock("s", ttl).permits(2).await.unwrap();
+    let p2 = redlock.lock("s", ttl).permits(2).await.unwrap();
+    assert!(redlock.lock("s", ttl).permits(2).retries(0).await.is_err());
+    p1.release().await.unwrap();
+    p2.release().await.unwrap();
+
+    // Read-write: two readers, a writer kept out until they leave.
+    let r1 = redlock.lock("rw", ttl).shared().await.unwrap();
+    let r2 = redlock.lock("rw", ttl).shared().await.unwrap();
+    assert!(redlock.try_lock("rw", ttl).await.is_err());
+    r1.release().await.unwrap();
+    r2.release().await.unwrap();
+    redlock
+        .try_lock("rw", ttl)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    // Election: a leader, named by a majority, and a resignation.
+    let leader = redlock.campaign("e", "host-a", ttl).await.unwrap();
+    let seen = redlock.leader("e").await.unwrap().expect("a leader");
+    assert_eq!(seen.identity, "host-a");
+    leader.resign().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_across_slots_is_refused_before_anything_is_sent() {
+    let c = clusters(1);
+    let redlock = Redlock::builder()
+        .node(c[0].url())
+        .node_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let err = redlock
+        .lock_all(["stock:berlin", "stock:lyon"], secs(10))
+        .await
+        .unwrap_err();
+    match &err {
+        Error::CrossSlot { resources } => {
+            let names: Vec<&str> = resources.iter().map(|(r, _)| r.as_str()).collect();
+            assert_eq!(names, ["stock:berlin", "stock:lyon"]);
+            assert_ne!(resources[0].1, resources[1].1);
+        }
+        other => panic!("{other:?}"),
+    }
+    let text = err.to_string();
+    assert!(text.contains("{order:42}:a"), "{text}");
+    assert!(text.contains("stock:lyon"), "{text}");
+    for (_, keys) in c[0].keys_per_shard().unwrap() {
+        assert_eq!(keys, 0);
+    }
+}
+
+/// A waiter is woken by the release: its client subscribes on one node of
+/// each cluster, and the release's `PUBLISH`, on the primary of the key's
+/// slot, reaches every node. (A cluster node counts only its own
+/// subscribers, so the release script takes the waiter as listening: see
+/// `queue.lua`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_woken_by_the_release() {
+    let c = clusters(3);
+    // Without a wake-up the waiter would come back when the key expires
+    // (its timer: the holder's PTTL, capped at ten retry delays), after
+    // its wait of 20 s.
+    let redlock = Redlock::builder()
+        .nodes(c.iter().map(LocalRedisCluster::url))
+        .node_timeout(Duration::from_millis(500))
+        .retry_delay(secs(5))
+        .build()
+        .unwrap();
+    let ttl = secs(30);
+    let first = redlock.lock("w", ttl).await.unwrap();
+    let other = redlock.clone();
+    let waiter = tokio::spawn(async move { other.lock("w", ttl).wait(secs(20)).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let released = std::time::Instant::now();
+    first.release().await.unwrap();
+    // Got well within the first lock's TTL: after its release, not its
+    // expiry.
+    let second = tokio::time::timeout(secs(20), waiter)
+        .await
+        .expect("the waiter was not woken")
+        .unwrap()
+        .unwrap();
+    eprintln!("woken {:?} after the release", released.elapsed());
+    second.release().await.unwrap();
+}
+
+/// How reports name a cluster node: its sorted seeds.
+fn node_name(cluster: &LocalRedisCluster) -> String {
+    let mut seeds: Vec<String> = cluster
+        .ports()
+        .iter()
+        .map(|p| format!("127.0.0.1:{p}"))
+        .collect();
+    seeds.sort();
+    format!("cluster({})", seeds.join(","))
+}
+
+/// A shard's failover is a restart for the keys of that shard (what
+/// replication had not copied is gone): a grant by the promoted replica,
+/// a primary this client had not seen, is no vote, and the node gets none
+/// on acquisitions until the keys it may have lost would have expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_failover_quarantines_the_node_and_the_holder_stays_alone() {
+    let c = clusters(3);
+    let redlock = redlock(&c);
+    let ttl = secs(30);
+    let first = redlock.lock("a", ttl).await.unwrap();
+    let key = "{redquorum:a}";
+    for cluster in &c[..2] {
+        let primary = cluster.primary_of(key).unwrap();
+        let replica = cluster.failover(primary).unwrap();
+        assert_eq!(cluster.primary_of(key).unwrap(), replica);
+    }
+    // The same client asks again: the promoted replicas' answers do not
+    // count (each says `Restarted`), and nobody else gets the lock. (An
+    // attempt decided before a node answered does not wait for it: the
+    // next one finds it quarantined.)
+    let mut expected = vec![node_name(&c[0]), node_name(&c[1])];
+    expected.sort();
+    let start = std::time::Instant::now();
+    loop {
+        let err = redlock.try_lock("a", ttl).await.unwrap_err();
+        assert!(matches!(err, Error::NotAcquired { .. }), "{err}");
+        let mut restarted: Vec<String> = err
+            .report()
+            .unwrap()
+            .failures()
+            .iter()
+            .filter(|(_, f)| matches!(f, redquorum::NodeFailure::Restarted { .. }))
+            .map(|(node, _)| node.clone())
+            .collect();
+        restarted.sort();
+        assert!(restarted.iter().all(|r| expected.contains(r)), "{err}");
+        if restarted == expected {
+            break;
+        }
+        assert!(start.elapsed() < secs(5), "{err}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The whole node is out: another name, on any shard, too.
+    let err = redlock.try_lock("b", ttl).await.unwrap_err();
+    assert!(matches!(err, Error::NotAcquired { .. }), "{err}");
+    let refused = err
+        .report()
+        .unwrap()
+        .failures()
+        .iter()
+        .filter(|(_, f)| matches!(f, redquorum::NodeFailure::Restarted { .. }))
+        .count();
+    assert_eq!(refused, 2, "{err}");
+    // The holder is alone and still valid; its release reaches every node.
+    assert!(!first.is_lost());
+    first.release().await.unwrap();
+    for cluster in &c {
+        assert_eq!(get(cluster, key), None);
+    }
+}
+
+/// A slot moves from one primary to another, on two of the three clusters,
+/// while clients lock and release names in it: locks keep being granted
+/// (`ASK` and `MOVED` are followed), never to two holders at once, and
+/// nothing outlives its TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_migration_under_load_keeps_one_holder() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    let c = Arc::new(clusters(3));
+    let redlock = redlock(&c);
+    let ttl = secs(3);
+    const NAMES: [&str; 3] = ["{mig}:0", "{mig}:1", "{mig}:2"];
+    let held: Arc<[AtomicBool; 3]> = Arc::default();
+    let granted = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for t in 0..6 {
+        let (redlock, held, granted, failed, stop) = (
+            redlock.clone(),
+            held.clone(),
+            granted.clone(),
+            failed.clone(),
+            stop.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut n = t;
+            while !stop.load(Ordering::Relaxed) && n < t + 10_000 {
+                let i = n % NAMES.len();
+                n += 1;
+                match redlock.lock(NAMES[i], ttl).wait(secs(2)).await {
+                    Ok(lock) => {
+                        assert!(!held[i].swap(true, Ordering::SeqCst), "two holders of {i}");
+                        granted.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                        held[i].store(false, Ordering::SeqCst);
+                        let _ = lock.release().await;
+                    }
+                    Err(_) => {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = granted.load(Ordering::Relaxed);
+    assert!(before > 0, "no lock granted before the migration");
+    // Move the slot on clusters 0 and 1, and back, while the load runs.
+    let moving = c.clone();
+    tokio::task::spawn_blocking(move || {
+        for cluster in &moving[..2] {
+            let slot = cluster.slot("redquorum:{mig}:0").unwrap();
+            let from = cluster.primary_of_slot(slot).unwrap();
+            let to = cluster
+                .primaries()
+                .unwrap()
+                .into_iter()
+                .find(|&p| p != from)
+                .unwrap();
+            cluster.migrate_slot(slot, to).unwrap();
+            assert_eq!(cluster.primary_of_slot(slot).unwrap(), to);
+            cluster.migrate_slot(slot, from).unwrap();
+        }
+    })
+    .await
+    .unwrap();
+    let during = granted.load(Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let after = granted.load(Ordering::Relaxed);
+    eprintln!(
+        "granted {before} before, {} during, {} after the migrations; {} attempts failed",
+        during - before,
+        after - during,
+        failed.load(Ordering::Relaxed)
+    );
+    assert!(after > during, "no lock granted after the migrations");
+    // Whatever an error left behind expires with its TTL.
+    tokio::time::sleep(ttl + secs(1)).await;
+    for cluster in c.iter() {
+        for (port, keys) in cluster.keys_per_shard().unwrap() {
+            assert_eq!(keys, 0, "keys left on the primary on port {port}");
+        }
+    }
+}
