@@ -159,13 +159,22 @@ fn sentinel_holders(key: &str) -> usize {
         .count()
 }
 
-/// How many clusters hold `key`: on the primary that serves its slot, the
+/// How many clusters hold the lock of plain key `key` (tagged there): on the
+/// primary that serves its slot, the
 /// only server that answers `GET` (the others answer `MOVED`).
 fn cluster_holders(key: &str) -> usize {
+    let key = tagged(key);
     CLUSTER_NODES
         .iter()
-        .filter(|(_, ports)| holders_at(ports, key) > 0)
+        .filter(|(_, ports)| holders_at(ports, &key) > 0)
         .count()
+}
+
+/// The key of `key` on a Redlock with a cluster node: in a hash tag, so
+/// that the lock's side keys share its slot (see the README's "Redis
+/// Cluster nodes").
+fn tagged(key: &str) -> String {
+    format!("{{{key}}}")
 }
 
 /// Locks `resource` (with a short TTL, so that a node the restart guard
@@ -293,7 +302,7 @@ fn the_compose_cluster_profile_grants_locks_through_a_failover() {
         // In cluster2, the replica of the primary that serves the lock's key
         // takes over (CLUSTER FAILOVER, the coordinated manual failover).
         let (service, ports) = CLUSTER_NODES[1];
-        let (primary, replica) = slot_primary_and_replica(ports[0], &key("cluster"));
+        let (primary, replica) = slot_primary_and_replica(ports[0], &tagged(&key("cluster")));
         let reply = compose.redis_cli(
             service,
             &["-p", &replica.to_string(), "CLUSTER", "FAILOVER"],
