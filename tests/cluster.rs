@@ -369,3 +369,67 @@ async fn a_slot_migration_under_load_keeps_one_holder() {
         }
     }
 }
+
+/// How many nodes said `Restarted` in `err`'s report.
+fn restarted(err: &Error) -> usize {
+    err.report().map_or(0, |r| {
+        r.failures()
+            .iter()
+            .filter(|(_, f)| matches!(f, redquorum::NodeFailure::Restarted { .. }))
+            .count()
+    })
+}
+
+/// Tries `name` until an attempt is refused by the restart guard (true), or
+/// 50 tries pass (false); a lock granted meanwhile is released.
+async fn trips(redlock: &Redlock, name: &str, ttl: Duration) -> bool {
+    for _ in 0..50 {
+        match redlock.try_lock(name, ttl).await {
+            Ok(lock) => lock.release().await.unwrap(),
+            Err(e) if restarted(&e) > 0 => return true,
+            Err(_) => {}
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+/// A failover and then a failback of one shard, the client connected all
+/// along: the old primary, promoted again, is a primary whose `run_id` the
+/// guard knows, but as a replica meanwhile it may have lost the keys the
+/// other one granted. Both promotions trip the guard (a primary is told by
+/// its `run_id` and its replication ID, drawn anew at each promotion).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_and_a_failback_both_quarantine_the_node() {
+    let c = clusters(1);
+    let redlock = Redlock::builder()
+        .node(c[0].url())
+        .node_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let ttl = secs(1);
+    redlock
+        .lock("a", ttl)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let primary = c[0].primary_of("{redquorum:a}").unwrap();
+    let replica = c[0].failover(primary).unwrap();
+    assert!(trips(&redlock, "a", ttl).await, "the failover was not seen");
+    // The quarantine (one TTL from the first grant seen) ends.
+    tokio::time::sleep(ttl + secs(1)).await;
+    redlock
+        .lock("a", ttl)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert_eq!(c[0].failover(replica).unwrap(), primary);
+    assert!(
+        trips(&redlock, "a", ttl).await,
+        "the failback to a primary whose run_id is known was not seen"
+    );
+}

@@ -49,11 +49,17 @@
 //!
 //! * **The restart guard per shard.** The cluster connection reconnects to
 //!   a promoted replica by itself, so "read `INFO server` on every new
-//!   connection" would never run. Instead: at connect, the `run_id` of
-//!   every primary is learned (`INFO server` to all primaries); and every
-//!   acquisition ([`Effect::Grant`](crate::proto::Effect)) is pipelined
-//!   with `INFO server` on the same route, so the reply names the primary
-//!   that ran it. A grant from a primary this client has not seen is no
+//!   connection" would never run. Instead: at connect, the identity of
+//!   every primary is learned (`INFO server` and `INFO replication` to all
+//!   primaries); and every acquisition
+//!   ([`Effect::Grant`](crate::proto::Effect)) is pipelined with `INFO
+//!   server` and `INFO replication` on the same route, so the reply names
+//!   the primary that ran it. A primary is its `run_id` and its
+//!   `master_replid` ([`primary_identity`](super::guard::primary_identity)):
+//!   the `run_id` alone would miss a failback (P1 fails over to R1, then
+//!   R1 back to P1: P1, a replica meanwhile, may lack R1's grants, and its
+//!   `run_id` is known), while Redis draws a new replication ID at every
+//!   promotion. A grant from a primary this client has not seen is no
 //!   vote: the node is quarantined as after a restart with an uptime of 0
 //!   (the longest TTL in use, from now) and the vote is
 //!   [`NodeFailure::Restarted`](crate::NodeFailure) — the engine's
@@ -151,11 +157,45 @@ impl ClusterEndpoint {
     }
 }
 
-/// The `run_id`s of the cluster's primaries, from `INFO server` sent to all
-/// of them (`Err` with the reason if that failed).
+/// The identities of the cluster's primaries ([`primary_identity`]), from
+/// `INFO server` and `INFO replication` sent to all of them (`Err` with the
+/// reason if that failed, or if the two answers do not come from the same
+/// primaries: one failed over in between).
+///
+/// [`primary_identity`]: super::guard::primary_identity
 pub(crate) async fn primaries(conn: &mut ClusterConnection) -> Result<Vec<String>, RedisError> {
+    let server = all_primaries(conn, "server").await?;
+    let replication = all_primaries(conn, "replication").await?;
+    if server.len() != replication.len() {
+        return Err(RedisError::from((
+            ErrorKind::Client,
+            "INFO to all primaries",
+            "the primaries changed between INFO server and INFO replication".to_owned(),
+        )));
+    }
+    let mut ids = Vec::with_capacity(server.len());
+    for (address, server) in &server {
+        let Some((_, replication)) = replication.iter().find(|(a, _)| a == address) else {
+            return Err(RedisError::from((
+                ErrorKind::Client,
+                "INFO to all primaries",
+                "the primaries changed between INFO server and INFO replication".to_owned(),
+            )));
+        };
+        let id = super::guard::primary_identity(server, replication)
+            .map_err(|reason| RedisError::from((ErrorKind::Client, "INFO", reason)))?;
+        ids.push(id);
+    }
+    Ok(ids)
+}
+
+/// `INFO section` to every primary: (address, answer) each.
+async fn all_primaries(
+    conn: &mut ClusterConnection,
+    section: &str,
+) -> Result<Vec<(Value, String)>, RedisError> {
     let mut info = redis::cmd("INFO");
-    info.arg("server");
+    info.arg(section);
     let reply = conn
         .route_command(
             info,
@@ -165,31 +205,30 @@ pub(crate) async fn primaries(conn: &mut ClusterConnection) -> Result<Vec<String
     let Value::Map(answers) = reply else {
         return Err(RedisError::from((
             ErrorKind::UnexpectedReturnType,
-            "INFO server to all primaries: not one answer per primary",
+            "INFO to all primaries: not one answer per primary",
         )));
     };
-    let mut ids = Vec::with_capacity(answers.len());
-    for (_, answer) in answers {
-        let text: String = redis::from_redis_value(answer)?;
-        let info = super::guard::parse_info(&text)
-            .map_err(|reason| RedisError::from((ErrorKind::Client, "INFO server", reason)))?;
-        ids.push(info.run_id);
-    }
-    Ok(ids)
+    answers
+        .into_iter()
+        .map(|(address, answer)| Ok((address, redis::from_redis_value(answer)?)))
+        .collect()
 }
 
 /// What a command sent to a cluster came back with.
 pub(crate) struct Ran {
     /// Its reply (an error reply as `Err`).
     pub(crate) reply: Result<Value, RedisError>,
-    /// The `run_id` of the primary that ran it, when asked for and told.
-    pub(crate) run_id: Option<Result<String, String>>,
+    /// The identity of the primary that ran it
+    /// ([`primary_identity`](super::guard::primary_identity)), when asked
+    /// for and told.
+    pub(crate) primary: Option<Result<String, String>>,
 }
 
 /// Sends `cmd` to the primary serving `key`'s slot (anywhere without a
 /// key), following `MOVED` and `ASK` ourselves (see the module's doc), each
-/// hop through `gate`; with `watch`, pipelined with `INFO server` so that
-/// the primary that ran it is known. `None` if the gate was shut before a
+/// hop through `gate`; with `watch`, pipelined with `INFO server` and
+/// `INFO replication` (two commands: `INFO` of several sections needs Redis
+/// 7) on the same route, so that the primary that ran it is known. `None` if the gate was shut before a
 /// hop could be handed over (that hop did not run; an earlier hop was
 /// redirected, so it did not run either).
 pub(crate) async fn send(
@@ -215,8 +254,9 @@ pub(crate) async fn send(
         pipe.add_command(cmd.clone());
         if watch {
             pipe.cmd("INFO").arg("server");
+            pipe.cmd("INFO").arg("replication");
         }
-        let count = 1 + usize::from(asking) + usize::from(watch);
+        let count = 1 + usize::from(asking) + 2 * usize::from(watch);
         let mut conn = conn.clone();
         let hop = route.clone();
         let answer = Pass::new(gate, async move {
@@ -261,7 +301,7 @@ fn redirect(e: &RedisError) -> Option<(SingleNodeRoutingInfo, bool)> {
     ))
 }
 
-/// The command's reply and, if asked for, the primary's `run_id`, from the
+/// The command's reply and, if asked for, the primary's identity, from the
 /// pipeline's replies.
 fn read(values: Vec<Value>, asking: bool, watch: bool) -> Ran {
     let mut values = values.into_iter().skip(usize::from(asking));
@@ -272,14 +312,18 @@ fn read(values: Vec<Value>, asking: bool, watch: bool) -> Ran {
             "a cluster pipeline came back without the command's reply",
         ))),
     };
-    let run_id = watch.then(|| match values.next() {
-        Some(value) => redis::from_redis_value::<String>(value)
-            .map_err(|e| e.to_string())
-            .and_then(|text| super::guard::parse_info(&text))
-            .map(|info| info.run_id),
-        None => Err("no INFO server reply".to_owned()),
+    let mut text = |section: &str| match values.next() {
+        Some(value) => {
+            redis::from_redis_value::<String>(value).map_err(|e| format!("INFO {section}: {e}"))
+        }
+        None => Err(format!("no INFO {section} reply")),
+    };
+    let primary = watch.then(|| {
+        let server = text("server");
+        let replication = text("replication");
+        super::guard::primary_identity(&server?, &replication?)
     });
-    Ran { reply, run_id }
+    Ran { reply, primary }
 }
 
 /// The key a command is routed by: a script's first key, a plain command's
@@ -343,20 +387,34 @@ mod tests {
     #[test]
     fn the_reply_and_the_primary_are_read_from_the_pipeline() {
         let info = Value::BulkString(b"# Server\r\nrun_id:abc\r\nuptime_in_seconds:5\r\n".to_vec());
-        let ran = read(vec![Value::Okay, Value::Int(1), info.clone()], true, true);
+        let replication =
+            Value::BulkString(b"# Replication\r\nrole:master\r\nmaster_replid:r1\r\n".to_vec());
+        let ran = read(
+            vec![
+                Value::Okay,
+                Value::Int(1),
+                info.clone(),
+                replication.clone(),
+            ],
+            true,
+            true,
+        );
         assert_eq!(ran.reply.unwrap(), Value::Int(1));
-        assert_eq!(ran.run_id, Some(Ok("abc".to_owned())));
+        assert_eq!(ran.primary, Some(Ok("abc/r1".to_owned())));
+        // Without the replication ID the primary is not told.
+        let ran = read(vec![Value::Int(1), info.clone()], false, true);
+        assert!(matches!(ran.primary, Some(Err(_))));
         let ran = read(vec![Value::Int(1)], false, false);
-        assert!(ran.run_id.is_none());
+        assert!(ran.primary.is_none());
         // A script error is the command's reply; INFO refused is a reason.
         let refused = redis::parse_redis_value(b"-NOPERM no\r\n").unwrap();
         let noscript = redis::parse_redis_value(b"-NOSCRIPT No matching script\r\n").unwrap();
-        let ran = read(vec![noscript, refused], false, true);
+        let ran = read(vec![noscript, refused, replication], false, true);
         assert_eq!(
             ran.reply.unwrap_err().kind(),
             ErrorKind::Server(ServerErrorKind::NoScript)
         );
-        assert!(matches!(ran.run_id, Some(Err(_))));
+        assert!(matches!(ran.primary, Some(Err(_))));
         assert!(read(Vec::new(), false, true).reply.is_err());
     }
 }

@@ -95,7 +95,8 @@ pub(crate) struct Guard {
     quarantine: AtomicU64,
     /// The node's `run_id` as of the last connection, once known.
     run_id: Mutex<Option<String>>,
-    /// A cluster node's primaries seen so far, by `run_id` (see
+    /// A cluster node's primaries seen so far, by identity (`run_id` and
+    /// replication ID, see [`primary_identity`] and
     /// [`cluster`](super::cluster)): a grant by another one is no vote.
     primaries: Mutex<std::collections::HashSet<String>>,
     /// Whether the node has refused `INFO`, so that its restarts cannot be
@@ -215,7 +216,8 @@ impl Guard {
         self.quarantine(node, uptime)
     }
 
-    /// On a new connection to a cluster: the `run_id`s of its primaries (the
+    /// On a new connection to a cluster: the identities of its primaries
+    /// ([`primary_identity`]; the
     /// reason, if `INFO` failed). A primary not seen before, once some
     /// are known, is taken as a restart just now (a replica promoted, or a
     /// primary restarted): the node is quarantined. The first connection
@@ -240,9 +242,11 @@ impl Guard {
         }
     }
 
-    /// A cluster node granted a key; `run_id` is that of the primary that
-    /// ran the grant (the reason, if it could not be told). A primary not
-    /// seen before has taken over the slot since we last looked: it may
+    /// A cluster node granted a key; `primary` is the identity of the
+    /// primary that ran the grant ([`primary_identity`]; the reason, if it
+    /// could not be told). A primary not seen before (a new process, or a
+    /// known one promoted again) has taken over the slot since we last
+    /// looked: it may
     /// have lost keys replication had not copied, so this grant is no vote
     /// and the node is quarantined as after a restart just now
     /// ([`NodeFailure::Restarted`]). A grant whose primary cannot be told
@@ -250,9 +254,9 @@ impl Guard {
     pub(crate) fn granted_by(
         &self,
         node: &str,
-        run_id: Result<String, String>,
+        primary: Result<String, String>,
     ) -> Result<(), NodeFailure> {
-        let run_id = match run_id {
+        let primary = match primary {
             Ok(id) => id,
             Err(reason) => {
                 if !self.unwatched.swap(true, Ordering::Relaxed) {
@@ -270,7 +274,7 @@ impl Guard {
             .primaries
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(run_id);
+            .insert(primary);
         if new {
             self.quarantine(node, Duration::ZERO);
         }
@@ -300,6 +304,24 @@ impl Guard {
         }
         no_vote
     }
+}
+
+/// A cluster primary's identity, `run_id/master_replid`, from the texts of
+/// its `INFO server` and `INFO replication`. The `run_id` alone is not
+/// enough: a primary that failed over to its replica and was promoted
+/// again (a failback) keeps its `run_id`, though as a replica meanwhile it
+/// may have lost keys granted by the other one. Redis draws a new
+/// replication ID at every promotion (and at a start without persistence),
+/// so the pair is new after a failover, a failback, or a restart.
+pub(crate) fn primary_identity(server: &str, replication: &str) -> Result<String, String> {
+    let run_id = parse_info(server)?.run_id;
+    let replid = replication
+        .lines()
+        .find_map(|line| line.strip_prefix("master_replid")?.strip_prefix(':'))
+        .map(str::trim)
+        .filter(|id| !id.is_empty())
+        .ok_or_else(|| "no master_replid in the answer to INFO replication".to_owned())?;
+    Ok(format!("{run_id}/{replid}"))
 }
 
 /// Reads `run_id` and `uptime_in_seconds` from the text of `INFO server`.
@@ -350,6 +372,28 @@ mod tests {
         ] {
             assert!(parse_info(broken).is_err(), "{broken:?}");
         }
+    }
+
+    #[test]
+    fn a_primary_is_its_run_id_and_its_replication_id() {
+        let server = "# Server\r\nrun_id:p1\r\nuptime_in_seconds:9\r\n";
+        let before = "# Replication\r\nrole:master\r\nmaster_replid:aaa\r\nmaster_replid2:000\r\n";
+        // The same process promoted again (a failback) draws a new
+        // replication ID: another identity, though its run_id is known.
+        let after = "# Replication\r\nrole:master\r\nmaster_replid:bbb\r\nmaster_replid2:aaa\r\n";
+        let first = primary_identity(server, before).unwrap();
+        let again = primary_identity(server, after).unwrap();
+        assert_eq!(first, "p1/aaa");
+        assert_ne!(first, again);
+        // `master_replid2` is not `master_replid`.
+        assert_eq!(
+            primary_identity(server, "master_replid2:x\nmaster_replid:y\n"),
+            Ok("p1/y".to_owned())
+        );
+        for broken in ["", "master_replid:\r\n", "master_replid2:x\r\n"] {
+            assert!(primary_identity(server, broken).is_err(), "{broken:?}");
+        }
+        assert!(primary_identity("", before).is_err());
     }
 
     #[tokio::test(start_paused = true)]

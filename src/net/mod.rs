@@ -446,11 +446,11 @@ impl Inner {
                     conn.unsent(sent);
                     return Err(first_try.unwrap_or(NodeFailure::NotWaited));
                 }
-                Ok(Some(Ok(Sent { reply, run_id }))) => {
+                Ok(Some(Ok(Sent { reply, primary }))) => {
                     conn.heard(sent);
-                    if let (Some(guard), Some(run_id)) = (&self.guard, run_id) {
+                    if let (Some(guard), Some(primary)) = (&self.guard, primary) {
                         // A cluster's grant, by a primary we may not know.
-                        guard.granted_by(&self.name, run_id)?;
+                        guard.granted_by(&self.name, primary)?;
                     }
                     return Ok(reply);
                 }
@@ -619,11 +619,11 @@ impl Inner {
     }
 }
 
-/// A command's reply and, on a cluster asked to watch, the `run_id` of the
+/// A command's reply and, on a cluster asked to watch, the identity of the
 /// primary that ran it (see [`cluster`]).
 struct Sent {
     reply: Value,
-    run_id: Option<Result<String, String>>,
+    primary: Option<Result<String, String>>,
 }
 
 /// Sends one command and reads its reply; `None` if `gate` was shut before
@@ -662,7 +662,7 @@ async fn routed(
             let reply = Pass::new(gate, query(conn.clone(), cmd)).await?;
             Some(reply.map(|reply| Sent {
                 reply,
-                run_id: None,
+                primary: None,
             }))
         }
         #[cfg(feature = "cluster")]
@@ -672,7 +672,7 @@ async fn routed(
             Some(ran.and_then(|ran| {
                 ran.reply.map(|reply| Sent {
                     reply,
-                    run_id: ran.run_id,
+                    primary: ran.primary,
                 })
             }))
         }
