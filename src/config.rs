@@ -48,6 +48,8 @@ use crate::proto::quorum::Plan;
 #[must_use]
 pub struct Builder {
     urls: Vec<String>,
+    /// What a builder call that cannot fail found wrong, told by `build`.
+    refused: Option<ConfigError>,
     options: Options,
     #[cfg(feature = "tls")]
     tls: Tls,
@@ -188,9 +190,16 @@ impl Builder {
 
     /// Adds one node that is a whole Redis Cluster (crate feature
     /// `cluster`), reached through `seeds`: `host:port` each, or
-    /// `redis://[user:password@]host:port` (one password for all). The
-    /// same as [`node`](Builder::node) with
-    /// `redis+cluster://[user:password@]host:port[,host:port…]`. Several
+    /// `redis://[user:password@]host:port` (`valkey://` too; one user and
+    /// password for all, given on one seed or the same on each). The same
+    /// as [`node`](Builder::node) with
+    /// `redis+cluster://[user:password@]host:port[,host:port…]`. `build`
+    /// refuses ([`ConfigError::InvalidClusterUrl`]) a `rediss://` seed (TLS
+    /// to a cluster is not supported yet: it is never dropped silently),
+    /// any other scheme, and seeds giving different passwords. With a
+    /// cluster node, keys are hash-tagged and the
+    /// [`key_prefix`](Builder::key_prefix) must be non-empty and hold no
+    /// `{` or `}` ([`ConfigError::InvalidKeyPrefix`]). Several
     /// independent clusters make a Redlock whose shard failovers are
     /// handled like restarts; ONE cluster as the only node is one failure
     /// domain, unsafe under failover (see the README's "Redis Cluster
@@ -200,22 +209,61 @@ impl Builder {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let mut userinfo = String::new();
+        let mut userinfo: Option<String> = None;
         let mut hosts = Vec::new();
+        let mut tls = false;
+        let mut foreign = false;
+        let mut mixed = false;
         for seed in seeds {
             let seed = seed.as_ref().trim();
-            let rest = seed.split_once("://").map_or(seed, |(_, rest)| rest);
+            let rest = match seed.split_once("://") {
+                Some((scheme, rest)) => {
+                    let is = |s: &str| scheme.eq_ignore_ascii_case(s);
+                    tls |= is("rediss") || is("valkeys");
+                    foreign |= !(is("redis") || is("valkey") || is("rediss") || is("valkeys"));
+                    rest
+                }
+                None => seed,
+            };
             let (user, host) = match rest.rsplit_once('@') {
                 Some((user, host)) => (Some(user), host),
                 None => (None, rest),
             };
-            if let Some(user) = user.filter(|_| userinfo.is_empty()) {
-                userinfo = format!("{user}@");
+            if let Some(user) = user {
+                match &userinfo {
+                    None => userinfo = Some(format!("{user}@")),
+                    Some(known) => mixed |= known.strip_suffix('@') != Some(user),
+                }
             }
             hosts.push(host.trim_end_matches('/').to_owned());
         }
-        self.urls
-            .push(format!("redis+cluster://{userinfo}{}", hosts.join(",")));
+        let hosts = hosts.join(",");
+        // Only the hosts are shown: never a password.
+        let bad = |reason: &str| ConfigError::InvalidClusterUrl {
+            url: format!("cluster_node({hosts})"),
+            reason: reason.to_owned(),
+        };
+        let refused = if tls {
+            Some(bad("TLS to a cluster node is not supported yet"))
+        } else if foreign {
+            Some(bad(
+                "a seed is host:port or redis://[user:password@]host:port (valkey:// too)",
+            ))
+        } else if mixed {
+            Some(bad(
+                "the seeds give different users or passwords: a cluster node takes one for all \
+                 its seeds (give it on one seed, or the same on each)",
+            ))
+        } else {
+            None
+        };
+        if self.refused.is_none() {
+            self.refused = refused;
+        }
+        self.urls.push(format!(
+            "redis+cluster://{}{hosts}",
+            userinfo.unwrap_or_default()
+        ));
         self
     }
 
@@ -594,6 +642,9 @@ impl Builder {
     /// nodes with, and the options. Does no I/O.
     pub(crate) fn validate(self) -> Result<(Vec<Endpoint>, Options), ConfigError> {
         let o = &self.options;
+        if let Some(refused) = &self.refused {
+            return Err(refused.clone());
+        }
         if self.urls.is_empty() {
             return Err(ConfigError::NoNodes);
         }
@@ -643,6 +694,16 @@ impl Builder {
         }
         let mut options = self.options;
         options.cluster_keys = endpoints.iter().any(Endpoint::is_cluster);
+        // With hash-tagged keys, a prefix that is empty or holds a brace
+        // could give two names one key (`key("a")` is `{a}`, the key of
+        // the name "{a}" too).
+        if options.cluster_keys
+            && (options.key_prefix.is_empty() || options.key_prefix.contains(['{', '}']))
+        {
+            return Err(ConfigError::InvalidKeyPrefix {
+                prefix: options.key_prefix,
+            });
+        }
         Ok((endpoints, options))
     }
 
@@ -889,6 +950,67 @@ impl Options {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cluster_node_seeds_keep_their_scheme_and_one_password() {
+        for (seeds, says) in [
+            (&["rediss://:hunter2@a:1", "b:2"][..], "TLS"),
+            (&["a:1", "valkeys://b:2"][..], "TLS"),
+            (&["http://:hunter2@a:1"][..], "host:port"),
+            (
+                &["redis://:hunter2@a:1", "redis://:other@b:2"][..],
+                "different",
+            ),
+            (
+                &["redis://u:hunter2@a:1", "redis://v:hunter2@b:2"][..],
+                "different",
+            ),
+        ] {
+            let e = config_err(Builder::default().cluster_node(seeds));
+            assert!(
+                matches!(e, ConfigError::InvalidClusterUrl { .. }),
+                "{seeds:?}: {e:?}"
+            );
+            let shown = format!("{e} {e:?}");
+            assert!(shown.contains(says), "{shown}");
+            assert!(
+                !shown.contains("hunter2") && !shown.contains("other"),
+                "{shown}"
+            );
+        }
+        // One password given once, or the same on each seed: fine.
+        let b = Builder::default().cluster_node(["redis://:pw@a:1", "valkey://:pw@b:2", "c:3"]);
+        assert!(b.refused.is_none());
+        assert_eq!(b.urls, vec!["redis+cluster://:pw@a:1,b:2,c:3".to_owned()]);
+    }
+
+    #[cfg(feature = "cluster")]
+    #[test]
+    fn a_prefix_that_could_give_two_names_one_key_is_refused_with_cluster_keys() {
+        for prefix in ["", "{", "a}", "x{y}:"] {
+            let e = config_err(
+                Builder::default()
+                    .node("redis+cluster://a:1")
+                    .key_prefix(prefix),
+            );
+            assert!(
+                matches!(&e, ConfigError::InvalidKeyPrefix { prefix: p } if p == prefix),
+                "{prefix:?}: {e:?}"
+            );
+            assert!(e.to_string().contains("\"redquorum:\""), "{e}");
+        }
+        // Without a cluster node keys are not tagged: any prefix.
+        Builder::default()
+            .node("redis://a:1")
+            .key_prefix("")
+            .validate()
+            .unwrap();
+        Builder::default()
+            .node("redis+cluster://a:1")
+            .key_prefix("app:")
+            .validate()
+            .unwrap();
+    }
 
     #[test]
     fn cluster_urls_give_seeds_or_say_what_to_fix() {

@@ -371,6 +371,13 @@ pub enum ConfigError {
         /// What is wrong, and how to fix it.
         reason: String,
     },
+    /// A node is a Redis Cluster, so keys are hash-tagged, and the key
+    /// prefix is empty or holds `{` or `}`: two names could then share one
+    /// key (with an empty prefix, the names `a` and `{a}` both make `{a}`).
+    InvalidKeyPrefix {
+        /// The prefix given.
+        prefix: String,
+    },
     /// A node is a Redis Cluster (`redis+cluster://…`), which needs the
     /// crate feature `cluster`.
     ClusterNotEnabled {
@@ -517,6 +524,12 @@ impl fmt::Display for ConfigError {
                 f,
                 "cluster node URL {url:?} is invalid: {reason} \
                  (redis+cluster://[user:password@]host:port[,host:port...])"
+            ),
+            ConfigError::InvalidKeyPrefix { prefix } => write!(
+                f,
+                "key prefix {prefix:?} is empty or holds '{{' or '}}', which with a Redis Cluster \
+                 node (hash-tagged keys) could give two names one key: use a non-empty prefix \
+                 without braces, such as the default \"redquorum:\""
             ),
             ConfigError::ClusterNotEnabled { url } => write!(
                 f,
