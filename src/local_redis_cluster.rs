@@ -258,6 +258,34 @@ impl LocalRedisCluster {
         Ok(replica)
     }
 
+    /// Freezes the server on `port` (SIGSTOP): its port still accepts
+    /// connections, but nothing is answered until [`thaw`](Self::thaw).
+    ///
+    /// # Errors
+    /// When no server of the cluster is on `port`.
+    pub fn freeze(&mut self, port: u16) -> io::Result<()> {
+        let i = self.index(port)?;
+        self.servers.freeze(i);
+        Ok(())
+    }
+
+    /// Thaws the server on `port` (SIGCONT).
+    ///
+    /// # Errors
+    /// When no server of the cluster is on `port`.
+    pub fn thaw(&mut self, port: u16) -> io::Result<()> {
+        let i = self.index(port)?;
+        self.servers.thaw(i);
+        Ok(())
+    }
+
+    fn index(&self, port: u16) -> io::Result<usize> {
+        self.ports()
+            .iter()
+            .position(|&p| p == port)
+            .ok_or_else(|| io::Error::other(format!("no server on port {port}")))
+    }
+
     /// The keys on each live primary (`DBSIZE`), by port.
     ///
     /// # Errors

@@ -433,3 +433,53 @@ async fn a_failover_and_a_failback_both_quarantine_the_node() {
         "the failback to a primary whose run_id is known was not seen"
     );
 }
+
+/// One frozen server (SIGSTOP: the kernel still accepts connections, nothing
+/// is answered), a replica, in an otherwise healthy cluster: a new client
+/// still connects to the cluster node and gets locks, within a bound (the
+/// PING redis-rs sends on each new connection, and its slot refresh, time
+/// out instead of waiting forever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_replica_does_not_make_the_cluster_node_unreachable() {
+    let mut c = clusters(1);
+    let replica = c[0]
+        .nodes()
+        .unwrap()
+        .into_iter()
+        .find(|n| !n.primary)
+        .unwrap()
+        .port;
+    c[0].freeze(replica).unwrap();
+    let redlock = Redlock::builder()
+        .node(c[0].url())
+        .node_timeout(Duration::from_millis(500))
+        .connect_timeout(secs(2))
+        .build()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let mut granted = 0;
+    let mut first = None;
+    let mut last = String::new();
+    while start.elapsed() < secs(8) {
+        match redlock.try_lock("a", secs(5)).await {
+            Ok(lock) => {
+                granted += 1;
+                first.get_or_insert(start.elapsed());
+                lock.release().await.unwrap();
+            }
+            Err(e) => last = e.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    c[0].thaw(replica).unwrap();
+    eprintln!(
+        "frozen replica: {granted} locks in 8 s, the first after {first:?}; last error: {last}"
+    );
+    assert!(
+        granted > 0,
+        "no lock in 8 s with one replica frozen: {last}"
+    );
+    // Connecting takes up to two phases of a quarter of the connect
+    // timeout each: well within one connect timeout, plus a try.
+    assert!(first.unwrap() < secs(4), "{first:?}");
+}

@@ -129,10 +129,22 @@ impl ClusterEndpoint {
         }
         names.sort();
         names.dedup();
+        // redis-rs's own requests (the PING on each new connection, the
+        // `CLUSTER SLOTS` of a refresh) have no bound but these: without a
+        // response timeout, one frozen server (a replica even) would hold
+        // every new cluster connection forever. A connection is made in
+        // phases (every seed at once, then the slot map, then every node it
+        // names at once), each up to `connection_timeout` plus
+        // `response_timeout` for an unanswering server: a quarter of the
+        // connect budget each keeps two phases within it.
+        let part = (connect / 4).max(Duration::from_millis(1));
         let client = ClusterClientBuilder::new(seeds.iter().map(String::as_str))
             // Nothing retried behind our back: see the module's doc.
             .retries(0)
-            .connection_timeout(connect)
+            .connection_timeout(part)
+            .response_timeout(part)
+            // Our own timeouts bound each request as a whole.
+            .overall_response_timeout(None)
             .build()?;
         Ok(ClusterEndpoint {
             name: format!("cluster({})", names.join(",")),
