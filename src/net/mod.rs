@@ -458,7 +458,7 @@ impl Inner {
                 // say, or was demoted to a replica): make a new one and try
                 // once more.
                 Ok(Some(Err(e))) if needs_new_connection(&e) && !fresh && first_try.is_none() => {
-                    self.drop_connection(live.generation, &e);
+                    self.replace_connection(live.generation, conn, &e);
                     first_try = Some(classify(&e));
                 }
                 Ok(Some(Err(e))) => return Err(self.failed(live.generation, conn, sent, &e)),
@@ -496,7 +496,7 @@ impl Inner {
     /// or a server no longer the primary (dropped).
     fn failed(&self, generation: u64, conn: &Conn, sent: u64, e: &RedisError) -> NodeFailure {
         if needs_new_connection(e) {
-            self.drop_connection(generation, e);
+            self.replace_connection(generation, conn, e);
         } else {
             conn.heard(sent);
         }
@@ -510,8 +510,12 @@ impl Inner {
     /// on it too, behind it (see [`retired`]). Retired before it leaves the
     /// slot, so that a removal sent meanwhile finds it in one or the other.
     fn retire(&self, live: &Live<Conn>) -> bool {
-        self.retired
-            .retire(&self.name, live.generation, live.conn.conn.clone());
+        self.retired.retire(
+            &self.name,
+            live.generation,
+            live.conn.conn.clone(),
+            Duration::ZERO,
+        );
         self.slot.forget(live.generation)
     }
 
@@ -557,6 +561,34 @@ impl Inner {
             );
             self.removals.put_back(unanswered);
         }
+    }
+
+    /// Replaces connection `generation` after error `e`. A plain one is
+    /// dropped: it is broken, or its server is no longer the primary
+    /// (`READONLY`), and nothing more is written on it. A cluster
+    /// connection is retired ([`retire`](Self::retire)) instead: the error
+    /// came from one of its servers, and requests already handed to it can
+    /// still be written on its other sockets, or on a socket it reconnects
+    /// after a slot refresh; the removals sent meanwhile are written on it
+    /// too, behind them (see [`retired`]), for at least the connect timeout
+    /// (redis-rs's own steps are bounded by fractions of it, see
+    /// [`cluster`]) and until its drain.
+    fn replace_connection(&self, generation: u64, conn: &Conn, e: &RedisError) {
+        #[cfg(feature = "cluster")]
+        if let CommandConn::Cluster(_) = &conn.conn {
+            self.retired.retire(
+                &self.name,
+                generation,
+                conn.conn.clone(),
+                self.limits.connect,
+            );
+            if self.slot.forget(generation) {
+                tracing::debug!(node = %self.name, generation, error = %e, "cluster connection retired after an error");
+            }
+            return;
+        }
+        let _ = conn;
+        self.drop_connection(generation, e);
     }
 
     fn drop_connection(&self, generation: u64, e: &RedisError) {

@@ -66,12 +66,28 @@ impl Retired {
     /// Keeps `conn` (connection `generation` of node `name`) until it has
     /// delivered everything written on it, removals mirrored from now on
     /// included. Outside a tokio runtime the connection simply closes.
-    pub(crate) fn retire(self: &Arc<Self>, name: &str, generation: u64, conn: CommandConn) {
+    /// `keep` is the least time it is kept (and written on), whatever its
+    /// drain says: a cluster connection can hold a request handed to it
+    /// before a socket of its is written on (see [`replace_connection`]).
+    ///
+    /// [`replace_connection`]: super::Inner::replace_connection
+    pub(crate) fn retire(
+        self: &Arc<Self>,
+        name: &str,
+        generation: u64,
+        conn: CommandConn,
+        keep: std::time::Duration,
+    ) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         {
             let mut list = self.lock();
+            // Several requests may fail on one connection at once: it is
+            // retired once.
+            if list.iter().any(|e| e.generation == generation) {
+                return;
+            }
             if list.len() >= KEPT {
                 let oldest = list.remove(0);
                 tracing::warn!(
@@ -88,7 +104,7 @@ impl Retired {
             });
         }
         tracing::debug!(node = name, generation, "connection retired");
-        runtime.spawn(drain(self.clone(), name.to_owned(), generation, conn));
+        runtime.spawn(drain(self.clone(), name.to_owned(), generation, conn, keep));
     }
 
     /// Writes `command` (a removal) on every retired connection not in
@@ -132,7 +148,14 @@ impl Retired {
 
 /// Keeps connection `generation` until a `PING` written on it after its
 /// last mirrored removal is answered, or it fails.
-async fn drain(retired: Arc<Retired>, name: String, generation: u64, conn: CommandConn) {
+async fn drain(
+    retired: Arc<Retired>,
+    name: String,
+    generation: u64,
+    conn: CommandConn,
+    keep: std::time::Duration,
+) {
+    tokio::time::sleep(keep).await;
     loop {
         // The PING is handed over under the list's lock, so that every
         // removal counted before `seen` is written ahead of it.
