@@ -122,6 +122,13 @@ pub use kinds::admin::{Holding, NodeState, Status};
 pub use lock::{Held, Lock};
 pub use proto::quorum::MAX_TTL;
 
+/// How many `MOVED` and `ASK` answers for keys of a slot this process has
+/// followed on cluster nodes: for the crate's own tests, not part of the
+/// API.
+#[cfg(feature = "cluster")]
+#[doc(hidden)]
+pub use net::cluster::redirects_followed as cluster_redirects_followed;
+
 /// The README's examples, compiled with the doctests so that the README
 /// cannot drift from the API.
 #[cfg(doctest)]

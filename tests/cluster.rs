@@ -328,6 +328,8 @@ async fn a_slot_migration_under_load_keeps_one_holder() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let before = granted.load(Ordering::Relaxed);
     assert!(before > 0, "no lock granted before the migration");
+    let slot = c[0].slot("redquorum:{mig}:0").unwrap();
+    let redirects = redquorum::cluster_redirects_followed(slot);
     // Move the slot on clusters 0 and 1, and back, while the load runs.
     let moving = c.clone();
     tokio::task::spawn_blocking(move || {
@@ -360,7 +362,16 @@ async fn a_slot_migration_under_load_keeps_one_holder() {
         after - during,
         failed.load(Ordering::Relaxed)
     );
+    assert!(during > before, "no lock granted during the migrations");
     assert!(after > during, "no lock granted after the migrations");
+    // The moves were seen: a MOVED or ASK for the slot moved was followed
+    // (no other test uses that slot).
+    let followed = redquorum::cluster_redirects_followed(slot) - redirects;
+    eprintln!("{followed} MOVED/ASK answers followed");
+    assert!(
+        followed > 0,
+        "no MOVED or ASK followed during the migrations"
+    );
     // Whatever an error left behind expires with its TTL.
     tokio::time::sleep(ttl + secs(1)).await;
     for cluster in c.iter() {

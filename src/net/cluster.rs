@@ -104,6 +104,32 @@ pub(crate) const IN_FLIGHT: usize = 64;
 /// slot map is refreshed takes two).
 pub(crate) const MAX_REDIRECTS: usize = 5;
 
+/// How many `MOVED` and `ASK` answers [`send`] has followed in this
+/// process, per slot: for tests, to know that a redirect was taken. Touched
+/// only on a redirect.
+static REDIRECTS: std::sync::Mutex<Option<std::collections::HashMap<u16, u64>>> =
+    std::sync::Mutex::new(None);
+
+/// How many `MOVED` and `ASK` answers for keys of `slot` this process has
+/// followed to another server of a cluster node (tests only: not part of
+/// the API).
+#[doc(hidden)]
+pub fn redirects_followed(slot: u16) -> u64 {
+    let redirects = REDIRECTS.lock().unwrap_or_else(|p| p.into_inner());
+    redirects
+        .as_ref()
+        .and_then(|r| r.get(&slot).copied())
+        .unwrap_or(0)
+}
+
+fn count_redirect(slot: u16) {
+    let mut redirects = REDIRECTS.lock().unwrap_or_else(|p| p.into_inner());
+    *redirects
+        .get_or_insert_with(Default::default)
+        .entry(slot)
+        .or_default() += 1;
+}
+
 /// How a cluster node's connections are made.
 #[derive(Clone)]
 pub(crate) struct ClusterEndpoint {
@@ -279,6 +305,9 @@ pub(crate) async fn send(
             Ok(values) => return Some(Ok(read(values, asking, watch))),
             Err(e) => match redirect(&e) {
                 Some((to, ask)) => {
+                    if let Some(key) = key {
+                        count_redirect(crate::keys::key_slot(key));
+                    }
                     route = to;
                     asking = ask;
                 }
