@@ -787,6 +787,21 @@ fn cluster_failover(secs: Duration) {
     );
     let f = load.report(&v);
     assert_safe(&v, &f);
+    // The guard must have seen the promotions: every failover and kill
+    // puts a primary the clients have not seen in charge of a shard (the
+    // probe's names span every shard; the load's, one to three). A kill
+    // on loopback may lose nothing (replication is that fast), so what is
+    // asserted is the guard tripping, not a loss: `Restarted` votes, of
+    // the load's clients or the probe.
+    let promotions = faults.get("failover").copied().unwrap_or(0)
+        + faults.get("primary killed").copied().unwrap_or(0);
+    let refusals = v.quarantined_votes as u64 + quarantined.load(Ordering::Relaxed);
+    if promotions > 0 {
+        assert!(
+            refusals > 0,
+            "{promotions} promotions, and the restart guard never refused a node"
+        );
+    }
     // Whatever a fault left behind expires with its TTL.
     std::thread::sleep(load.spec.ttl + Duration::from_secs(1));
     for (c, cluster) in clusters.iter().enumerate() {
