@@ -65,12 +65,29 @@
 //!   [`NodeFailure::Restarted`](crate::NodeFailure) — the engine's
 //!   rollback then removes the key. Adding a shard (or a resharding that
 //!   makes a primary we have not seen serve a slot) trips it once too:
-//!   conservative, it costs that node's vote for one TTL.
+//!   conservative, it costs that node's vote for one TTL. What it cannot
+//!   see: a failover before this client first connected to the cluster (it
+//!   learns the promoted replica as a primary like any other; the limit a
+//!   plain server's restart before the first connection has too), so with
+//!   several clusters a client started after a failover counts that
+//!   cluster's vote.
+//!
+//! * **Every request bounded, redis-rs's own too.** Its `PING` on each new
+//!   connection and its slot map's refresh have no bound but the builder's
+//!   `connection_timeout` and `response_timeout`: both are a quarter of
+//!   the connect timeout ([`ClusterEndpoint::new`]), so that one frozen
+//!   server (a replica even) does not hold every new cluster connection
+//!   forever. Neither retries anything (`retries(0)`), and redis-rs's
+//!   `overall_response_timeout` is off: ours bound each request. A reply
+//!   slower than a quarter of the connect timeout is thus a connection
+//!   error on a cluster node.
 //!
 //! What it costs in availability: a connection error on any one server of
-//! the cluster (its primary killed, say) drops the whole cluster
-//! connection, as on a plain node, and the new one must reach every
-//! primary for the guard's `INFO server`: until the cluster has promoted a
+//! the cluster (its primary killed, say) replaces the whole cluster
+//! connection, as on a plain node (the old one is retired, not dropped:
+//! requests handed to it may still be written, and the removals sent
+//! meanwhile are written on it too, see `Inner::replace_connection`), and
+//! the new one must reach every primary for the guard's `INFO`: until the cluster has promoted a
 //! replica (its `cluster-node-timeout`), the node votes `Connection` for
 //! every key, not only for the keys of the dead shard. Dropping it is sure
 //! to find the promoted replica, though: a new connection reads the slot

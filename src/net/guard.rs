@@ -46,6 +46,17 @@
 //!   its replica stops acknowledging).
 //! * A failover to a replica that had copied every key is harmless, and is
 //!   quarantined all the same: the guard cannot tell what was copied.
+//!
+//! **A node that is a Redis Cluster** (see [`cluster`](super::cluster))
+//! keeps one connection across its shards' failovers, so the guard learns
+//! its primaries at connect and is told which primary ran each grant. A
+//! primary is identified by its `run_id` and its replication ID
+//! ([`primary_identity`]): a failback (P1 fails over to R1, then R1 back to
+//! P1) brings back a `run_id` already seen, on a server that was a replica
+//! meanwhile and may lack R1's grants, but Redis draws a new replication ID
+//! at every promotion. A grant by an identity not seen is no vote, and the
+//! node is quarantined as after a failover. As for any node, a failover
+//! before this client first connected is not seen.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
