@@ -238,9 +238,10 @@ impl Builder {
             hosts.push(host.trim_end_matches('/').to_owned());
         }
         let hosts = hosts.join(",");
-        // Only the hosts are shown: never a password.
+        // Shown as the URL it stands for, redacted (a seed cut at a comma
+        // in its password, `:hunter2`, has no `@` and looks like a host).
         let bad = |reason: &str| ConfigError::InvalidClusterUrl {
-            url: format!("cluster_node({hosts})"),
+            url: redact(&format!("redis+cluster://***@{hosts}")),
             reason: reason.to_owned(),
         };
         let refused = if tls {
