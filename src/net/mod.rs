@@ -894,6 +894,42 @@ mod tests {
     use crate::proto::quorum::Plan;
     use crate::proto::{Effect, LockId};
 
+    /// A connection error on a cluster connection retires it (removals keep
+    /// being written on it), once however many requests fail on it; a
+    /// plain connection is dropped as before.
+    #[cfg(all(feature = "cluster", feature = "local-cluster"))]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_cluster_connection_that_failed_is_retired_not_forgotten() {
+        let c = tokio::task::spawn_blocking(crate::local_redis_cluster::LocalRedisCluster::start)
+            .await
+            .unwrap()
+            .unwrap();
+        let seeds: Vec<String> = c
+            .ports()
+            .iter()
+            .map(|p| format!("redis://127.0.0.1:{p}"))
+            .collect();
+        let limits = Limits {
+            request: Duration::from_secs(1),
+            connect: Duration::from_secs(2),
+            in_flight: 8,
+        };
+        let endpoint = cluster::ClusterEndpoint::new(&seeds, limits.connect).unwrap();
+        let node = Node::new(Endpoint::Cluster(endpoint), limits, None);
+        let (live, _) = node.inner.connection().await.unwrap();
+        let io = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        node.inner
+            .replace_connection(live.generation, &live.conn, &io);
+        node.inner
+            .replace_connection(live.generation, &live.conn, &io);
+        assert_eq!(node.inner.retired.generations(), vec![live.generation]);
+        assert_ne!(node.inner.slot.generation(), live.generation);
+        // Kept for at least the connect timeout, whatever its drain says.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(node.inner.retired.generations(), vec![live.generation]);
+        drop(c);
+    }
+
     #[test]
     fn client_side_errors_are_not_the_nodes_answer() {
         for e in [

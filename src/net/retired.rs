@@ -141,6 +141,12 @@ impl Retired {
         }
     }
 
+    /// The generations of the connections kept.
+    #[cfg(test)]
+    pub(crate) fn generations(&self) -> Vec<u64> {
+        self.lock().iter().map(|e| e.generation).collect()
+    }
+
     fn lock(&self) -> MutexGuard<'_, Vec<Entry>> {
         self.list.lock().unwrap_or_else(|p| p.into_inner())
     }
