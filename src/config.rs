@@ -644,10 +644,10 @@ impl std::fmt::Debug for Builder {
 /// that does not parse may carry its password elsewhere (see
 /// [`secret_span`]): that is replaced too.
 pub(crate) fn redact(url: &str) -> String {
-    let mut out = match secret_span(url) {
-        Some(span) => format!("{}***{}", &url[..span.start], &url[span.end..]),
-        None => url.to_owned(),
-    };
+    // The query's passwords first: one may hold an '@' (a sentinel
+    // password is taken as written), which `secret_span` would take for
+    // the end of the user information, leaving the rest of it shown.
+    let mut out = url.to_owned();
     if let Some(q) = out.find('?') {
         let query: Vec<String> = out[q + 1..]
             .split('&')
@@ -658,7 +658,10 @@ pub(crate) fn redact(url: &str) -> String {
             .collect();
         out = format!("{}?{}", &out[..q], query.join("&"));
     }
-    out
+    match secret_span(&out) {
+        Some(span) => format!("{}***{}", &out[..span.start], &out[span.end..]),
+        None => out,
+    }
 }
 
 /// Whether a URL's query parameter `key` carries a password: `pass` and

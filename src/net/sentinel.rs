@@ -102,6 +102,15 @@ impl Sentinel {
         if !scheme.eq_ignore_ascii_case(SCHEMES[0]) {
             return invalid("not a redis+sentinel:// URL");
         }
+        // The user information ends at the last '@', as `secret_span`
+        // (config.rs) finds it for redaction: a password may hold '/', '?'
+        // or '#' unencoded, and cutting at them first would leave part of
+        // it in what is taken for the host list, and quoted in an error.
+        let has_userinfo = rest.contains('@');
+        let (userinfo, rest) = match rest.rfind('@') {
+            Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+            None => (None, rest),
+        };
         let (rest, query) = match rest.split_once('?') {
             Some((rest, query)) => (rest, Some(query)),
             None => (rest, None),
@@ -109,13 +118,9 @@ impl Sentinel {
         if rest.contains('#') {
             return invalid("a fragment (#…) means nothing here: remove it");
         }
-        let (authority, path) = match rest.find('/') {
+        let (hosts, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i + 1..]),
             None => (rest, ""),
-        };
-        let (userinfo, hosts) = match authority.rfind('@') {
-            Some(at) => (Some(&authority[..at]), &authority[at + 1..]),
-            None => (None, authority),
         };
         let mut addresses = Vec::new();
         for host in hosts.split(',') {
@@ -129,7 +134,11 @@ impl Sentinel {
                 }
                 return invalid("an empty sentinel address between commas");
             }
-            addresses.push(parse_host(host).map_err(UrlError::Invalid)?);
+            // A URL with an '@' may have a password where a host is
+            // expected (a sentinel password with an '@' in the query, a
+            // data password cut wrong): its host text is never quoted.
+            let shown = if has_userinfo { None } else { Some(host) };
+            addresses.push(parse_host(host, shown).map_err(UrlError::Invalid)?);
         }
         let mut parts = path.split('/');
         let master = parts.next().unwrap_or_default();
@@ -157,6 +166,11 @@ impl Sentinel {
             match pair.split_once('=') {
                 Some(("sentinel_username", v)) if !v.is_empty() => sentinel_user = Some(v),
                 Some(("sentinel_password", v)) if !v.is_empty() => sentinel_password = Some(v),
+                Some((name @ ("sentinel_username" | "sentinel_password"), _)) => {
+                    return Err(UrlError::Invalid(format!(
+                        "{name}= is empty: give its value after '=', or leave it out"
+                    )));
+                }
                 _ if pair.is_empty() => {}
                 _ => {
                     return invalid(
@@ -176,7 +190,7 @@ impl Sentinel {
             .map_err(|_| {
                 UrlError::Invalid(
                     "the credentials before '@' cannot be read: percent-encode special \
-                     characters in them"
+                     characters in them (`/` as %2F, `?` as %3F, `#` as %23, `@` as %40)"
                         .to_owned(),
                 )
             })?
@@ -353,19 +367,30 @@ fn addr(host: &str, port: u16) -> String {
     }
 }
 
-/// `host[:port]` or `[ipv6][:port]`; the port defaults to 26379.
-fn parse_host(text: &str) -> Result<(String, u16), String> {
+/// `host[:port]` or `[ipv6][:port]`; the port defaults to 26379. Errors
+/// quote `text` only if `shown` is it (never in a URL with user
+/// information, whose password could be taken for a host).
+fn parse_host(text: &str, shown: Option<&str>) -> Result<(String, u16), String> {
+    let quoted = match shown {
+        Some(shown) => format!("sentinel address {shown:?}"),
+        None => "a sentinel address (not shown: the URL has credentials; percent-encode \
+                 `/ ? # @` in them)"
+            .to_owned(),
+    };
     let bad_port = || {
         format!(
-            "sentinel address {text:?} has no valid port: give host:port, the port a number \
-             from 1 to 65535 (26379 when left out)"
+            "{quoted} has no valid port: give host:port, the port a number from 1 to \
+             65535 (26379 when left out)"
         )
     };
+    if !text.starts_with('[') && text.matches(':').count() > 1 {
+        return Err(format!(
+            "{quoted} looks like an IPv6 address without brackets: write [::1]:26379"
+        ));
+    }
     let (host, port) = if let Some(rest) = text.strip_prefix('[') {
         let Some((host, after)) = rest.split_once(']') else {
-            return Err(format!(
-                "sentinel address {text:?}: an IPv6 address without its ']'"
-            ));
+            return Err(format!("{quoted}: an IPv6 address without its ']'"));
         };
         match after {
             "" => (host, None),
@@ -381,7 +406,7 @@ fn parse_host(text: &str) -> Result<(String, u16), String> {
         }
     };
     if host.is_empty() {
-        return Err(format!("sentinel address {text:?} has no host"));
+        return Err(format!("{quoted} has no host"));
     }
     let port = match port {
         None => SENTINEL_PORT,
@@ -471,6 +496,67 @@ mod tests {
         assert!(reason("redis+sentinel://h:1/m?password=x").contains("query parameter"));
         assert!(reason("redis+sentinel://h:1/m#insecure").contains("fragment"));
         assert_eq!(reason("rediss+sentinel://h:1/m"), "tls");
+    }
+
+    #[test]
+    fn no_fragment_of_a_password_is_quoted_in_an_error() {
+        // Unencoded `/ ? # @` in the data password (and an '@' in the
+        // sentinels' one, which is taken as written): whatever the parse
+        // makes of them, no piece of the password is quoted.
+        for (url, password) in [
+            (
+                "redis+sentinel://user:hunter/2@10.0.0.1:26379/m",
+                "hunter/2",
+            ),
+            (
+                "redis+sentinel://user:hunter?2@10.0.0.1:26379/m",
+                "hunter?2",
+            ),
+            (
+                "redis+sentinel://user:hun#ter2@10.0.0.1:26379/m",
+                "hun#ter2",
+            ),
+            ("redis+sentinel://user:abc/def@10.0.0.1/m", "abc/def"),
+            ("redis+sentinel://user:pqq@sss@h:1/m", "pqq@sss"),
+            ("redis+sentinel://user:x/y?z#w@v@h:1/m", "x/y?z#w@v"),
+            ("redis+sentinel://user:qqz/xyw:yyk@h:1/m", "qqz/xyw:yyk"),
+            (
+                "redis+sentinel://h:1/m?sentinel_password=zqv@xwk:jjq/x",
+                "zqv@xwk:jjq/x",
+            ),
+            (
+                "redis+sentinel://h:1/m?sentinel_password=zqv@xwk:jjq",
+                "zqv@xwk:jjq",
+            ),
+        ] {
+            let shown = match Sentinel::parse(url) {
+                Ok(s) => format!("{s:?} {}", s.name()),
+                Err(e) => format!("{e:?}"),
+            };
+            let err = crate::Redlock::builder().node(url).build();
+            let shown = match err {
+                Ok(r) => format!("{shown} {r:?}"),
+                Err(e) => format!("{shown} {e} {e:?}"),
+            };
+            // Every piece of the password three characters or longer.
+            let pieces: Vec<&str> = password
+                .split(['/', '?', '#', '@', ':'])
+                .filter(|p| p.len() >= 3)
+                .collect();
+            for piece in pieces {
+                assert!(!shown.contains(piece), "{url}: {piece:?} in {shown}");
+            }
+        }
+        let r = reason("redis+sentinel://user:hunter/2@10.0.0.1:26379/m");
+        assert!(r.contains("percent-encode"), "{r}");
+    }
+
+    #[test]
+    fn empty_parameters_and_bare_ipv6_hosts_say_what_to_fix() {
+        let r = reason("redis+sentinel://h:1/m?sentinel_password=");
+        assert!(r.contains("sentinel_password= is empty"), "{r}");
+        let r = reason("redis+sentinel://::1/m");
+        assert!(r.contains("brackets"), "{r}");
     }
 
     #[test]
