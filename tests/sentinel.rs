@@ -495,3 +495,199 @@ async fn passwords_appear_in_no_error_or_debug_output() {
         assert!(!shown.contains("s3cret"), "{shown}");
     }
 }
+
+/// Sends `kill <sig> <pid>`.
+fn signal(pid: u32, sig: &str) {
+    let status = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill {sig} {pid}");
+}
+
+/// The port sentinel `port` names as `master`'s primary.
+fn named_by(port: u16, master: &str) -> Option<u16> {
+    match command(port, &["SENTINEL", "get-master-addr-by-name", master]) {
+        Ok(Reply::Array(Some(parts))) if parts.len() == 2 => match &parts[1] {
+            Reply::Bulk(Some(b)) => String::from_utf8_lossy(b).parse().ok(),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// A sentinel that missed a manual failover (frozen, as if cut off) still
+/// names the old primary, which stays a writable master for seconds after
+/// the others promoted the replica. A client that lists every sentinel
+/// takes the majority's answer, never the stale one; a client already
+/// connected to the old primary leaves it within a re-check (long before
+/// the sentinels demote it) and its guard quarantines the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_sentinel_is_outvoted_and_a_connection_to_the_old_primary_is_left() {
+    let s = sentinels(1);
+    let ports = s.sentinel_ports();
+    let name = s.master_name(0);
+    let old = s.primary(0).unwrap();
+    let connected = builder(&s).build().unwrap();
+    warm(&connected).await;
+    let stale = answering_pid(ports[0]).expect("the first sentinel's pid");
+    signal(stale, "-STOP");
+    let start = Instant::now();
+    loop {
+        match command(ports[1], &["SENTINEL", "FAILOVER", &name]).unwrap() {
+            Reply::Status(_) => break,
+            refused => assert!(start.elapsed() < BOUND * 2, "{refused:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let new = loop {
+        let named = (named_by(ports[1], &name), named_by(ports[2], &name));
+        if let (Some(a), Some(b)) = named
+            && a != old
+            && a == b
+            && s.is_master(a)
+        {
+            break a;
+        }
+        assert!(start.elapsed() < BOUND * 2, "no failover: {named:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let switched = Instant::now();
+    signal(stale, "-CONT");
+    // The connected client's next acquisitions go to the new primary
+    // within a re-check (1 s, and its queries), and are refused there for
+    // the quarantine: the whole TTL and the margin.
+    let ttl = Duration::from_secs(5);
+    let err = loop {
+        // Taken on the old primary, until the re-check sees the switch.
+        let err = match connected.try_lock("s", ttl).await {
+            Ok(lock) => {
+                // Its release may find the connection retired meanwhile,
+                // and the new primary without the key (`Missing`); the
+                // retired connection still carries it to the old one.
+                let _ = lock.release().await;
+                assert!(
+                    switched.elapsed() < Duration::from_secs(6),
+                    "still on the old primary"
+                );
+                continue;
+            }
+            Err(err) => err,
+        };
+        if !failed(&err, |f| matches!(f, NodeFailure::Restarted { .. })).is_empty() {
+            break err;
+        }
+        assert!(
+            switched.elapsed() < Duration::from_secs(6),
+            "still on the old primary: {err}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    eprintln!(
+        "left the old primary {:?} after the switch (old still a master: {})",
+        switched.elapsed(),
+        s.is_master(old)
+    );
+    eventually("the release on the old primary", || {
+        get(old, &key("s")).is_none()
+    })
+    .await;
+    let NodeFailure::Restarted { remaining } = &err.report().unwrap().failures()[0].1 else {
+        panic!("{err}");
+    };
+    assert!(*remaining > Duration::from_secs(10), "{err}");
+    // A new client that lists every sentinel, the stale one among them:
+    // the majority's primary, never the old one.
+    let fresh = builder(&s).build().unwrap();
+    let lock = fresh.lock("f", ttl).await.unwrap();
+    assert_eq!(get(old, &key("f")), None, "written on the old primary");
+    assert!(get(new, &key("f")).is_some());
+    lock.release().await.unwrap();
+}
+
+/// A fake sentinel on a port of its own that names `named` as the primary
+/// of every master, and answers `+OK` to anything else.
+async fn fake_sentinel(named: u16) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                loop {
+                    let n = match sock.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    let text = String::from_utf8_lossy(&buf[..n]).to_string();
+                    let mut out = String::new();
+                    for command in text.split('*').filter(|c| !c.is_empty()) {
+                        if command.contains("get-master-addr-by-name") {
+                            let port = named.to_string();
+                            out +=
+                                &format!("*2\r\n$9\r\n127.0.0.1\r\n${}\r\n{port}\r\n", port.len());
+                        } else {
+                            out += "+OK\r\n";
+                        }
+                    }
+                    if sock.write_all(out.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+/// A sentinel that names a server which accepts connections and never
+/// answers: outvoted by the two real ones, it delays nothing (the lock is
+/// taken within the connect timeout); beside one real sentinel, there is no
+/// majority, and the failure says so at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_naming_a_hung_server_is_outvoted_or_reported() {
+    let s = sentinels(1);
+    let hole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let fake = fake_sentinel(hole.local_addr().unwrap().port()).await;
+    let real = s.sentinel_ports();
+    let url = format!(
+        "redis+sentinel://127.0.0.1:{fake},127.0.0.1:{},127.0.0.1:{}/{}",
+        real[1],
+        real[2],
+        s.master_name(0)
+    );
+    let redlock = Redlock::builder()
+        .node(&url)
+        .node_timeout(NODE_TIMEOUT)
+        .connect_timeout(Duration::from_secs(3))
+        .retry_count(0)
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    loop {
+        match redlock.try_lock("h", Duration::from_secs(10)).await {
+            Ok(lock) => {
+                // Its release may find the connection retired meanwhile,
+                // and the new primary without the key (`Missing`); the
+                // retired connection still carries it to the old one.
+                let _ = lock.release().await;
+                break;
+            }
+            Err(err) => assert!(start.elapsed() < Duration::from_secs(4), "{err}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let url = format!(
+        "redis+sentinel://127.0.0.1:{fake},127.0.0.1:{}/{}",
+        real[1],
+        s.master_name(0)
+    );
+    let (text, failure) = failure_of(&url).await;
+    assert!(
+        matches!(&failure, NodeFailure::SentinelsDisagree { .. }),
+        "{text}"
+    );
+    assert!(text.contains("no majority"), "{text}");
+    drop(hole);
+}

@@ -25,7 +25,7 @@ pub(crate) enum Endpoint {
     /// One server, at the client's address.
     Server(redis::Client),
     /// The primary of a Sentinel-managed set, resolved anew for every
-    /// connection.
+    /// connection (and re-checked while one is live, see `net`).
     #[cfg(feature = "sentinel")]
     Sentinel(Sentinel),
 }
@@ -67,19 +67,37 @@ impl Endpoint {
         }
     }
 
-    /// A new command connection to the server that holds the keys now.
-    /// Unbounded here: the caller bounds it (see [`slot`](super::slot)).
+    /// Sets the node's connect timeout as the bound on what a
+    /// Sentinel-managed node's resolution waits for (each sentinel's
+    /// answer, then connecting to the primary and its `ROLE`).
+    pub(crate) fn bound(&mut self, connect: std::time::Duration) {
+        match self {
+            Endpoint::Server(_) => {}
+            #[cfg(feature = "sentinel")]
+            Endpoint::Sentinel(sentinel) => sentinel.bound(connect),
+        }
+        let _ = connect;
+    }
+
+    /// A new command connection to the server that holds the keys now,
+    /// and, for a Sentinel-managed node, the primary's address the
+    /// sentinels named. Unbounded here: the caller bounds it (see
+    /// [`slot`](super::slot)).
     pub(crate) async fn connect(
         &self,
         config: &AsyncConnectionConfig,
-    ) -> Result<MultiplexedConnection, NodeFailure> {
+    ) -> Result<(MultiplexedConnection, Option<(String, u16)>), NodeFailure> {
         match self {
             Endpoint::Server(client) => client
                 .get_multiplexed_async_connection_with_config(config)
                 .await
+                .map(|conn| (conn, None))
                 .map_err(|e| classify(&e)),
             #[cfg(feature = "sentinel")]
-            Endpoint::Sentinel(sentinel) => Ok(sentinel.resolve(config).await?.1),
+            Endpoint::Sentinel(sentinel) => {
+                let resolved = sentinel.resolve(config).await?;
+                Ok((resolved.conn, Some(resolved.primary)))
+            }
         }
     }
 
@@ -92,7 +110,10 @@ impl Endpoint {
             // is not kept.
             #[cfg(feature = "sentinel")]
             Endpoint::Sentinel(sentinel) => {
-                sentinel.resolve(&AsyncConnectionConfig::new()).await?.0
+                sentinel
+                    .resolve(&AsyncConnectionConfig::new())
+                    .await?
+                    .client
             }
         };
         client.get_async_pubsub().await.map_err(|e| classify(&e))

@@ -229,15 +229,16 @@ pub(crate) enum Patience {
 impl Node {
     /// A node reached through `client`. `lives` is shared by the nodes of
     /// one `Redlock` when the restart guard is on.
-    pub(crate) fn new(endpoint: Endpoint, limits: Limits, lives: Option<Arc<Lives>>) -> Node {
-        let fails_over = endpoint.fails_over();
+    pub(crate) fn new(mut endpoint: Endpoint, limits: Limits, lives: Option<Arc<Lives>>) -> Node {
+        endpoint.bound(limits.connect);
+        let failover = endpoint.fails_over().then(|| failover_margin(limits));
         Node {
             inner: Arc::new(Inner {
                 name: endpoint.name(),
                 endpoint,
                 limits,
                 slot: Slot::new(limits.connect),
-                guard: lives.map(|lives| Guard::new(lives, fails_over)),
+                guard: lives.map(|lives| Guard::new(lives, failover)),
                 policy_checked: AtomicBool::new(false),
                 publish_refused: AtomicBool::new(false),
                 retired: Arc::default(),
@@ -567,7 +568,7 @@ impl Inner {
             .set_connection_timeout(None)
             .set_response_timeout(None)
             .set_pipeline_buffer_size(PIPELINE_BUFFER);
-        let mut conn = self.endpoint.connect(&config).await?;
+        let (mut conn, primary) = self.endpoint.connect(&config).await?;
         if let Some(guard) = &self.guard {
             let reply: Result<String, RedisError> = redis::cmd("INFO")
                 .arg("server")
@@ -584,6 +585,17 @@ impl Inner {
         if !self.policy_checked.swap(true, Ordering::Relaxed) {
             tokio::spawn(check_eviction_policy(self.name.clone(), conn.clone()));
         }
+        #[cfg(feature = "sentinel")]
+        if let (Endpoint::Sentinel(sentinel), Some(primary)) = (&self.endpoint, primary) {
+            tokio::spawn(recheck(
+                Arc::downgrade(&self),
+                generation,
+                sentinel.clone(),
+                primary,
+            ));
+        }
+        #[cfg(not(feature = "sentinel"))]
+        let _ = primary;
         let made = Moment::now().as_nanos();
         Ok(Conn {
             conn,
@@ -591,6 +603,80 @@ impl Inner {
             heard_at: Arc::new(AtomicU64::new(made)),
             made,
         })
+    }
+}
+
+/// How much longer than the longest TTL a Sentinel-managed node is
+/// quarantined after its `run_id` changed (see [`guard`]): the time a
+/// client still connected to the old primary may go on writing there after
+/// a majority of the sentinels named the new one, at the most.
+///
+/// The argument. A client B that moved to the new primary at `t_B`
+/// resolved it through a majority of the sentinels, so that majority named
+/// it from some `t_p ≤ t_B` on. A client A connected to the old primary
+/// re-checks it ([`recheck`]) every [`RECHECK`](sentinel::RECHECK) `P`,
+/// each query bounded by the connect timeout `c`: the query under way at
+/// `t_p` may still return the old answer by `t_p + c`; the next starts by
+/// `t_p + c + P`, answers by `t_p + 2c + P` and retires the connection;
+/// a request already handed to it lands within a request timeout `r`. A's
+/// keys there live at most a TTL past `t_p + P + 2c + r`, and B's
+/// quarantine, the longest TTL plus this margin from `t_B ≥ t_p`, covers
+/// them. (A client that cannot reach a majority of the sentinels keeps its
+/// connection: see the README's "Sentinel-managed nodes" for what that
+/// leaves.)
+#[cfg_attr(not(feature = "sentinel"), allow(dead_code))]
+fn failover_margin(limits: Limits) -> Duration {
+    #[cfg(feature = "sentinel")]
+    let recheck = sentinel::RECHECK;
+    #[cfg(not(feature = "sentinel"))]
+    let recheck = Duration::ZERO;
+    recheck + limits.connect * 2 + limits.request
+}
+
+/// Re-checks, every [`RECHECK`](sentinel::RECHECK), that a majority of a
+/// Sentinel-managed node's sentinels still name `primary`, the server the
+/// command connection `generation` goes to; retires the connection (it
+/// still carries removals, see [`retired`]) when they name another, so that
+/// the next request resolves the node again and the restart guard sees the
+/// new `run_id`. No majority (sentinels unreachable or split) keeps the
+/// connection. Holds the node only by a `Weak`, and only between queries:
+/// ends when the node is dropped or the connection is no longer live. Each
+/// query is bounded ([`Sentinel::majority`](sentinel::Sentinel::majority)).
+#[cfg(feature = "sentinel")]
+async fn recheck(
+    node: std::sync::Weak<Inner>,
+    generation: u64,
+    sentinels: sentinel::Sentinel,
+    primary: (String, u16),
+) {
+    let live = |node: &std::sync::Weak<Inner>| {
+        let inner = node.upgrade()?;
+        let live = inner.slot.live().filter(|l| l.generation == generation)?;
+        Some((inner, live))
+    };
+    loop {
+        tokio::time::sleep(sentinel::RECHECK).await;
+        if live(&node).is_none() {
+            return;
+        }
+        let Ok(named) = sentinels.majority().await else {
+            continue;
+        };
+        if named == primary {
+            continue;
+        }
+        let Some((inner, live)) = live(&node) else {
+            return;
+        };
+        if inner.retire(&live) {
+            tracing::warn!(
+                node = %inner.name,
+                generation,
+                "a majority of the sentinels name another primary: this connection to the old \
+                 one is replaced"
+            );
+        }
+        return;
     }
 }
 

@@ -4,24 +4,53 @@
 //! sentinels that watch them and promote a replica when the primary fails.
 //! Its connections go to whichever server is the primary *now*:
 //!
-//! * Every new connection (commands or subscriber) asks the sentinels,
-//!   all at once, `SENTINEL get-master-addr-by-name <master>`, connects to
-//!   the address the first of them names, and checks with `ROLE` that the
-//!   server really is a master: a sentinel may be stale during a failover,
-//!   and a demoted old primary must not be used. Another sentinel's answer,
-//!   if it names another address, is tried next.
-//! * There is no other re-resolution: a connection to a primary that dies
-//!   breaks; one to a primary that is demoted is closed by the sentinels
-//!   (`CLIENT KILL TYPE normal` when they reconfigure it) or answers
-//!   `READONLY`, which replaces the connection (see
-//!   [`net`](super)); the next connection resolves again.
-//! * A subscriber connection is resolved the same way. One left on a
-//!   demoted primary still hears releases: a `PUBLISH` on the primary is
-//!   replicated to its replicas, and delivered to their subscribers.
+//! * Every new connection (commands or subscriber) asks all the sentinels
+//!   listed in the URL at once, `SENTINEL get-master-addr-by-name
+//!   <master>`, each within the connect timeout, and takes the address only
+//!   if a **majority of the listed sentinels** name it. A sentinel cut off
+//!   from the others during a failover still names the old primary, which
+//!   stays a writable master for seconds after a manual failover, until the
+//!   others demote it; the client's restart guard, seeing the `run_id` it
+//!   knew, would not quarantine it, and the node would vote for two holders.
+//!   No majority is a [`SentinelsDisagree`](NodeFailure::SentinelsDisagree)
+//!   (nothing sent, counted as unanswered). The address is then checked with
+//!   `ROLE` (a demoted old primary must not be used); connecting and `ROLE`
+//!   are bounded by the connect timeout too.
+//! * While a command connection is live, a task re-checks every
+//!   [`RECHECK`] that a majority still names its server; once they name
+//!   another, the connection is retired (it still carries removals) and the
+//!   next request resolves the node again, where the restart guard sees the
+//!   new `run_id`. The task holds the node by a `Weak` only and ends with
+//!   the node or the connection. A client on the old primary so stops
+//!   writing there within the re-check period and the bounds of its queries
+//!   and requests after the sentinels switched, and the guard's quarantine
+//!   of a failed-over node is the longest TTL plus that much (the argument
+//!   is at `net::failover_margin`).
+//! * A connection to a primary that dies breaks; one to a primary that is
+//!   demoted is closed by the sentinels (`CLIENT KILL TYPE normal` when
+//!   they reconfigure it) or answers `READONLY`, which replaces the
+//!   connection (see [`net`](super)); the next connection resolves again.
+//! * A subscriber connection is resolved the same way, and is not
+//!   re-checked: the sentinels also close subscriber connections of a
+//!   server they reconfigure (`CLIENT KILL TYPE pubsub`), so one on a
+//!   demoted primary breaks and is made again on the new one; until then
+//!   it hears nothing of releases on the new primary (a waiter falls back
+//!   on its timer).
+//!
+//! **What is not covered.** A client that never re-checks (another Redlock
+//! library on the same servers) may write to the old primary for as long as
+//! it stays a master. A partition that isolates the old primary with some
+//! of its clients from the sentinels lets those clients go on writing there
+//! (they cannot reach a majority to learn of the failover) until the
+//! partition heals: only the data nodes' `min-replicas-to-write 1` with a
+//! small `min-replicas-max-lag` bounds that (the old primary refuses
+//! writes, `NOREPLICAS`, once its replicas stop acknowledging).
 //!
 //! What can go wrong is told apart, each a [`NodeFailure`] in the lock
 //! attempt's report: no sentinel answered
-//! ([`SentinelsUnreachable`](NodeFailure::SentinelsUnreachable)), the
+//! ([`SentinelsUnreachable`](NodeFailure::SentinelsUnreachable)), no
+//! majority named one primary
+//! ([`SentinelsDisagree`](NodeFailure::SentinelsDisagree)), the
 //! sentinels know no master of that name
 //! ([`UnknownMaster`](NodeFailure::UnknownMaster)), the server they named
 //! is not a master ([`NotPrimary`](NodeFailure::NotPrimary)).
@@ -30,21 +59,24 @@
 //! restart without persistence does: the restart guard sees the promoted
 //! replica's other `run_id` and quarantines the node (see
 //! [`guard`](super::guard), which counts the whole longest TTL from the
-//! moment it sees it: a replica's uptime says nothing of when it was
-//! promoted).
+//! moment it sees it, plus the re-check margin: a replica's uptime says
+//! nothing of when it was promoted).
 //!
 //! **Credentials.** Those of the URL's user information
 //! (`user:password@`) and its database go to the data nodes (the primary
 //! the sentinels name), which hold the lock keys. The sentinels get their
 //! own, from the query parameters `sentinel_username` and
 //! `sentinel_password` (taken as written, not percent-decoded), or none.
+//! The data user needs `ROLE` and `INFO` besides the lock commands; the
+//! sentinel user needs `SENTINEL get-master-addr-by-name` (in the
+//! sentinels' ACL: `+sentinel|get-master-addr-by-name`).
 //! Neither is ever shown: names, errors and `Debug` output carry the
 //! master's name and the sentinels' addresses only.
 
 use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ConnectionAddr, Value};
 
@@ -55,6 +87,15 @@ use crate::net::classify;
 /// The default port of a sentinel.
 const SENTINEL_PORT: u16 = 26379;
 
+/// How often a Sentinel node's live command connection is checked against
+/// the sentinels: a connection to a server that a majority of them no
+/// longer names is retired (see [`RECHECK`]'s use in `net`, and the
+/// quarantine it sets the length of in [`guard`](super::guard)).
+pub(crate) const RECHECK: Duration = Duration::from_secs(1);
+
+/// The bound on queries before [`Sentinel::bound`] sets the node's own.
+const DEFAULT_LIMIT: Duration = Duration::from_secs(2);
+
 /// A Sentinel-managed node: its master's name, its sentinels, and how to
 /// reach the primary they name.
 #[derive(Clone)]
@@ -62,8 +103,12 @@ pub(crate) struct Sentinel {
     master: String,
     /// `host:port` of each sentinel, as given.
     addresses: Vec<(String, u16)>,
-    /// A client per sentinel, with the sentinels' credentials.
-    sentinels: Vec<redis::Client>,
+    /// A client per sentinel, with the sentinels' credentials, and its
+    /// connection once made (shared by the node's clones).
+    sentinels: Vec<Arc<Asker>>,
+    /// The bound on each query to a sentinel, and on connecting to the
+    /// primary named: the node's connect timeout ([`bound`](Self::bound)).
+    limit: Duration,
     /// The data nodes' credentials and database, on a placeholder address
     /// replaced by the primary's at each resolution.
     data: redis::ConnectionInfo,
@@ -76,6 +121,37 @@ impl fmt::Debug for Sentinel {
             .field("sentinels", &self.addresses)
             .finish_non_exhaustive()
     }
+}
+
+/// One sentinel: how to reach it, and the connection to it, kept between
+/// queries (a Sentinel node re-checks its primary every [`RECHECK`]).
+struct Asker {
+    client: redis::Client,
+    conn: Mutex<Option<MultiplexedConnection>>,
+}
+
+impl Asker {
+    fn cached(&self) -> Option<MultiplexedConnection> {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn keep(&self, conn: MultiplexedConnection) {
+        *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn);
+    }
+
+    /// Drops the connection after a failure or a timeout on it: the next
+    /// query makes a new one.
+    fn forget(&self) {
+        *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
+
+/// A resolved primary: a client for it, a command connection to it, and
+/// its address as the sentinels named it.
+pub(crate) struct Resolved {
+    pub(crate) client: redis::Client,
+    pub(crate) conn: MultiplexedConnection,
+    pub(crate) primary: (String, u16),
 }
 
 /// What is wrong with a sentinel URL, for [`ConfigError::InvalidSentinelUrl`](crate::ConfigError::InvalidSentinelUrl).
@@ -210,15 +286,23 @@ impl Sentinel {
                     .clone()
                     .set_addr(ConnectionAddr::Tcp(host.clone(), *port))
                     .set_redis_settings(settings);
-                redis::Client::open(info).map_err(|_| {
-                    UrlError::Invalid(format!("sentinel address {host}:{port} cannot be used"))
-                })
+                match redis::Client::open(info) {
+                    Ok(client) => Ok(Arc::new(Asker {
+                        client,
+                        conn: Mutex::new(None),
+                    })),
+                    Err(_) => Err(UrlError::Invalid(format!(
+                        "sentinel address {} cannot be used",
+                        addr(host, *port)
+                    ))),
+                }
             })
             .collect::<Result<_, _>>()?;
         Ok(Sentinel {
             master: master.to_owned(),
             addresses,
             sentinels,
+            limit: DEFAULT_LIMIT,
             data,
         })
     }
@@ -239,58 +323,116 @@ impl Sentinel {
             .collect()
     }
 
-    /// The primary now: a client for it, and a command connection made with
-    /// `config` on which `ROLE` said `master`.
+    /// The bound on each query to a sentinel and on connecting to the
+    /// primary named (the node's connect timeout).
+    pub(crate) fn bound(&mut self, limit: Duration) {
+        self.limit = limit;
+    }
+
+    /// The primary now: a client for it, a command connection made with
+    /// `config` on which `ROLE` said `master`, and its address. The address
+    /// is the one a majority of the listed sentinels name
+    /// ([`majority`](Self::majority)); connecting and `ROLE` are bounded by
+    /// the connect timeout.
     pub(crate) async fn resolve(
         &self,
         config: &AsyncConnectionConfig,
-    ) -> Result<(redis::Client, MultiplexedConnection), NodeFailure> {
-        let mut asked: FuturesUnordered<_> = self
-            .sentinels
-            .iter()
-            .map(|client| self.ask(client))
-            .collect();
-        let mut tried: Vec<(String, u16)> = Vec::new();
-        let mut unreachable = Vec::new();
+    ) -> Result<Resolved, NodeFailure> {
+        let primary = self.majority().await?;
+        match tokio::time::timeout(self.limit, self.check(&primary, config)).await {
+            Ok(Ok((client, conn))) => Ok(Resolved {
+                client,
+                conn,
+                primary,
+            }),
+            Ok(Err(failure)) => Err(failure),
+            Err(_) => Err(NodeFailure::Timeout),
+        }
+    }
+
+    /// The address a majority of the sentinels listed in the URL name as
+    /// the primary now. All are asked at once, each within the connect
+    /// timeout. A stale sentinel (one cut off from the others during a
+    /// failover) still names the old primary, which accepts writes until
+    /// the others demote it, seconds later: a minority's word is not taken.
+    pub(crate) async fn majority(&self) -> Result<(String, u16), NodeFailure> {
+        let answers = futures::future::join_all(self.sentinels.iter().map(|sentinel| async {
+            let at = sentinel.client.get_connection_info().addr().to_string();
+            match tokio::time::timeout(self.limit, self.ask(sentinel)).await {
+                Ok(answer) => (at, answer),
+                Err(_) => {
+                    sentinel.forget();
+                    let answer = Err(format!("no answer within {:?}", self.limit));
+                    (at, answer)
+                }
+            }
+        }))
+        .await;
+        let needed = self.sentinels.len() / 2 + 1;
+        let mut named: Vec<((String, u16), usize)> = Vec::new();
         let mut unknown = 0;
-        let mut not_primary = None;
-        while let Some(answer) = asked.next().await {
+        let mut unreachable = 0;
+        let mut told = Vec::new();
+        for (at, answer) in answers {
             match answer {
-                Ok(Some(primary)) if !tried.contains(&primary) => {
-                    tried.push(primary.clone());
-                    match self.check(&primary, config).await {
-                        Ok(found) => return Ok(found),
-                        Err(failure @ NodeFailure::NotPrimary { .. }) => {
-                            not_primary = Some(failure)
-                        }
-                        Err(failure) => not_primary = not_primary.or(Some(failure)),
+                Ok(Some(primary)) => {
+                    told.push(format!("{at} names {}", addr(&primary.0, primary.1)));
+                    match named.iter_mut().find(|(p, _)| *p == primary) {
+                        Some((_, n)) => *n += 1,
+                        None => named.push((primary, 1)),
                     }
                 }
-                Ok(Some(_)) => {}
-                Ok(None) => unknown += 1,
-                Err(e) => unreachable.push(e),
+                Ok(None) => {
+                    told.push(format!("{at} knows no such master"));
+                    unknown += 1;
+                }
+                Err(e) => {
+                    told.push(format!("{at}: {e}"));
+                    unreachable += 1;
+                }
             }
         }
-        if let Some(failure) = not_primary {
-            return Err(failure);
+        if let Some((primary, _)) = named.into_iter().find(|(_, n)| *n >= needed) {
+            return Ok(primary);
         }
-        if unknown > 0 {
+        if unknown >= needed || (unknown > 0 && unknown + unreachable == self.sentinels.len()) {
             return Err(NodeFailure::UnknownMaster {
                 master: self.master.clone(),
             });
         }
-        Err(NodeFailure::SentinelsUnreachable(unreachable.join("; ")))
+        if unreachable == self.sentinels.len() {
+            return Err(NodeFailure::SentinelsUnreachable(told.join("; ")));
+        }
+        Err(NodeFailure::SentinelsDisagree {
+            master: self.master.clone(),
+            answers: told.join("; "),
+        })
     }
 
     /// One sentinel's answer: the primary's address, `None` if it knows no
-    /// master of that name, or why it could not be asked.
-    async fn ask(&self, sentinel: &redis::Client) -> Result<Option<(String, u16)>, String> {
-        let at = sentinel.get_connection_info().addr().to_string();
-        let failed = |e: redis::RedisError| format!("{at}: {}", classify(&e));
-        let mut conn = sentinel
-            .get_multiplexed_async_connection()
-            .await
-            .map_err(failed)?;
+    /// master of that name, or why it could not be asked. Unbounded here:
+    /// the caller bounds it (the connection's own limits are the connect
+    /// timeout too).
+    async fn ask(&self, sentinel: &Asker) -> Result<Option<(String, u16)>, String> {
+        let failed = |e: redis::RedisError| {
+            sentinel.forget();
+            classify(&e).to_string()
+        };
+        let mut conn = match sentinel.cached() {
+            Some(conn) => conn,
+            None => {
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(self.limit))
+                    .set_response_timeout(Some(self.limit));
+                let conn = sentinel
+                    .client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await
+                    .map_err(failed)?;
+                sentinel.keep(conn.clone());
+                conn
+            }
+        };
         let reply: Value = redis::cmd("SENTINEL")
             .arg("get-master-addr-by-name")
             .arg(&self.master)
@@ -309,12 +451,10 @@ impl Sentinel {
                 let port = text(&parts[1]).and_then(|p| p.parse().ok());
                 match (host, port) {
                     (Some(host), Some(port)) => Ok(Some((host, port))),
-                    _ => Err(format!("{at}: an address that is not host and port")),
+                    _ => Err("an address that is not host and port".to_owned()),
                 }
             }
-            _ => Err(format!(
-                "{at}: not a sentinel (its answer to SENTINEL get-master-addr-by-name)"
-            )),
+            _ => Err("not a sentinel (its answer to SENTINEL get-master-addr-by-name)".to_owned()),
         }
     }
 
@@ -451,6 +591,7 @@ mod tests {
         // The data nodes' password is not the sentinels'.
         assert_eq!(
             s.sentinels[0]
+                .client
                 .get_connection_info()
                 .redis_settings()
                 .password(),
@@ -470,7 +611,7 @@ mod tests {
             "REDIS+SENTINEL://h:1/m?sentinel_username=admin&sentinel_password=s3cret",
         )
         .unwrap();
-        let sentinel = s.sentinels[0].get_connection_info().redis_settings();
+        let sentinel = s.sentinels[0].client.get_connection_info().redis_settings();
         assert_eq!(
             (sentinel.username(), sentinel.password()),
             (Some("admin"), Some("s3cret"))
