@@ -666,15 +666,18 @@ pub enum NodeFailure {
 
 impl NodeFailure {
     /// Whether the node gave no answer: a timeout or a broken connection,
-    /// after which the command may or may not have been applied; or a
-    /// Sentinel-managed node whose primary could not be found this time
-    /// (nothing was sent, but an earlier command may have landed there, and
-    /// a removal is worth sending again once it is found).
+    /// after which the command may or may not have been applied; a TLS
+    /// failure; or a Sentinel-managed node whose primary could not be found
+    /// this time (nothing was sent, but an earlier command may have landed
+    /// there, and a removal is worth sending again once it is found). The
+    /// one list: the tally's "may hold our key" and "replied" use it too
+    /// (`proto::quorum`).
     pub(crate) fn unanswered(&self) -> bool {
         matches!(
             self,
             NodeFailure::Timeout
                 | NodeFailure::Connection(_)
+                | NodeFailure::Tls(_)
                 | NodeFailure::SentinelsUnreachable(_)
                 | NodeFailure::UnknownMaster { .. }
                 | NodeFailure::SentinelsDisagree { .. }
