@@ -7,8 +7,11 @@
 //! not a master; bad URLs; no password in any output.
 #![cfg(feature = "sentinel")]
 
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::warm;
 use redquorum::local_cluster::{Reply, answering_pid, command};
 use redquorum::local_sentinel::LocalSentinels;
 use redquorum::{ConfigError, Error, NodeFailure, Redlock};
@@ -48,18 +51,6 @@ async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
         assert!(start.elapsed() < BOUND, "{what}: not within {BOUND:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-/// Takes and releases a lock on "warm": every node connected, its
-/// `run_id` known to the guard.
-async fn warm(redlock: &Redlock) {
-    redlock
-        .try_lock("warm", Duration::from_secs(10))
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
 }
 
 /// The failures of `err`'s report that match `pred`, by node name.
