@@ -9,6 +9,8 @@
 
 mod common;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 use common::warm;
@@ -619,11 +621,19 @@ async fn a_stale_sentinel_is_outvoted_and_a_connection_to_the_old_primary_is_lef
 /// A fake sentinel on a port of its own that names `named` as the primary
 /// of every master, and answers `+OK` to anything else.
 async fn fake_sentinel(named: u16) -> u16 {
+    let (named, hung) = (Arc::new(AtomicU16::new(named)), Arc::default());
+    controlled_sentinel(named, hung).await
+}
+
+/// A fake sentinel that names the port in `named` (read at each query),
+/// and reads but never answers while `hung` is set.
+async fn controlled_sentinel(named: Arc<AtomicU16>, hung: Arc<AtomicBool>) -> u16 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     tokio::spawn(async move {
         while let Ok((mut sock, _)) = listener.accept().await {
+            let (named, hung) = (named.clone(), hung.clone());
             tokio::spawn(async move {
                 let mut buf = vec![0u8; 4096];
                 loop {
@@ -631,11 +641,14 @@ async fn fake_sentinel(named: u16) -> u16 {
                         Ok(0) | Err(_) => return,
                         Ok(n) => n,
                     };
+                    if hung.load(Ordering::SeqCst) {
+                        continue;
+                    }
                     let text = String::from_utf8_lossy(&buf[..n]).to_string();
                     let mut out = String::new();
                     for command in text.split('*').filter(|c| !c.is_empty()) {
                         if command.contains("get-master-addr-by-name") {
-                            let port = named.to_string();
+                            let port = named.load(Ordering::SeqCst).to_string();
                             out +=
                                 &format!("*2\r\n$9\r\n127.0.0.1\r\n${}\r\n{port}\r\n", port.len());
                         } else {
@@ -650,6 +663,144 @@ async fn fake_sentinel(named: u16) -> u16 {
         }
     });
     port
+}
+
+/// A standalone `redis-server` on a free port, stopped when dropped.
+struct Server {
+    port: u16,
+    child: std::process::Child,
+}
+
+impl Server {
+    fn start() -> Server {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server");
+        let start = Instant::now();
+        while command(port, &["PING"]).is_err() {
+            assert!(start.elapsed() < BOUND, "redis-server on {port} not up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Server { port, child }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A client on the old primary X whose re-checks get no majority (one
+/// sentinel hung, one stale on X, one naming the new primary Y, which a
+/// majority named first) leaves X: only a majority naming X keeps the
+/// connection, so nothing is written there past the margin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recheck_without_a_majority_leaves_the_old_primary() {
+    let (x, y) = (Server::start(), Server::start());
+    let named: Vec<_> = (0..3).map(|_| Arc::new(AtomicU16::new(x.port))).collect();
+    let hung: Vec<Arc<AtomicBool>> = (0..3).map(|_| Arc::default()).collect();
+    let mut ports = Vec::new();
+    for (named, hung) in named.iter().zip(&hung) {
+        ports.push(controlled_sentinel(named.clone(), hung.clone()).await);
+    }
+    let url = format!(
+        "redis+sentinel://127.0.0.1:{},127.0.0.1:{},127.0.0.1:{}/m",
+        ports[0], ports[1], ports[2]
+    );
+    let (connect, node) = (Duration::from_secs(1), Duration::from_millis(500));
+    let client = || {
+        Redlock::builder()
+            .node(&url)
+            .node_timeout(node)
+            .connect_timeout(connect)
+            .retry_count(0)
+            .build()
+            .unwrap()
+    };
+    let a = client();
+    a.try_lock("a", Duration::from_secs(5))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    // A majority (the first two) names Y; a second client moves there.
+    named[0].store(y.port, Ordering::SeqCst);
+    named[1].store(y.port, Ordering::SeqCst);
+    let b = client();
+    b.try_lock("b", Duration::from_secs(5))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    // The first stops answering: A's re-checks hear Y once and X once.
+    hung[0].store(true, Ordering::SeqCst);
+    let switched = Instant::now();
+    // The margin (re-check 1 s, twice the connect timeout, a request) and
+    // 2 s for a loaded machine.
+    let margin = Duration::from_secs(1) + connect * 2 + node;
+    tokio::time::sleep(margin + Duration::from_secs(2)).await;
+    let late = a.try_lock("late", Duration::from_secs(30)).await;
+    assert_eq!(
+        get(x.port, &key("late")),
+        None,
+        "written on the old primary {:?} after the switch ({:?})",
+        switched.elapsed(),
+        late.as_ref().map(|_| ()).map_err(|e| e.to_string())
+    );
+    // No majority names a primary (or the hung sentinel outlasts the
+    // request's timeout): refused, on no server.
+    assert!(late.is_err(), "acquired with no majority naming a primary");
+}
+
+/// A sentinel that accepts connections and never answers delays nothing:
+/// the two that answer are a majority, and the lock is taken at once
+/// (waiting for all three spent the whole connect timeout, which also
+/// bounds connecting to the primary, and no connection was ever made).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_sentinel_delays_nothing() {
+    let s = sentinels(1);
+    let hole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let real = s.sentinel_ports();
+    let url = format!(
+        "redis+sentinel://127.0.0.1:{},127.0.0.1:{},127.0.0.1:{}/{}",
+        hole.local_addr().unwrap().port(),
+        real[1],
+        real[2],
+        s.master_name(0)
+    );
+    let connect = Duration::from_secs(2);
+    let redlock = Redlock::builder()
+        .node(&url)
+        .node_timeout(NODE_TIMEOUT)
+        .connect_timeout(connect)
+        .retry_count(0)
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    loop {
+        match redlock.try_lock("h", Duration::from_secs(10)).await {
+            Ok(lock) => {
+                let _ = lock.release().await;
+                break;
+            }
+            Err(err) => assert!(start.elapsed() < connect * 3, "{err}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("acquired {:?} after the start", start.elapsed());
+    drop(hole);
 }
 
 /// A sentinel that names a server which accepts connections and never

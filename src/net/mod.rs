@@ -621,9 +621,13 @@ impl Inner {
 /// a request already handed to it lands within a request timeout `r`. A's
 /// keys there live at most a TTL past `t_p + P + 2c + r`, and B's
 /// quarantine, the longest TTL plus this margin from `t_B ≥ t_p`, covers
-/// them. (A client that cannot reach a majority of the sentinels keeps its
-/// connection: see the README's "Sentinel-managed nodes" for what that
-/// leaves.)
+/// them. Only a majority naming A's server keeps A's connection: a
+/// re-check that gets no majority (sentinels slow, unreachable or split)
+/// retires it as a different answer would, and a new connection needs a
+/// majority too, so a client cut off from the sentinels has no connection
+/// to the node at all. (A partition that also cuts the sentinels off from
+/// the new primary's side is another matter: see the README's
+/// "Sentinel-managed nodes".)
 #[cfg_attr(not(feature = "sentinel"), allow(dead_code))]
 fn failover_margin(limits: Limits) -> Duration {
     #[cfg(feature = "sentinel")]
@@ -638,8 +642,8 @@ fn failover_margin(limits: Limits) -> Duration {
 /// command connection `generation` goes to; retires the connection (it
 /// still carries removals, see [`retired`]) when they name another, so that
 /// the next request resolves the node again and the restart guard sees the
-/// new `run_id`. No majority (sentinels unreachable or split) keeps the
-/// connection. Holds the node only by a `Weak`, and only between queries:
+/// new `run_id`. Anything but a majority naming `primary` (another
+/// primary, no majority, sentinels unreachable) retires it. Holds the node only by a `Weak`, and only between queries:
 /// ends when the node is dropped or the connection is no longer live. Each
 /// query is bounded ([`Sentinel::majority`](sentinel::Sentinel::majority)).
 #[cfg(feature = "sentinel")]
@@ -659,10 +663,11 @@ async fn recheck(
         if live(&node).is_none() {
             return;
         }
-        let Ok(named) = sentinels.majority().await else {
-            continue;
-        };
-        if named == primary {
+        // Only a majority's positive word keeps the connection: with one
+        // sentinel slow and another stale there is no majority, and the
+        // majority that named a new primary may be among those not heard.
+        let answer = sentinels.majority().await;
+        if answer.as_ref().is_ok_and(|named| *named == primary) {
             continue;
         }
         let Some((inner, live)) = live(&node) else {
@@ -672,8 +677,8 @@ async fn recheck(
             tracing::warn!(
                 node = %inner.name,
                 generation,
-                "a majority of the sentinels name another primary: this connection to the old \
-                 one is replaced"
+                "no majority of the sentinels confirms this connection's primary (they name \
+                 another, disagree or do not answer): the connection is replaced"
             );
         }
         return;

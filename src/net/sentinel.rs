@@ -7,7 +7,8 @@
 //! * Every new connection (commands or subscriber) asks all the sentinels
 //!   listed in the URL at once, `SENTINEL get-master-addr-by-name
 //!   <master>`, each within the connect timeout, and takes the address only
-//!   if a **majority of the listed sentinels** name it. A sentinel cut off
+//!   if a **majority of the listed sentinels** name it (as soon as one
+//!   address has it: a sentinel that never answers delays nothing). A sentinel cut off
 //!   from the others during a failover still names the old primary, which
 //!   stays a writable master for seconds after a manual failover, until the
 //!   others demote it; the client's restart guard, seeing the `run_id` it
@@ -17,8 +18,9 @@
 //!   `ROLE` (a demoted old primary must not be used); connecting and `ROLE`
 //!   are bounded by the connect timeout too.
 //! * While a command connection is live, a task re-checks every
-//!   [`RECHECK`] that a majority still names its server; once they name
-//!   another, the connection is retired (it still carries removals) and the
+//!   [`RECHECK`] that a majority still names its server; once they do not
+//!   (they name another, disagree, or too few answer), the connection is
+//!   retired (it still carries removals) and the
 //!   next request resolves the node again, where the restart guard sees the
 //!   new `run_id`. The task holds the node by a `Weak` only and ends with
 //!   the node or the connection. A client on the old primary so stops
@@ -40,11 +42,16 @@
 //! **What is not covered.** A client that never re-checks (another Redlock
 //! library on the same servers) may write to the old primary for as long as
 //! it stays a master. A partition that isolates the old primary with some
-//! of its clients from the sentinels lets those clients go on writing there
-//! (they cannot reach a majority to learn of the failover) until the
-//! partition heals: only the data nodes' `min-replicas-to-write 1` with a
-//! small `min-replicas-max-lag` bounds that (the old primary refuses
-//! writes, `NOREPLICAS`, once its replicas stop acknowledging).
+//! of its clients from the sentinels leaves those clients without the node
+//! (no majority confirms their primary, so the re-check retires their
+//! connection and no new one is made): the earlier hole, clients going on
+//! writing there because they cannot learn of the failover, is closed for
+//! this client. The old primary itself still takes writes from any client
+//! that does not re-check so, until the partition heals: for a partition
+//! that also cuts the sentinels off, only the data nodes'
+//! `min-replicas-to-write 1` with a small `min-replicas-max-lag` bounds
+//! that (the old primary refuses writes, `NOREPLICAS`, once its replicas
+//! stop acknowledging).
 //!
 //! What can go wrong is told apart, each a [`NodeFailure`] in the lock
 //! attempt's report: no sentinel answered
@@ -352,28 +359,38 @@ impl Sentinel {
 
     /// The address a majority of the sentinels listed in the URL name as
     /// the primary now. All are asked at once, each within the connect
-    /// timeout. A stale sentinel (one cut off from the others during a
+    /// timeout, and the answer is taken as soon as one address has a
+    /// majority (or refused as soon as none can). A stale sentinel (one cut off from the others during a
     /// failover) still names the old primary, which accepts writes until
     /// the others demote it, seconds later: a minority's word is not taken.
     pub(crate) async fn majority(&self) -> Result<(String, u16), NodeFailure> {
-        let answers = futures::future::join_all(self.sentinels.iter().map(|sentinel| async {
-            let at = sentinel.client.get_connection_info().addr().to_string();
-            match tokio::time::timeout(self.limit, self.ask(sentinel)).await {
-                Ok(answer) => (at, answer),
-                Err(_) => {
-                    sentinel.forget();
-                    let answer = Err(format!("no answer within {:?}", self.limit));
-                    (at, answer)
+        use futures::StreamExt;
+        let mut answers: futures::stream::FuturesUnordered<_> = self
+            .sentinels
+            .iter()
+            .map(|sentinel| async {
+                let at = sentinel.client.get_connection_info().addr().to_string();
+                match tokio::time::timeout(self.limit, self.ask(sentinel)).await {
+                    Ok(answer) => (at, answer),
+                    Err(_) => {
+                        sentinel.forget();
+                        let answer = Err(format!("no answer within {:?}", self.limit));
+                        (at, answer)
+                    }
                 }
-            }
-        }))
-        .await;
-        let needed = self.sentinels.len() / 2 + 1;
+            })
+            .collect();
+        let total = self.sentinels.len();
+        let needed = total / 2 + 1;
         let mut named: Vec<((String, u16), usize)> = Vec::new();
         let mut unknown = 0;
         let mut unreachable = 0;
         let mut told = Vec::new();
-        for (at, answer) in answers {
+        // Returns as soon as an address has a majority, or as soon as none
+        // can have one any more: a sentinel that never answers costs the
+        // others nothing (it would otherwise hold the whole connect
+        // timeout, which also bounds connecting to the primary).
+        while let Some((at, answer)) = answers.next().await {
             match answer {
                 Ok(Some(primary)) => {
                     told.push(format!("{at} names {}", addr(&primary.0, primary.1)));
@@ -391,16 +408,26 @@ impl Sentinel {
                     unreachable += 1;
                 }
             }
+            let best = named.iter().map(|(_, n)| *n).max().unwrap_or(0);
+            if best >= needed || best + answers.len() < needed {
+                break;
+            }
+        }
+        // Those not waited for count as not answering.
+        let pending = answers.len();
+        if pending > 0 {
+            told.push(format!("{pending} not waited for (no majority possible)"));
+            unreachable += pending;
         }
         if let Some((primary, _)) = named.into_iter().find(|(_, n)| *n >= needed) {
             return Ok(primary);
         }
-        if unknown >= needed || (unknown > 0 && unknown + unreachable == self.sentinels.len()) {
+        if unknown >= needed || (unknown > 0 && unknown + unreachable == total) {
             return Err(NodeFailure::UnknownMaster {
                 master: self.master.clone(),
             });
         }
-        if unreachable == self.sentinels.len() {
+        if unreachable == total {
             return Err(NodeFailure::SentinelsUnreachable(told.join("; ")));
         }
         Err(NodeFailure::SentinelsDisagree {
