@@ -8,7 +8,8 @@
 //!   listed in the URL at once, `SENTINEL get-master-addr-by-name
 //!   <master>`, each within the connect timeout, and takes the address only
 //!   if a **majority of the listed sentinels** name it (as soon as one
-//!   address has it: a sentinel that never answers delays nothing). A sentinel cut off
+//!   address has it: a sentinel that never answers delays nothing). A sentinel
+//!   listed twice (the host's case aside) counts once. A sentinel cut off
 //!   from the others during a failover still names the old primary, which
 //!   stays a writable master for seconds after a manual failover, until the
 //!   others demote it; the client's restart guard, seeing the `run_id` it
@@ -89,7 +90,7 @@ use redis::{AsyncConnectionConfig, ConnectionAddr, Value};
 
 use crate::config::SENTINEL_SCHEMES as SCHEMES;
 use crate::error::NodeFailure;
-use crate::net::classify;
+use crate::net::{classify, is_connection_error};
 
 /// The default port of a sentinel.
 const SENTINEL_PORT: u16 = 26379;
@@ -221,7 +222,16 @@ impl Sentinel {
             // expected (a sentinel password with an '@' in the query, a
             // data password cut wrong): its host text is never quoted.
             let shown = if has_userinfo { None } else { Some(host) };
-            addresses.push(parse_host(host, shown).map_err(UrlError::Invalid)?);
+            let (host, port) = parse_host(host, shown).map_err(UrlError::Invalid)?;
+            // A sentinel listed twice (host names compared without case)
+            // is one sentinel, with one vote: the majority is counted over
+            // the distinct addresses.
+            if !addresses
+                .iter()
+                .any(|(h, p): &(String, u16)| *p == port && h.eq_ignore_ascii_case(&host))
+            {
+                addresses.push((host, port));
+            }
         }
         let mut parts = path.split('/');
         let master = parts.next().unwrap_or_default();
@@ -439,10 +449,15 @@ impl Sentinel {
     /// One sentinel's answer: the primary's address, `None` if it knows no
     /// master of that name, or why it could not be asked. Unbounded here:
     /// the caller bounds it (the connection's own limits are the connect
-    /// timeout too).
+    /// timeout too). The kept connection is forgotten only when it failed
+    /// (a connection error or a timeout), not on an error reply such as
+    /// `NOPERM`: that would reconnect (and authenticate) to every sentinel
+    /// at every re-check.
     async fn ask(&self, sentinel: &Asker) -> Result<Option<(String, u16)>, String> {
         let failed = |e: redis::RedisError| {
-            sentinel.forget();
+            if is_connection_error(&e) || e.is_timeout() {
+                sentinel.forget();
+            }
             classify(&e).to_string()
         };
         let mut conn = match sentinel.cached() {
@@ -475,9 +490,12 @@ impl Sentinel {
                     _ => None,
                 };
                 let host = text(&parts[0]);
-                let port = text(&parts[1]).and_then(|p| p.parse().ok());
+                // Port 0 is no address to connect to: a bad answer.
+                let port = text(&parts[1]).and_then(|p| p.parse::<u16>().ok());
                 match (host, port) {
-                    (Some(host), Some(port)) => Ok(Some((host, port))),
+                    (Some(host), Some(port)) if port != 0 && !host.is_empty() => {
+                        Ok(Some((host, port)))
+                    }
                     _ => Err("an address that is not host and port".to_owned()),
                 }
             }
@@ -725,6 +743,20 @@ mod tests {
         assert!(r.contains("sentinel_password= is empty"), "{r}");
         let r = reason("redis+sentinel://::1/m");
         assert!(r.contains("brackets"), "{r}");
+    }
+
+    #[test]
+    fn a_sentinel_listed_twice_has_one_vote() {
+        let s = Sentinel::parse("redis+sentinel://s1:1,S1:1,s2:2,s1:3/m").unwrap();
+        assert_eq!(
+            s.addresses,
+            [
+                ("s1".to_owned(), 1),
+                ("s2".to_owned(), 2),
+                ("s1".to_owned(), 3)
+            ]
+        );
+        assert_eq!(s.sentinels.len(), 3);
     }
 
     #[test]
