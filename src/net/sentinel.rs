@@ -74,7 +74,8 @@
 //! (`user:password@`) and its database go to the data nodes (the primary
 //! the sentinels name), which hold the lock keys. The sentinels get their
 //! own, from the query parameters `sentinel_username` and
-//! `sentinel_password` (taken as written, not percent-decoded), or none.
+//! `sentinel_password` (percent-decoded: write `&` as `%26`, `%` as
+//! `%25`), or none.
 //! The data user needs `ROLE` and `INFO` besides the lock commands; the
 //! sentinel user needs `SENTINEL get-master-addr-by-name` (in the
 //! sentinels' ACL: `+sentinel|get-master-addr-by-name`).
@@ -221,7 +222,10 @@ impl Sentinel {
             // A URL with an '@' may have a password where a host is
             // expected (a sentinel password with an '@' in the query, a
             // data password cut wrong): its host text is never quoted.
-            let shown = if has_userinfo { None } else { Some(host) };
+            // Nor is one whose port is not a number (the rule
+            // `secret_span` redacts by): `:hunter2,h:1` is a password whose
+            // `@` went missing.
+            let shown = (!has_userinfo && port_is_number(host)).then_some(host);
             let (host, port) = parse_host(host, shown).map_err(UrlError::Invalid)?;
             // A sentinel listed twice (host names compared without case)
             // is one sentinel, with one vote: the majority is counted over
@@ -255,10 +259,22 @@ impl Sentinel {
             return invalid("too many path segments: the path is /<master-name>[/<db>]");
         }
         let (mut sentinel_user, mut sentinel_password) = (None, None);
+        let decoded = |name: &str, v: &str| {
+            percent_decode(v).ok_or_else(|| {
+                UrlError::Invalid(format!(
+                    "{name}= cannot be read: percent-encode special characters in it (`&` as \
+                     %26, `%` as %25)"
+                ))
+            })
+        };
         for pair in query.into_iter().flat_map(|q| q.split('&')) {
             match pair.split_once('=') {
-                Some(("sentinel_username", v)) if !v.is_empty() => sentinel_user = Some(v),
-                Some(("sentinel_password", v)) if !v.is_empty() => sentinel_password = Some(v),
+                Some((name @ "sentinel_username", v)) if !v.is_empty() => {
+                    sentinel_user = Some(decoded(name, v)?);
+                }
+                Some((name @ "sentinel_password", v)) if !v.is_empty() => {
+                    sentinel_password = Some(decoded(name, v)?);
+                }
                 Some((name @ ("sentinel_username" | "sentinel_password"), _)) => {
                     return Err(UrlError::Invalid(format!(
                         "{name}= is empty: give its value after '=', or leave it out"
@@ -293,10 +309,10 @@ impl Sentinel {
             .iter()
             .map(|(host, port)| {
                 let mut settings = redis::RedisConnectionInfo::default();
-                if let Some(user) = sentinel_user {
+                if let Some(user) = &sentinel_user {
                     settings = settings.set_username(user);
                 }
-                if let Some(password) = sentinel_password {
+                if let Some(password) = &sentinel_password {
                     settings = settings.set_password(password);
                 }
                 let info = data
@@ -543,6 +559,40 @@ impl Sentinel {
     }
 }
 
+/// `text` with its `%XX` escapes decoded; `None` if an escape is not two
+/// hex digits or the result is not UTF-8.
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Whether a host list's piece has a number, or nothing, after its host's
+/// `:` (an IPv6 address's colons, in brackets, are not the port's).
+fn port_is_number(piece: &str) -> bool {
+    let host = match piece.strip_prefix('[') {
+        Some(rest) => rest.find(']').map_or(piece.len(), |i| i + 2),
+        None => 0,
+    };
+    match piece[host..].find(':') {
+        Some(colon) => piece[host + colon + 1..]
+            .bytes()
+            .all(|b| b.is_ascii_digit()),
+        None => true,
+    }
+}
+
 /// `host:port`, with an IPv6 host in brackets.
 fn addr(host: &str, port: u16) -> String {
     if host.contains(':') {
@@ -558,8 +608,8 @@ fn addr(host: &str, port: u16) -> String {
 fn parse_host(text: &str, shown: Option<&str>) -> Result<(String, u16), String> {
     let quoted = match shown {
         Some(shown) => format!("sentinel address {shown:?}"),
-        None => "a sentinel address (not shown: the URL has credentials; percent-encode \
-                 `/ ? # @` in them)"
+        None => "a sentinel address (not shown: it may hold a password; percent-encode \
+                 `/ ? # @` in credentials)"
             .to_owned(),
     };
     let bad_port = || {
@@ -663,6 +713,20 @@ mod tests {
         );
         assert_eq!(s.data.redis_settings().password(), None);
         assert!(!format!("{s:?}").contains("s3cret"));
+
+        // Percent-decoded: `%26` is how an '&' is written.
+        let s = Sentinel::parse(
+            "redis+sentinel://h:1/m?sentinel_username=a%40b&sentinel_password=ab%26cd%25",
+        )
+        .unwrap();
+        let sentinel = s.sentinels[0].client.get_connection_info().redis_settings();
+        assert_eq!(
+            (sentinel.username(), sentinel.password()),
+            (Some("a@b"), Some("ab&cd%"))
+        );
+        let r = reason("redis+sentinel://h:1/m?sentinel_password=ab%zzcd");
+        assert!(r.contains("percent-encode"), "{r}");
+        assert!(!r.contains("zzcd"), "{r}");
     }
 
     #[test]
@@ -686,8 +750,8 @@ mod tests {
 
     #[test]
     fn no_fragment_of_a_password_is_quoted_in_an_error() {
-        // Unencoded `/ ? # @` in the data password (and an '@' in the
-        // sentinels' one, which is taken as written): whatever the parse
+        // Unencoded `/ ? # @` in the data password (and `@ &` in the
+        // sentinels' one, or a password taken for a host): whatever the parse
         // makes of them, no piece of the password is quoted.
         for (url, password) in [
             (
@@ -714,6 +778,13 @@ mod tests {
                 "redis+sentinel://h:1/m?sentinel_password=zqv@xwk:jjq",
                 "zqv@xwk:jjq",
             ),
+            // An unencoded '&' in the sentinels' password.
+            (
+                "redis+sentinel://h:1/m?sentinel_password=ab&cdsecret",
+                "ab&cdsecret",
+            ),
+            // A password whose '@' went missing, taken for a host.
+            ("redis+sentinel://:hunter2,h:1/m", "hunter2"),
         ] {
             let shown = match Sentinel::parse(url) {
                 Ok(s) => format!("{s:?} {}", s.name()),
@@ -726,7 +797,7 @@ mod tests {
             };
             // Every piece of the password three characters or longer.
             let pieces: Vec<&str> = password
-                .split(['/', '?', '#', '@', ':'])
+                .split(['/', '?', '#', '@', ':', '&'])
                 .filter(|p| p.len() >= 3)
                 .collect();
             for piece in pieces {
