@@ -42,9 +42,11 @@
 //!   majority names another primary).
 //! * It cannot see a failover that happened before this client first
 //!   connected to the node (no earlier `run_id` to compare), nor keys
-//!   written to an old primary past the margin: by a client that never
-//!   re-checks (another Redlock library), or by clients cut off from the
-//!   sentinels with the old primary (a partition). Run the data nodes with
+//!   written to an old primary past the margin by a client that never
+//!   re-checks (another Redlock library) or uses longer timeouts than this
+//!   one (the margin is this client's). A client cut off from the
+//!   sentinels has no connection to the node (no majority confirms its
+//!   primary). Run the data nodes with
 //!   `min-replicas-to-write 1` and a small `min-replicas-max-lag` to bound
 //!   that window (the old primary then refuses writes, `NOREPLICAS`, once
 //!   its replica stops acknowledging): the only real bound.

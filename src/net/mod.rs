@@ -615,19 +615,34 @@ impl Inner {
 /// resolved it through a majority of the sentinels, so that majority named
 /// it from some `t_p ≤ t_B` on. A client A connected to the old primary
 /// re-checks it ([`recheck`]) every [`RECHECK`](sentinel::RECHECK) `P`,
-/// each query bounded by the connect timeout `c`: the query under way at
-/// `t_p` may still return the old answer by `t_p + c`; the next starts by
-/// `t_p + c + P`, answers by `t_p + 2c + P` and retires the connection;
-/// a request already handed to it lands within a request timeout `r`. A's
-/// keys there live at most a TTL past `t_p + P + 2c + r`, and B's
-/// quarantine, the longest TTL plus this margin from `t_B ≥ t_p`, covers
-/// them. Only a majority naming A's server keeps A's connection: a
-/// re-check that gets no majority (sentinels slow, unreachable or split)
-/// retires it as a different answer would, and a new connection needs a
-/// majority too, so a client cut off from the sentinels has no connection
-/// to the node at all. (A partition that also cuts the sentinels off from
-/// the new primary's side is another matter: see the README's
-/// "Sentinel-managed nodes".)
+/// each query bounded by the connect timeout `c`, and keeps the connection
+/// only if a majority names the old primary: the query under way at `t_p`
+/// may still return the old answer by `t_p + c`; the next starts by
+/// `t_p + c + P` and, since a majority that named the new primary at `t_p`
+/// cannot also name the old one (they share a sentinel, which names one),
+/// gets no majority for it by `t_p + 2c + P` and retires the connection,
+/// whatever the others answer or whether they answer at all. A new
+/// connection needs a majority too. So the last request A hands to that
+/// connection belongs to a lock attempt that started by `t_p + P + 2c`;
+/// such a request may still wait for an in-flight permit and land on the
+/// old primary later, but the lock's validity counts from the attempt's
+/// start, so a lock that counts the old primary's vote is valid until at
+/// most `t_p + P + 2c` plus a TTL (and an attempt that fails has its
+/// removal mirrored on the retired connection, see [`retired`]). B's
+/// quarantine of the new primary, the longest TTL plus this margin
+/// (`P + 2c` and a request timeout `r` as slack for the request's own
+/// landing) from `t_B ≥ t_p`, outlasts it: the new primary votes for no
+/// one while such a lock is valid.
+///
+/// The margin is computed from **this client's** timeouts, and the
+/// argument is about every other client's re-check: it holds only if every
+/// client of a Sentinel-managed node uses the same (or smaller) connect and
+/// node timeouts and the same re-check period (this library's
+/// [`RECHECK`](sentinel::RECHECK)). A client with a longer connect timeout
+/// may write to the old primary past the quarantine of a client with a
+/// shorter one. (A partition that cuts the old primary and its clients off
+/// from the sentinels leaves those clients without the node; for clients
+/// that never re-check, see the README's "Sentinel-managed nodes".)
 #[cfg_attr(not(feature = "sentinel"), allow(dead_code))]
 fn failover_margin(limits: Limits) -> Duration {
     #[cfg(feature = "sentinel")]
