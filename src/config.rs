@@ -832,25 +832,21 @@ impl std::fmt::Debug for Builder {
 /// A URL with its password replaced, for error messages, logs and `Debug`:
 /// the password of `user:password@`, and the value of a `pass=`,
 /// `password=` (unix-socket URLs carry it there) or `sentinel_password=`
-/// query parameter. A URL
-/// that does not parse may carry its password elsewhere (see
-/// [`secret_span`]): that is replaced too.
+/// query parameter (up to the next `&` that starts a known parameter, see
+/// [`secret_values`]). A URL that does not parse may carry its password
+/// elsewhere (see [`secret_span`]): that is replaced too.
 pub(crate) fn redact(url: &str) -> String {
-    let mut out = match secret_span(url) {
-        Some(span) => format!("{}***{}", &url[..span.start], &url[span.end..]),
-        None => url.to_owned(),
-    };
-    if let Some(q) = out.find('?') {
-        let query: Vec<String> = out[q + 1..]
-            .split('&')
-            .map(|pair| match pair.split_once('=') {
-                Some((k, _)) if is_secret_parameter(k) => format!("{k}=***"),
-                _ => pair.to_owned(),
-            })
-            .collect();
-        out = format!("{}?{}", &out[..q], query.join("&"));
+    // The query's passwords first: one may hold an '@' (one written
+    // unencoded), which `secret_span` would take for the end of the user
+    // information, leaving the rest of it shown.
+    let mut out = url.to_owned();
+    for value in secret_values(url).into_iter().rev() {
+        out.replace_range(value, "***");
     }
-    out
+    match secret_span(&out) {
+        Some(span) => format!("{}***{}", &out[..span.start], &out[span.end..]),
+        None => out,
+    }
 }
 
 /// Whether a URL's query parameter `key` carries a password: `pass` and
@@ -858,6 +854,53 @@ pub(crate) fn redact(url: &str) -> String {
 /// nodes).
 fn is_secret_parameter(key: &str) -> bool {
     matches!(key, "pass" | "password" | "sentinel_password")
+}
+
+/// The query parameters a URL of ours may carry (redis-rs's and a
+/// Sentinel-managed node's): a secret value ends only before an `&` that
+/// starts one of these.
+fn is_known_parameter(key: &str) -> bool {
+    is_secret_parameter(key)
+        || matches!(
+            key,
+            "sentinel_username" | "user" | "username" | "db" | "protocol" | "insecure"
+        )
+}
+
+/// Where the values of the query's secret parameters are: each from its
+/// `=` to the next `&` followed by a known parameter's name (or the end),
+/// so that an unencoded `&` in a password (`sentinel_password=ab&cd`)
+/// hides all of it, not the part before the `&` only.
+fn secret_values(url: &str) -> Vec<std::ops::Range<usize>> {
+    let mut values = Vec::new();
+    let Some(q) = url.find('?') else {
+        return values;
+    };
+    let mut pos = q + 1;
+    while pos <= url.len() {
+        let pair_end = url[pos..].find('&').map_or(url.len(), |i| pos + i);
+        let next = match url[pos..pair_end].split_once('=') {
+            Some((key, _)) if is_secret_parameter(key) => {
+                let start = pos + key.len() + 1;
+                let mut end = url.len();
+                let mut from = start;
+                while let Some(i) = url[from..].find('&') {
+                    let amp = from + i;
+                    let name = url[amp + 1..].split(['=', '&']).next().unwrap_or("");
+                    if is_known_parameter(name) {
+                        end = amp;
+                        break;
+                    }
+                    from = amp + 1;
+                }
+                values.push(start..end);
+                end
+            }
+            _ => pair_end,
+        };
+        pos = next + 1;
+    }
+    values
 }
 
 /// Where, outside the query, a URL may carry a password: the user
@@ -912,15 +955,7 @@ fn redact_all(text: &str, url: &str) -> String {
             found
         });
     }
-    if let Some((_, query)) = url.split_once('?') {
-        for pair in query.split('&') {
-            if let Some((key, value)) = pair.split_once('=')
-                && is_secret_parameter(key)
-            {
-                secrets.push(value);
-            }
-        }
-    }
+    secrets.extend(secret_values(url).into_iter().map(|value| &url[value]));
     secrets
         .into_iter()
         .filter(|s| !s.is_empty())
@@ -1232,6 +1267,20 @@ mod tests {
         assert_eq!(
             redact("redis+sentinel://u:pw@h1:1,h2:2/m?sentinel_password=x"),
             "redis+sentinel://***@h1:1,h2:2/m?sentinel_password=***"
+        );
+        // An unencoded '&' in a password: all of it is hidden, up to the
+        // next known parameter.
+        assert_eq!(
+            redact("redis+sentinel://h:1/m?sentinel_password=ab&cdsecret"),
+            "redis+sentinel://h:1/m?sentinel_password=***"
+        );
+        assert_eq!(
+            redact("redis+sentinel://h:1/m?sentinel_password=ab&cd=x&sentinel_username=u"),
+            "redis+sentinel://h:1/m?sentinel_password=***&sentinel_username=u"
+        );
+        assert_eq!(
+            redact("redis+sentinel://h:1/m?sentinel_username=u&sentinel_password=x&"),
+            "redis+sentinel://h:1/m?sentinel_username=u&sentinel_password=***"
         );
         let built = Builder::default().sentinel_node("m", ["h1:1", " h2:2"]);
         assert_eq!(built.urls, ["redis+sentinel://h1:1,h2:2/m"]);

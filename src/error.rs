@@ -689,6 +689,18 @@ pub enum NodeFailure {
         /// The master name asked for.
         master: String,
     },
+    /// The sentinels of a Sentinel-managed node named no primary by a
+    /// majority of those listed in its URL: some named another address, did
+    /// not answer, or know no such master (a failover under way, sentinels
+    /// cut off from each other, or a URL that lists too few of them). No
+    /// connection was made: a primary named by a minority may be an old one
+    /// that still accepts writes. The next connection asks again.
+    SentinelsDisagree {
+        /// The master name asked for.
+        master: String,
+        /// Each sentinel's answer, by address.
+        answers: String,
+    },
     /// The server the sentinels named as a Sentinel-managed node's primary
     /// says it is not a master (`ROLE`): a failover is under way, or the
     /// sentinels' view is stale. Nothing was sent; the next connection asks
@@ -716,17 +728,21 @@ pub enum NodeFailure {
 
 impl NodeFailure {
     /// Whether the node gave no answer: a timeout or a broken connection,
-    /// after which the command may or may not have been applied; or a
-    /// Sentinel-managed node whose primary could not be found this time
-    /// (nothing was sent, but an earlier command may have landed there, and
-    /// a removal is worth sending again once it is found).
+    /// after which the command may or may not have been applied; a TLS
+    /// failure; or a Sentinel-managed node whose primary could not be found
+    /// this time (nothing was sent, but an earlier command may have landed
+    /// there, and a removal is worth sending again once it is found). The
+    /// one list: the tally's "may hold our key" and "replied" use it too
+    /// (`proto::quorum`).
     pub(crate) fn unanswered(&self) -> bool {
         matches!(
             self,
             NodeFailure::Timeout
                 | NodeFailure::Connection(_)
+                | NodeFailure::Tls(_)
                 | NodeFailure::SentinelsUnreachable(_)
                 | NodeFailure::UnknownMaster { .. }
+                | NodeFailure::SentinelsDisagree { .. }
                 | NodeFailure::NotPrimary { .. }
         )
     }
@@ -802,6 +818,14 @@ impl fmt::Display for NodeFailure {
                 f,
                 "the node's sentinels monitor no master named {master:?}: use the name of their \
                  `sentinel monitor <name> ...` line as the URL's path"
+            ),
+            NodeFailure::SentinelsDisagree { master, answers } => write!(
+                f,
+                "no majority of the sentinels listed for {master:?} names one primary \
+                 ({answers}): nothing was sent, since a primary only some name may be an old one \
+                 still accepting writes; a failover under way settles within seconds (if it \
+                 lasts, check that the URL lists every sentinel and that they agree: SENTINEL \
+                 CKQUORUM {master})"
             ),
             NodeFailure::NotPrimary { master, addr, role } => write!(
                 f,

@@ -7,8 +7,13 @@
 //! not a master; bad URLs; no password in any output.
 #![cfg(feature = "sentinel")]
 
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
+use common::warm;
 use redquorum::local_cluster::{Reply, answering_pid, command};
 use redquorum::local_sentinel::LocalSentinels;
 use redquorum::{ConfigError, Error, NodeFailure, Redlock};
@@ -48,18 +53,6 @@ async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
         assert!(start.elapsed() < BOUND, "{what}: not within {BOUND:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-/// Takes and releases a lock on "warm": every node connected, its
-/// `run_id` known to the guard.
-async fn warm(redlock: &Redlock) {
-    redlock
-        .try_lock("warm", Duration::from_secs(10))
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
 }
 
 /// The failures of `err`'s report that match `pred`, by node name.
@@ -109,8 +102,10 @@ async fn lock_extend_release_over_three_sentinel_nodes() {
     lock.extend(Duration::from_secs(20)).await.unwrap();
     assert!(lock.remaining() > Duration::from_secs(10));
     lock.release().await.unwrap();
+    // A release returns once a majority answered: the third may follow.
     for i in 0..3 {
-        assert_eq!(get(s.primary(i).unwrap(), &key("a")), None);
+        let primary = s.primary(i).unwrap();
+        eventually("the key released", || get(primary, &key("a")).is_none()).await;
     }
     redlock
         .try_lock("a", Duration::from_secs(10))
@@ -137,6 +132,12 @@ async fn a_failover_while_held_is_quarantined_and_grants_no_second_holder() {
     }
     let ttl = Duration::from_secs(30);
     let mut lock = holder.lock("a", ttl).await.unwrap();
+    // The guarded client holds a lock of the same TTL too, released after
+    // the failover: that release, not an acquisition, makes its new
+    // connections, so that the quarantine they start is the guard's term
+    // for the others' keys (the longest TTL, from the moment it sees the
+    // new server, and the re-check margin), not its own key's.
+    let earlier = guarded.lock("g", ttl).await.unwrap();
 
     // Node 0: its replica forgets the key, then is promoted.
     let old0 = s.primary(0).unwrap();
@@ -158,10 +159,17 @@ async fn a_failover_while_held_is_quarantined_and_grants_no_second_holder() {
     // connections: the next ones resolve the new primary.
     s.wait_for_replica(old0).unwrap();
 
+    let _ = earlier.release().await;
     let names = [s.name(0), s.name(1)];
     let start = Instant::now();
     let err = loop {
-        let err = guarded.try_lock("a", ttl).await.unwrap_err();
+        // A short TTL: were the guard to count only this client's own keys,
+        // its one from `earlier` (taken seconds before the failover) would
+        // be all that keeps the node out.
+        let err = guarded
+            .try_lock("a", Duration::from_secs(2))
+            .await
+            .unwrap_err();
         assert!(matches!(err, Error::NotAcquired { .. }), "{err}");
         let restarted = failed(&err, |f| matches!(f, NodeFailure::Restarted { .. }));
         if restarted == names {
@@ -170,10 +178,15 @@ async fn a_failover_while_held_is_quarantined_and_grants_no_second_holder() {
         assert!(start.elapsed() < BOUND, "no quarantine seen: {err}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    // Counted from when the guard saw the new server: most of the TTL.
+    // Counted from when the guard saw the new server (at the release or
+    // after): the whole TTL and the margin (a re-check, two sentinel
+    // queries, a request: some 6 s here), less the time since.
+    // Not the promoted replica's uptime (seconds), nor the client's own
+    // key (taken before the failover).
     for (_, failure) in err.report().unwrap().failures() {
         if let NodeFailure::Restarted { remaining } = failure {
-            assert!(*remaining > Duration::from_secs(15), "{err}");
+            assert!(*remaining > ttl, "{err}");
+            assert!(*remaining <= ttl + Duration::from_secs(10), "{err}");
         }
     }
     assert!(lock.remaining() > Duration::ZERO);
@@ -494,4 +507,353 @@ async fn passwords_appear_in_no_error_or_debug_output() {
         let shown = format!("{err} {err:?}");
         assert!(!shown.contains("s3cret"), "{shown}");
     }
+}
+
+/// Sends `kill <sig> <pid>`.
+fn signal(pid: u32, sig: &str) {
+    let status = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill {sig} {pid}");
+}
+
+/// The port sentinel `port` names as `master`'s primary.
+fn named_by(port: u16, master: &str) -> Option<u16> {
+    match command(port, &["SENTINEL", "get-master-addr-by-name", master]) {
+        Ok(Reply::Array(Some(parts))) if parts.len() == 2 => match &parts[1] {
+            Reply::Bulk(Some(b)) => String::from_utf8_lossy(b).parse().ok(),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// A sentinel that missed a manual failover (frozen, as if cut off) still
+/// names the old primary, which stays a writable master for seconds after
+/// the others promoted the replica. A client that lists every sentinel
+/// takes the majority's answer, never the stale one; a client already
+/// connected to the old primary leaves it within a re-check (long before
+/// the sentinels demote it) and its guard quarantines the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_sentinel_is_outvoted_and_a_connection_to_the_old_primary_is_left() {
+    let s = sentinels(1);
+    let ports = s.sentinel_ports();
+    let name = s.master_name(0);
+    let old = s.primary(0).unwrap();
+    let connected = builder(&s).build().unwrap();
+    warm(&connected).await;
+    let stale = answering_pid(ports[0]).expect("the first sentinel's pid");
+    signal(stale, "-STOP");
+    let start = Instant::now();
+    loop {
+        match command(ports[1], &["SENTINEL", "FAILOVER", &name]).unwrap() {
+            Reply::Status(_) => break,
+            refused => assert!(start.elapsed() < BOUND * 2, "{refused:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let new = loop {
+        let named = (named_by(ports[1], &name), named_by(ports[2], &name));
+        if let (Some(a), Some(b)) = named
+            && a != old
+            && a == b
+            && s.is_master(a)
+        {
+            break a;
+        }
+        assert!(start.elapsed() < BOUND * 2, "no failover: {named:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let switched = Instant::now();
+    // The node's margin (a re-check, twice the connect timeout, a request:
+    // 2 s is the default connect timeout) and 2 s for a loaded machine.
+    let on_old_at_most =
+        Duration::from_secs(1) + Duration::from_secs(2) * 2 + NODE_TIMEOUT + Duration::from_secs(2);
+    signal(stale, "-CONT");
+    // The connected client's next acquisitions go to the new primary
+    // within a re-check (1 s, and its queries), and are refused there for
+    // the quarantine: the whole TTL and the margin.
+    let ttl = Duration::from_secs(5);
+    let err = loop {
+        // Taken on the old primary, until the re-check sees the switch.
+        let err = match connected.try_lock("s", ttl).await {
+            Ok(lock) => {
+                // Its release may find the connection retired meanwhile,
+                // and the new primary without the key (`Missing`); the
+                // retired connection still carries it to the old one.
+                let _ = lock.release().await;
+                assert!(
+                    switched.elapsed() < on_old_at_most,
+                    "still on the old primary"
+                );
+                continue;
+            }
+            Err(err) => err,
+        };
+        if !failed(&err, |f| matches!(f, NodeFailure::Restarted { .. })).is_empty() {
+            break err;
+        }
+        assert!(
+            switched.elapsed() < on_old_at_most,
+            "still on the old primary: {err}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    eprintln!(
+        "left the old primary {:?} after the switch (old still a master: {})",
+        switched.elapsed(),
+        s.is_master(old)
+    );
+    eventually("the release on the old primary", || {
+        get(old, &key("s")).is_none()
+    })
+    .await;
+    let NodeFailure::Restarted { remaining } = &err.report().unwrap().failures()[0].1 else {
+        panic!("{err}");
+    };
+    assert!(*remaining > Duration::from_secs(10), "{err}");
+    // A new client that lists every sentinel, the stale one among them:
+    // the majority's primary, never the old one.
+    let fresh = builder(&s).build().unwrap();
+    let lock = fresh.lock("f", ttl).await.unwrap();
+    assert_eq!(get(old, &key("f")), None, "written on the old primary");
+    assert!(get(new, &key("f")).is_some());
+    lock.release().await.unwrap();
+}
+
+/// A fake sentinel on a port of its own that names `named` as the primary
+/// of every master, and answers `+OK` to anything else.
+async fn fake_sentinel(named: u16) -> u16 {
+    let (named, hung) = (Arc::new(AtomicU16::new(named)), Arc::default());
+    controlled_sentinel(named, hung).await
+}
+
+/// A fake sentinel that names the port in `named` (read at each query),
+/// and reads but never answers while `hung` is set.
+async fn controlled_sentinel(named: Arc<AtomicU16>, hung: Arc<AtomicBool>) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            let (named, hung) = (named.clone(), hung.clone());
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                loop {
+                    let n = match sock.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    if hung.load(Ordering::SeqCst) {
+                        continue;
+                    }
+                    let text = String::from_utf8_lossy(&buf[..n]).to_string();
+                    let mut out = String::new();
+                    for command in text.split('*').filter(|c| !c.is_empty()) {
+                        if command.contains("get-master-addr-by-name") {
+                            let port = named.load(Ordering::SeqCst).to_string();
+                            out +=
+                                &format!("*2\r\n$9\r\n127.0.0.1\r\n${}\r\n{port}\r\n", port.len());
+                        } else {
+                            out += "+OK\r\n";
+                        }
+                    }
+                    if sock.write_all(out.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+/// A standalone `redis-server` on a free port, stopped when dropped.
+struct Server {
+    port: u16,
+    child: std::process::Child,
+}
+
+impl Server {
+    fn start() -> Server {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server");
+        let start = Instant::now();
+        while command(port, &["PING"]).is_err() {
+            assert!(start.elapsed() < BOUND, "redis-server on {port} not up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Server { port, child }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A client on the old primary X whose re-checks get no majority (one
+/// sentinel hung, one stale on X, one naming the new primary Y, which a
+/// majority named first) leaves X: only a majority naming X keeps the
+/// connection, so nothing is written there past the margin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recheck_without_a_majority_leaves_the_old_primary() {
+    let (x, y) = (Server::start(), Server::start());
+    let named: Vec<_> = (0..3).map(|_| Arc::new(AtomicU16::new(x.port))).collect();
+    let hung: Vec<Arc<AtomicBool>> = (0..3).map(|_| Arc::default()).collect();
+    let mut ports = Vec::new();
+    for (named, hung) in named.iter().zip(&hung) {
+        ports.push(controlled_sentinel(named.clone(), hung.clone()).await);
+    }
+    let url = format!(
+        "redis+sentinel://127.0.0.1:{},127.0.0.1:{},127.0.0.1:{}/m",
+        ports[0], ports[1], ports[2]
+    );
+    let (connect, node) = (Duration::from_secs(1), Duration::from_millis(500));
+    let client = || {
+        Redlock::builder()
+            .node(&url)
+            .node_timeout(node)
+            .connect_timeout(connect)
+            .retry_count(0)
+            .build()
+            .unwrap()
+    };
+    let a = client();
+    a.try_lock("a", Duration::from_secs(5))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    // A majority (the first two) names Y; a second client moves there.
+    named[0].store(y.port, Ordering::SeqCst);
+    named[1].store(y.port, Ordering::SeqCst);
+    let b = client();
+    b.try_lock("b", Duration::from_secs(5))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    // The first stops answering: A's re-checks hear Y once and X once.
+    hung[0].store(true, Ordering::SeqCst);
+    let switched = Instant::now();
+    // The margin (re-check 1 s, twice the connect timeout, a request) and
+    // 2 s for a loaded machine.
+    let margin = Duration::from_secs(1) + connect * 2 + node;
+    tokio::time::sleep(margin + Duration::from_secs(2)).await;
+    let late = a.try_lock("late", Duration::from_secs(30)).await;
+    assert_eq!(
+        get(x.port, &key("late")),
+        None,
+        "written on the old primary {:?} after the switch ({:?})",
+        switched.elapsed(),
+        late.as_ref().map(|_| ()).map_err(|e| e.to_string())
+    );
+    // No majority names a primary (or the hung sentinel outlasts the
+    // request's timeout): refused, on no server.
+    assert!(late.is_err(), "acquired with no majority naming a primary");
+}
+
+/// A sentinel that accepts connections and never answers delays nothing:
+/// the two that answer are a majority, and the lock is taken at once
+/// (waiting for all three spent the whole connect timeout, which also
+/// bounds connecting to the primary, and no connection was ever made).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_sentinel_delays_nothing() {
+    let s = sentinels(1);
+    let hole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let real = s.sentinel_ports();
+    let url = format!(
+        "redis+sentinel://127.0.0.1:{},127.0.0.1:{},127.0.0.1:{}/{}",
+        hole.local_addr().unwrap().port(),
+        real[1],
+        real[2],
+        s.master_name(0)
+    );
+    let connect = Duration::from_secs(2);
+    let redlock = Redlock::builder()
+        .node(&url)
+        .node_timeout(NODE_TIMEOUT)
+        .connect_timeout(connect)
+        .retry_count(0)
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    loop {
+        match redlock.try_lock("h", Duration::from_secs(10)).await {
+            Ok(lock) => {
+                let _ = lock.release().await;
+                break;
+            }
+            Err(err) => assert!(start.elapsed() < connect * 3, "{err}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("acquired {:?} after the start", start.elapsed());
+    drop(hole);
+}
+
+/// A sentinel that names a server which accepts connections and never
+/// answers: outvoted by the two real ones, it delays nothing (the lock is
+/// taken within the connect timeout); beside one real sentinel, there is no
+/// majority, and the failure says so at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_naming_a_hung_server_is_outvoted_or_reported() {
+    let s = sentinels(1);
+    let hole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let fake = fake_sentinel(hole.local_addr().unwrap().port()).await;
+    let real = s.sentinel_ports();
+    let url = format!(
+        "redis+sentinel://127.0.0.1:{fake},127.0.0.1:{},127.0.0.1:{}/{}",
+        real[1],
+        real[2],
+        s.master_name(0)
+    );
+    let redlock = Redlock::builder()
+        .node(&url)
+        .node_timeout(NODE_TIMEOUT)
+        .connect_timeout(Duration::from_secs(3))
+        .retry_count(0)
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    loop {
+        match redlock.try_lock("h", Duration::from_secs(10)).await {
+            Ok(lock) => {
+                // Its release may find the connection retired meanwhile,
+                // and the new primary without the key (`Missing`); the
+                // retired connection still carries it to the old one.
+                let _ = lock.release().await;
+                break;
+            }
+            Err(err) => assert!(start.elapsed() < Duration::from_secs(4), "{err}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let url = format!(
+        "redis+sentinel://127.0.0.1:{fake},127.0.0.1:{}/{}",
+        real[1],
+        s.master_name(0)
+    );
+    let (text, failure) = failure_of(&url).await;
+    assert!(
+        matches!(&failure, NodeFailure::SentinelsDisagree { .. }),
+        "{text}"
+    );
+    assert!(text.contains("no majority"), "{text}");
+    drop(hole);
 }

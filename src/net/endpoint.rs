@@ -34,7 +34,7 @@ pub(crate) enum Endpoint {
     /// One server, at the client's address.
     Server(redis::Client),
     /// The primary of a Sentinel-managed set, resolved anew for every
-    /// connection.
+    /// connection (and re-checked while one is live, see `net`).
     #[cfg(feature = "sentinel")]
     Sentinel(Sentinel),
     /// A Redis Cluster, reached through its seed nodes.
@@ -74,13 +74,14 @@ impl Endpoint {
     /// running all along (a promoted replica), so that its uptime says
     /// nothing of when it began to hold the keys (see
     /// [`guard`](super::guard)).
+    /// A cluster's does too, but its guard sees each grant's primary
+    /// ([`Guard::granted_by`](super::guard::Guard::granted_by)), with no
+    /// re-check window to add: it is not counted here.
     pub(crate) fn fails_over(&self) -> bool {
         match self {
-            Endpoint::Server(_) => false,
             #[cfg(feature = "sentinel")]
             Endpoint::Sentinel(_) => true,
-            #[cfg(feature = "cluster")]
-            Endpoint::Cluster(_) => true,
+            _ => false,
         }
     }
 
@@ -94,28 +95,42 @@ impl Endpoint {
         }
     }
 
+    /// Sets the node's connect timeout as the bound on what a
+    /// Sentinel-managed node's resolution waits for (each sentinel's
+    /// answer, then connecting to the primary and its `ROLE`).
+    pub(crate) fn bound(&mut self, connect: std::time::Duration) {
+        match self {
+            #[cfg(feature = "sentinel")]
+            Endpoint::Sentinel(sentinel) => sentinel.bound(connect),
+            _ => {}
+        }
+        let _ = connect;
+    }
+
     /// A new command connection to the server that holds the keys now (on
-    /// a cluster, to every primary, routed by slot). Unbounded here: the
-    /// caller bounds it (see [`slot`](super::slot)).
+    /// a cluster, to every primary, routed by slot), and, for a
+    /// Sentinel-managed node, the primary's address the sentinels named.
+    /// Unbounded here: the caller bounds it (see [`slot`](super::slot)).
     pub(crate) async fn connect(
         &self,
         config: &AsyncConnectionConfig,
-    ) -> Result<CommandConn, NodeFailure> {
+    ) -> Result<(CommandConn, Option<(String, u16)>), NodeFailure> {
         match self {
             Endpoint::Server(client) => client
                 .get_multiplexed_async_connection_with_config(config)
                 .await
-                .map(CommandConn::Plain)
+                .map(|conn| (CommandConn::Plain(conn), None))
                 .map_err(|e| classify(&e)),
             #[cfg(feature = "sentinel")]
             Endpoint::Sentinel(sentinel) => {
-                Ok(CommandConn::Plain(sentinel.resolve(config).await?.1))
+                let resolved = sentinel.resolve(config).await?;
+                Ok((CommandConn::Plain(resolved.conn), Some(resolved.primary)))
             }
             #[cfg(feature = "cluster")]
             Endpoint::Cluster(cluster) => cluster
                 .connect()
                 .await
-                .map(CommandConn::Cluster)
+                .map(|conn| (CommandConn::Cluster(conn), None))
                 .map_err(|e| classify(&e)),
         }
     }
@@ -132,7 +147,10 @@ impl Endpoint {
             // is not kept.
             #[cfg(feature = "sentinel")]
             Endpoint::Sentinel(sentinel) => {
-                sentinel.resolve(&AsyncConnectionConfig::new()).await?.0
+                sentinel
+                    .resolve(&AsyncConnectionConfig::new())
+                    .await?
+                    .client
             }
             #[cfg(feature = "cluster")]
             Endpoint::Cluster(cluster) => return cluster.pubsub().await.map_err(|e| classify(&e)),

@@ -28,22 +28,28 @@
 //! `run_id`, so the guard sees the failover as a restart. But its
 //! `uptime_in_seconds` is the replica's process uptime, not the time since
 //! it became the primary, and would cancel the other clients' term. For
-//! such a node the uptime is taken as zero: a new `run_id` keeps it out for
-//! the whole longest TTL from the moment it is seen (and, as for any node,
-//! until our own keys there may have expired). What the guard sees and
-//! does not:
+//! such a node the uptime is taken as zero, and the term is lengthened by
+//! a margin: a new `run_id` keeps it out for the whole longest TTL from the
+//! moment it is seen, plus the time a client still connected to the old
+//! primary may go on writing there after a majority of the sentinels named
+//! the new one — the re-check period, two sentinel queries and a request
+//! timeout (`net::failover_margin` argues it) — and, as for any node, until
+//! our own keys there may have expired. What the guard sees and does not:
 //!
 //! * It sees a failover to another server, and a restart of the primary,
-//!   at this client's first new connection after it.
+//!   at this client's first new connection after it (a Sentinel-managed
+//!   node's connection is retired within a re-check once the sentinels'
+//!   majority names another primary).
 //! * It cannot see a failover that happened before this client first
 //!   connected to the node (no earlier `run_id` to compare), nor keys
-//!   written to an old primary that kept accepting writes after the
-//!   failover (a partitioned primary, or one not yet demoted by the
-//!   sentinels) from clients still connected to it, past the quarantine of
-//!   a client that had already moved on: run the data nodes with
+//!   written to an old primary past the margin by a client that never
+//!   re-checks (another Redlock library) or uses longer timeouts than this
+//!   one (the margin is this client's). A client cut off from the
+//!   sentinels has no connection to the node (no majority confirms its
+//!   primary). Run the data nodes with
 //!   `min-replicas-to-write 1` and a small `min-replicas-max-lag` to bound
 //!   that window (the old primary then refuses writes, `NOREPLICAS`, once
-//!   its replica stops acknowledging).
+//!   its replica stops acknowledging): the only real bound.
 //! * A failover to a replica that had copied every key is harmless, and is
 //!   quarantined all the same: the guard cannot tell what was copied.
 //!
@@ -113,10 +119,12 @@ pub(crate) struct Guard {
     /// Whether the node has refused `INFO`, so that its restarts cannot be
     /// seen (warned about once).
     unwatched: AtomicBool,
-    /// Whether the node fails over to a replica that was running all
-    /// along: its uptime is then not the time since it holds the keys, and
-    /// is taken as zero.
-    fails_over: bool,
+    /// For a node that fails over to a replica that was running all along
+    /// (its uptime is then not the time since it holds the keys, and is
+    /// taken as zero): how much longer than the longest TTL a new `run_id`
+    /// keeps it out, the time a client may still write to the old primary
+    /// after the sentinels named the new one (`net::failover_margin`).
+    failover: Option<Duration>,
 }
 
 /// What `INFO server` tells of a node's process.
@@ -129,9 +137,10 @@ pub(crate) struct ServerInfo {
 }
 
 impl Guard {
-    /// The guard of a node; `fails_over` for one whose server can change
-    /// to a replica that was running all along (a Sentinel-managed node).
-    pub(crate) fn new(lives: Arc<Lives>, fails_over: bool) -> Guard {
+    /// The guard of a node; `failover`, the margin past the longest TTL,
+    /// for one whose server can change to a replica that was running all
+    /// along (a Sentinel-managed node).
+    pub(crate) fn new(lives: Arc<Lives>, failover: Option<Duration>) -> Guard {
         Guard {
             lives,
             latest_expiry: AtomicU64::new(0),
@@ -139,7 +148,7 @@ impl Guard {
             run_id: Mutex::new(None),
             primaries: Mutex::default(),
             unwatched: AtomicBool::new(false),
-            fails_over,
+            failover,
         }
     }
 
@@ -218,13 +227,12 @@ impl Guard {
             return Duration::ZERO;
         }
         // A promoted replica's uptime is not the time since it became the
-        // primary: the whole longest TTL from now.
-        let uptime = if self.fails_over {
-            Duration::ZERO
-        } else {
-            info.uptime
-        };
-        self.quarantine(node, uptime)
+        // primary: the whole longest TTL from now, and the time clients of
+        // the old primary may still write there (`failover`).
+        match self.failover {
+            Some(margin) => self.quarantine_for(node, Duration::ZERO, margin),
+            None => self.quarantine(node, info.uptime),
+        }
     }
 
     /// On a new connection to a cluster: the identities of its primaries
@@ -295,12 +303,19 @@ impl Guard {
     /// Quarantines the node after a restart `uptime` ago (taken a second
     /// short); returns for how long.
     fn quarantine(&self, node: &str, uptime: Duration) -> Duration {
+        self.quarantine_for(node, uptime, Duration::ZERO)
+    }
+
+    /// `quarantine`, the others' term lengthened by `margin`.
+    fn quarantine_for(&self, node: &str, uptime: Duration, margin: Duration) -> Duration {
         let now = Moment::now();
         let ours = Moment::from_nanos(self.latest_expiry.load(Ordering::Acquire)).remaining();
-        let theirs = self
-            .lives
-            .longest()
-            .saturating_sub(uptime.saturating_sub(UPTIME_SLACK));
+        let longest = self.lives.longest();
+        let theirs = if longest.is_zero() {
+            Duration::ZERO
+        } else {
+            (longest + margin).saturating_sub(uptime.saturating_sub(UPTIME_SLACK))
+        };
         let no_vote = ours.max(theirs);
         if !no_vote.is_zero() {
             self.quarantine
@@ -409,7 +424,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn quarantine_covers_our_keys_exactly_and_others_by_our_ttls() {
-        let guard = Guard::new(Arc::default(), false);
+        let guard = Guard::new(Arc::default(), None);
         // First meeting, or the same process: nothing to hold against it.
         assert_eq!(guard.connected("n", info("a", 0)), Duration::ZERO);
         assert_eq!(guard.connected("n", info("a", 0)), Duration::ZERO);
@@ -431,7 +446,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_grant_by_a_primary_not_seen_before_is_no_vote() {
-        let guard = Guard::new(Arc::default(), true);
+        let guard = Guard::new(Arc::default(), None);
         let ids = |v: &[&str]| Ok(v.iter().map(|s| (*s).to_owned()).collect());
         // The first connection learns the primaries.
         guard.cluster_connected("c", ids(&["p1", "p2", "p3"]));
@@ -464,7 +479,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn one_long_ttl_stops_counting_once_its_key_could_have_expired() {
-        let guard = Guard::new(Arc::default(), false);
+        let guard = Guard::new(Arc::default(), None);
         guard.connected("n", info("a", 0));
         guard.admit(Effect::Grant { life: s(60) }).unwrap();
         tokio::time::sleep(s(61)).await;
@@ -480,7 +495,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_known_node_that_stops_answering_info_is_taken_as_restarted() {
-        let guard = Guard::new(Arc::default(), false);
+        let guard = Guard::new(Arc::default(), None);
         // Never answered: cannot be watched, votes as usual.
         assert_eq!(guard.connected("n", Err("NOPERM".into())), Duration::ZERO);
         guard.connected("n", info("a", 0));
@@ -495,8 +510,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn extensions_count_as_what_others_use_too() {
         let lives = Arc::new(Lives::default());
-        let quiet = Guard::new(lives.clone(), false);
-        let busy = Guard::new(lives, false);
+        let quiet = Guard::new(lives.clone(), None);
+        let busy = Guard::new(lives, None);
         quiet.connected("n", info("a", 0));
         busy.admit(Effect::Grant { life: s(2) }).unwrap();
         busy.admit(Effect::Refresh { life: s(60) }).unwrap();
@@ -508,8 +523,8 @@ mod tests {
         // A client that has not sent to this node lately still assumes its
         // peers hold keys with its TTLs.
         let lives = Arc::new(Lives::default());
-        let quiet = Guard::new(lives.clone(), false);
-        let busy = Guard::new(lives, false);
+        let quiet = Guard::new(lives.clone(), None);
+        let busy = Guard::new(lives, None);
         quiet.connected("n", info("a", 0));
         busy.admit(Effect::Grant { life: s(30) }).unwrap();
         tokio::time::sleep(s(5)).await;
@@ -520,35 +535,35 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_failover_keeps_the_node_out_for_the_whole_ttl_whatever_its_uptime() {
         let lives = Arc::new(Lives::default());
-        let primary = Guard::new(lives.clone(), true);
-        let busy = Guard::new(lives, false);
+        let primary = Guard::new(lives.clone(), Some(s(3)));
+        let busy = Guard::new(lives, None);
         primary.connected("n", info("old-primary", 500));
         busy.admit(Effect::Grant { life: s(30) }).unwrap();
         tokio::time::sleep(s(5)).await;
         // The promoted replica has run for an hour: as a plain server's
         // restart that would say every key of the others is gone; as a
-        // failover it keeps the node out for the whole longest TTL from now.
-        assert_eq!(primary.connected("n", info("promoted", 3_600)), s(30));
+        // failover it keeps the node out for the whole longest TTL from now,
+        // and the margin (3 s here) for clients still on the old primary.
+        assert_eq!(primary.connected("n", info("promoted", 3_600)), s(33));
         assert!(matches!(
             primary.check(),
             Err(NodeFailure::Restarted { .. })
         ));
-        tokio::time::sleep(s(29)).await;
+        tokio::time::sleep(s(32)).await;
         assert!(primary.check().is_err());
         tokio::time::sleep(s(1)).await;
         primary.check().unwrap();
-        // Our own keys there count as for any node: the latest expiry, if
-        // longer than the TTL assumed for the others.
+        // A longer TTL since: the others' term grows with it.
         primary.admit(Effect::Grant { life: s(40) }).unwrap();
         tokio::time::sleep(s(1)).await;
-        assert_eq!(primary.connected("n", info("old-primary", 9_999)), s(40));
+        assert_eq!(primary.connected("n", info("old-primary", 9_999)), s(43));
         // The same server again (a reconnect): nothing.
         assert_eq!(
             primary.connected("n", info("old-primary", 9_999)),
             Duration::ZERO
         );
         // A plain server up for an hour after a restart: nothing.
-        let plain = Guard::new(Arc::default(), false);
+        let plain = Guard::new(Arc::default(), None);
         plain.connected("n", info("a", 0));
         plain.admit(Effect::Grant { life: s(1) }).unwrap();
         tokio::time::sleep(s(2)).await;

@@ -234,8 +234,13 @@ pub(crate) enum Patience {
 impl Node {
     /// A node reached through `client`. `lives` is shared by the nodes of
     /// one `Redlock` when the restart guard is on.
-    pub(crate) fn new(endpoint: Endpoint, mut limits: Limits, lives: Option<Arc<Lives>>) -> Node {
-        let fails_over = endpoint.fails_over();
+    pub(crate) fn new(
+        mut endpoint: Endpoint,
+        mut limits: Limits,
+        lives: Option<Arc<Lives>>,
+    ) -> Node {
+        endpoint.bound(limits.connect);
+        let failover = endpoint.fails_over().then(|| failover_margin(limits));
         #[cfg(feature = "cluster")]
         if endpoint.is_cluster() {
             // Handing a command to the cluster connection must not wait
@@ -248,7 +253,7 @@ impl Node {
                 endpoint,
                 limits,
                 slot: Slot::new(limits.connect),
-                guard: lives.map(|lives| Guard::new(lives, fails_over)),
+                guard: lives.map(|lives| Guard::new(lives, failover)),
                 policy_checked: AtomicBool::new(false),
                 publish_refused: AtomicBool::new(false),
                 retired: Arc::default(),
@@ -615,7 +620,7 @@ impl Inner {
             .set_connection_timeout(None)
             .set_response_timeout(None)
             .set_pipeline_buffer_size(PIPELINE_BUFFER);
-        let mut conn = self.endpoint.connect(&config).await?;
+        let (mut conn, primary) = self.endpoint.connect(&config).await?;
         #[cfg(feature = "cluster")]
         if let (Some(guard), CommandConn::Cluster(cluster)) = (&self.guard, &mut conn) {
             let info = match cluster::primaries(cluster).await {
@@ -641,6 +646,17 @@ impl Inner {
         if !self.policy_checked.swap(true, Ordering::Relaxed) {
             tokio::spawn(check_eviction_policy(self.name.clone(), conn.clone()));
         }
+        #[cfg(feature = "sentinel")]
+        if let (Endpoint::Sentinel(sentinel), Some(primary)) = (&self.endpoint, primary) {
+            tokio::spawn(recheck(
+                Arc::downgrade(&self),
+                generation,
+                sentinel.clone(),
+                primary,
+            ));
+        }
+        #[cfg(not(feature = "sentinel"))]
+        let _ = primary;
         let made = Moment::now().as_nanos();
         Ok(Conn {
             conn,
@@ -648,6 +664,100 @@ impl Inner {
             heard_at: Arc::new(AtomicU64::new(made)),
             made,
         })
+    }
+}
+
+/// How much longer than the longest TTL a Sentinel-managed node is
+/// quarantined after its `run_id` changed (see [`guard`]): the time a
+/// client still connected to the old primary may go on writing there after
+/// a majority of the sentinels named the new one, at the most.
+///
+/// The argument. A client B that moved to the new primary at `t_B`
+/// resolved it through a majority of the sentinels, so that majority named
+/// it from some `t_p ≤ t_B` on. A client A connected to the old primary
+/// re-checks it ([`recheck`]) every [`RECHECK`](sentinel::RECHECK) `P`,
+/// each query bounded by the connect timeout `c`, and keeps the connection
+/// only if a majority names the old primary: the query under way at `t_p`
+/// may still return the old answer by `t_p + c`; the next starts by
+/// `t_p + c + P` and, since a majority that named the new primary at `t_p`
+/// cannot also name the old one (they share a sentinel, which names one),
+/// gets no majority for it by `t_p + 2c + P` and retires the connection,
+/// whatever the others answer or whether they answer at all. A new
+/// connection needs a majority too. So the last request A hands to that
+/// connection belongs to a lock attempt that started by `t_p + P + 2c`;
+/// such a request may still wait for an in-flight permit and land on the
+/// old primary later, but the lock's validity counts from the attempt's
+/// start, so a lock that counts the old primary's vote is valid until at
+/// most `t_p + P + 2c` plus a TTL (and an attempt that fails has its
+/// removal mirrored on the retired connection, see [`retired`]). B's
+/// quarantine of the new primary, the longest TTL plus this margin
+/// (`P + 2c` and a request timeout `r` as slack for the request's own
+/// landing) from `t_B ≥ t_p`, outlasts it: the new primary votes for no
+/// one while such a lock is valid.
+///
+/// The margin is computed from **this client's** timeouts, and the
+/// argument is about every other client's re-check: it holds only if every
+/// client of a Sentinel-managed node uses the same (or smaller) connect and
+/// node timeouts and the same re-check period (this library's
+/// [`RECHECK`](sentinel::RECHECK)). A client with a longer connect timeout
+/// may write to the old primary past the quarantine of a client with a
+/// shorter one. (A partition that cuts the old primary and its clients off
+/// from the sentinels leaves those clients without the node; for clients
+/// that never re-check, see the README's "Sentinel-managed nodes".)
+#[cfg_attr(not(feature = "sentinel"), allow(dead_code))]
+fn failover_margin(limits: Limits) -> Duration {
+    #[cfg(feature = "sentinel")]
+    let recheck = sentinel::RECHECK;
+    #[cfg(not(feature = "sentinel"))]
+    let recheck = Duration::ZERO;
+    recheck + limits.connect * 2 + limits.request
+}
+
+/// Re-checks, every [`RECHECK`](sentinel::RECHECK), that a majority of a
+/// Sentinel-managed node's sentinels still name `primary`, the server the
+/// command connection `generation` goes to; retires the connection (it
+/// still carries removals, see [`retired`]) when they name another, so that
+/// the next request resolves the node again and the restart guard sees the
+/// new `run_id`. Anything but a majority naming `primary` (another
+/// primary, no majority, sentinels unreachable) retires it. Holds the node only by a `Weak`, and only between queries:
+/// ends when the node is dropped or the connection is no longer live. Each
+/// query is bounded ([`Sentinel::majority`](sentinel::Sentinel::majority)).
+#[cfg(feature = "sentinel")]
+async fn recheck(
+    node: std::sync::Weak<Inner>,
+    generation: u64,
+    sentinels: sentinel::Sentinel,
+    primary: (String, u16),
+) {
+    let live = |node: &std::sync::Weak<Inner>| {
+        let inner = node.upgrade()?;
+        let live = inner.slot.live().filter(|l| l.generation == generation)?;
+        Some((inner, live))
+    };
+    loop {
+        tokio::time::sleep(sentinel::RECHECK).await;
+        if live(&node).is_none() {
+            return;
+        }
+        // Only a majority's positive word keeps the connection: with one
+        // sentinel slow and another stale there is no majority, and the
+        // majority that named a new primary may be among those not heard.
+        let answer = sentinels.majority().await;
+        if answer.as_ref().is_ok_and(|named| *named == primary) {
+            continue;
+        }
+        let Some((inner, live)) = live(&node) else {
+            return;
+        };
+        if inner.retire(&live) {
+            tracing::warn!(
+                node = %inner.name,
+                generation,
+                "no majority of the sentinels confirms this connection's primary (they name \
+                 another, disagree or do not answer): the connection is replaced"
+            );
+        }
+        return;
     }
 }
 

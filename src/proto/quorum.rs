@@ -257,21 +257,20 @@ impl Tally {
     }
 
     /// Whether our key may be on a majority of nodes although the attempt
-    /// failed: the yes votes and the nodes whose answer is unknown (timed
-    /// out, connection failed, not waited for) could make one. The rollback
+    /// failed: the yes votes and the nodes whose answer is unknown (not
+    /// waited for, or [`NodeFailure::unanswered`]: timed out, connection or
+    /// TLS failed, a Sentinel-managed node's primary not found) could make
+    /// one. The rollback
     /// of such an attempt is announced, since a waiter may have seen our
     /// token on a majority and be waiting for it to go.
     pub(crate) fn might_hold_majority(&self) -> bool {
         let unknown = self
             .votes
             .iter()
-            .filter(|v| {
-                matches!(
-                    v,
-                    None | Some(Err(NodeFailure::Timeout
-                        | NodeFailure::Connection(_)
-                        | NodeFailure::Tls(_)))
-                )
+            .filter(|v| match v {
+                None => true,
+                Some(Err(failure)) => failure.unanswered(),
+                Some(Ok(())) => false,
             })
             .count();
         self.agreed + unknown >= self.needed
@@ -333,18 +332,14 @@ impl Tally {
     }
 
     /// Whether node `i` replied before the decision (yes, no, or an error
-    /// reply), as opposed to timing out, failing to connect, or not being
-    /// waited for.
+    /// reply), as opposed to giving no answer
+    /// ([`NodeFailure::unanswered`]) or not being waited for.
     pub(crate) fn replied(&self, i: usize) -> bool {
-        matches!(
-            &self.votes[i],
-            Some(Ok(()) | Err(_)) if !matches!(
-                self.votes[i],
-                Some(Err(
-                    NodeFailure::Timeout | NodeFailure::Connection(_) | NodeFailure::Tls(_)
-                ))
-            )
-        )
+        match &self.votes[i] {
+            Some(Ok(())) => true,
+            Some(Err(failure)) => !failure.unanswered(),
+            None => false,
+        }
     }
 
     /// The report for users: who did not agree, and why. `names` are the
