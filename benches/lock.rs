@@ -775,19 +775,7 @@ async fn throughput(clients: &[Client], tasks: usize, scale: Scale) -> Vec<Sampl
 
 /// The CPU seconds (user + system) the server on `port` has used.
 fn server_cpu(port: u16) -> f64 {
-    let Ok(redquorum::local_cluster::Reply::Bulk(Some(text))) =
-        redquorum::local_cluster::command(port, &["INFO", "cpu"])
-    else {
-        return f64::NAN;
-    };
-    let text = String::from_utf8_lossy(&text);
-    let field = |name: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    field("used_cpu_user:") + field("used_cpu_sys:")
+    redquorum::local_redis_cluster::cpu_seconds(port).unwrap_or(f64::NAN)
 }
 
 /// Three local Redis Clusters (three shards each) as the three nodes,

@@ -307,19 +307,7 @@ impl LocalRedisCluster {
     pub fn cpu_per_shard(&self) -> io::Result<Vec<(u16, f64)>> {
         self.primaries()?
             .into_iter()
-            .map(|port| {
-                let Reply::Bulk(Some(text)) = command(port, &["INFO", "cpu"])? else {
-                    return Err(io::Error::other("INFO cpu: not a bulk string"));
-                };
-                let text = String::from_utf8_lossy(&text);
-                let field = |name: &str| {
-                    text.lines()
-                        .find_map(|l| l.strip_prefix(name))
-                        .and_then(|v| v.trim().parse::<f64>().ok())
-                        .unwrap_or(0.0)
-                };
-                Ok((port, field("used_cpu_user:") + field("used_cpu_sys:")))
-            })
+            .map(|port| Ok((port, cpu_seconds(port)?)))
             .collect()
     }
 
@@ -455,6 +443,25 @@ fn parse_nodes(text: &[u8]) -> Vec<ClusterNode> {
             })
         })
         .collect()
+}
+
+/// The CPU seconds (user + system) the server on `port` has used, from its
+/// `INFO cpu`.
+///
+/// # Errors
+/// When the server does not answer, or not with the section's text.
+pub fn cpu_seconds(port: u16) -> io::Result<f64> {
+    let Reply::Bulk(Some(text)) = command(port, &["INFO", "cpu"])? else {
+        return Err(io::Error::other("INFO cpu: not a bulk string"));
+    };
+    let text = String::from_utf8_lossy(&text);
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    Ok(field("used_cpu_user:") + field("used_cpu_sys:"))
 }
 
 #[cfg(test)]
