@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use crate::error::ConfigError;
 use crate::net::Endpoint;
+use crate::net::endpoint::SENTINEL_SCHEMES;
 use crate::proto::quorum::Plan;
 
 /// Builds a [`Redlock`](crate::Redlock). Start from
@@ -784,9 +785,6 @@ fn cluster_seeds(url: &str) -> Result<Option<Vec<String>>, ConfigError> {
     }
     Ok(Some(seeds))
 }
-
-/// The URL schemes of a Sentinel-managed node (the second asks for TLS).
-pub(crate) const SENTINEL_SCHEMES: [&str; 2] = ["redis+sentinel", "rediss+sentinel"];
 
 /// Whether `url` names a Sentinel-managed node.
 fn is_sentinel(url: &str) -> bool {

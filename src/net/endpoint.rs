@@ -26,6 +26,9 @@ use crate::net::classify;
 #[cfg(feature = "sentinel")]
 use crate::net::sentinel::Sentinel;
 
+/// The URL schemes of a Sentinel-managed node (the second asks for TLS).
+pub(crate) const SENTINEL_SCHEMES: [&str; 2] = ["redis+sentinel", "rediss+sentinel"];
+
 /// How a node's connections are made.
 // One per node, made once: the sizes of the variants do not matter.
 #[allow(clippy::large_enum_variant)]

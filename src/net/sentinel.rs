@@ -89,8 +89,8 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ConnectionAddr, Value};
 
-use crate::config::SENTINEL_SCHEMES as SCHEMES;
 use crate::error::NodeFailure;
+use crate::net::endpoint::SENTINEL_SCHEMES as SCHEMES;
 use crate::net::{classify, is_connection_error};
 
 /// The default port of a sentinel.
