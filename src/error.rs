@@ -806,7 +806,9 @@ impl fmt::Display for NodeFailure {
             ),
             NodeFailure::PermitsMismatch { permits } => write!(
                 f,
-                "the resource is a semaphore of {permits} permits here, not the number this call                  asked for: every caller of one semaphore must ask for the same number (a new                  number takes effect once every permit has been let go or has expired)"
+                "the resource is a semaphore of {permits} permits here, not the number this call \
+                 asked for: every caller of one semaphore must ask for the same number (a new \
+                 number takes effect once every permit has been let go or has expired)"
             ),
             NodeFailure::SentinelsUnreachable(e) => write!(
                 f,
@@ -840,6 +842,30 @@ impl fmt::Display for NodeFailure {
                  node is wrong (the node's URL, or the builder's options); the node was not asked"
             ),
             NodeFailure::Server { message, .. } => write!(f, "Redis error: {message}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Messages wrapped across source lines keep single spaces (a line
+    /// continuation without its `\` keeps the next line's indentation).
+    #[test]
+    fn messages_have_no_runs_of_spaces() {
+        let failures = [
+            NodeFailure::PermitsMismatch { permits: 2 },
+            NodeFailure::Restarted {
+                remaining: Duration::from_secs(1),
+            },
+            NodeFailure::Auth("WRONGPASS".into()),
+            NodeFailure::UnknownMaster { master: "m".into() },
+            NodeFailure::BadFenceCounter { key: "k".into() },
+        ];
+        for failure in failures {
+            let shown = failure.to_string();
+            assert!(!shown.contains("  "), "{shown:?}");
         }
     }
 }
