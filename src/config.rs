@@ -1086,6 +1086,22 @@ mod tests {
                 .node("redis+cluster://a:1,b:2")
                 .cluster_node(["b:2", "a:1"]);
             assert!(matches!(config_err(dup), ConfigError::DuplicateNode { .. }));
+            // One seed in common, or a seed given as a plain node too: one
+            // cluster, which must not vote twice.
+            let overlap = Builder::default()
+                .node("redis+cluster://a:1,b:2")
+                .node("redis+cluster://A:1,c:3");
+            assert_eq!(
+                config_err(overlap),
+                ConfigError::DuplicateNode { node: "a:1".into() }
+            );
+            let plain = Builder::default()
+                .node("redis+cluster://a:1,b:2")
+                .node("redis://b:2");
+            assert!(matches!(
+                config_err(plain),
+                ConfigError::DuplicateNode { .. }
+            ));
             let (endpoints, options) = Builder::default()
                 .node("redis://c:3")
                 .node("redis+cluster://a:1,b:2")

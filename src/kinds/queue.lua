@@ -57,9 +57,6 @@ local function subscribed(channel)
   return subscribers.err ~= nil or subscribers[2] > 0
 end
 
--- Takes `member` out of `key`'s queue and publishes '<member> <token>' on
--- its client's channel. 'heard', 'refused' (an ACL refused the PUBLISH) or
--- 'nobody' (its client gone, or no longer subscribed).
 -- Whether this node is one of a Redis Cluster's. There `PUBSUB NUMSUB`
 -- and `PUBLISH`'s reply count the subscribers of this node only, while a
 -- `PUBLISH` reaches those of every node (a waiter's client subscribes on
@@ -72,11 +69,14 @@ local function clustered()
   return type(info) == 'string' and string.find(info, 'cluster_enabled:1', 1, true) ~= nil
 end
 
-local function notify(key, member, token)
+-- Takes `member` out of `key`'s queue and publishes '<member> <token>' on
+-- its client's channel; `cluster` says whether this node is a cluster's
+-- (see `clustered`). 'heard', 'refused' (an ACL refused the PUBLISH) or
+-- 'nobody' (its client gone, or no longer subscribed).
+local function notify(key, member, token, cluster)
   redis.call('ZREM', key .. ':waiters', member)
   local client = string.match(member, '^[^:]*:([^:]*):') or ''
   local channel = key .. ':wake:' .. client
-  local cluster = clustered()
   if not cluster and not subscribed(channel) then
     return 'nobody'
   end
@@ -97,8 +97,11 @@ end
 local function wake(key, token)
   local queue = key .. ':waiters'
   local intent = intent_of(key)
+  -- Asked once per wake-up, when a first waiter is tried.
+  local cluster
   if intent and redis.call('ZSCORE', queue, intent) then
-    local outcome = notify(key, intent, token)
+    cluster = clustered()
+    local outcome = notify(key, intent, token, cluster)
     if outcome ~= 'nobody' then
       return outcome == 'heard'
     end
@@ -108,7 +111,10 @@ local function wake(key, token)
     if not first then
       return true
     end
-    local outcome = notify(key, first, token)
+    if cluster == nil then
+      cluster = clustered()
+    end
+    local outcome = notify(key, first, token, cluster)
     if outcome ~= 'nobody' then
       return outcome == 'heard'
     end

@@ -152,6 +152,9 @@ fn count_redirect(slot: u16) {
 pub(crate) struct ClusterEndpoint {
     /// `cluster(host:port,…)`, the sorted seeds (no password).
     name: String,
+    /// The seeds' `host:port`, sorted, in lower case: one identity each
+    /// (see [`Endpoint::identities`](super::Endpoint::identities)).
+    addresses: Vec<String>,
     client: redis::cluster::ClusterClient,
     /// A plain client per seed, for subscribers.
     seeds: Arc<[redis::Client]>,
@@ -191,10 +194,18 @@ impl ClusterEndpoint {
             .build()?;
         Ok(ClusterEndpoint {
             name: format!("cluster({})", names.join(",")),
+            addresses: names.iter().map(|n| n.to_ascii_lowercase()).collect(),
             client,
             seeds: clients.into(),
             next: Arc::default(),
         })
+    }
+
+    /// The cluster's identities for duplicate detection: each seed's
+    /// `host:port`. Two nodes that share a seed, or a seed given as a plain
+    /// node too, are one cluster: one failure domain must not vote twice.
+    pub(crate) fn identities(&self) -> Vec<String> {
+        self.addresses.clone()
     }
 
     pub(crate) fn name(&self) -> String {

@@ -62,13 +62,16 @@ impl Endpoint {
     /// The node's identities for duplicate detection: two nodes that share
     /// one are the same node. A server's is its name in lower case (the
     /// database number is left out on purpose: two databases of one server
-    /// are one failure domain); a cluster's, its sorted seed set; a
-    /// Sentinel-managed node's are its master's name with each of its
+    /// are one failure domain); a cluster's, each of its seeds' (a seed
+    /// shared with another node, or given as a plain node, is one cluster);
+    /// a Sentinel-managed node's are its master's name with each of its
     /// sentinels' addresses.
     pub(crate) fn identities(&self) -> Vec<String> {
         match self {
             #[cfg(feature = "sentinel")]
             Endpoint::Sentinel(sentinel) => sentinel.identities(),
+            #[cfg(feature = "cluster")]
+            Endpoint::Cluster(cluster) => cluster.identities(),
             _ => vec![self.name().to_ascii_lowercase()],
         }
     }

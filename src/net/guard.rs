@@ -245,7 +245,12 @@ impl Guard {
         let ids = match info {
             Ok(ids) => ids,
             Err(reason) => {
+                // Warned as for any node; quarantined if primaries were
+                // known (they could have failed over unseen).
                 self.connected(node, Err(reason));
+                if self.knows_primaries() {
+                    self.quarantine(node, Duration::ZERO);
+                }
                 return;
             }
         };
@@ -269,7 +274,10 @@ impl Guard {
     /// have lost keys replication had not copied, so this grant is no vote
     /// and the node is quarantined as after a restart just now
     /// ([`NodeFailure::Restarted`]). A grant whose primary cannot be told
-    /// counts, with a warning once (as a node refusing `INFO` does).
+    /// counts, with a warning once, while no primary is known (as a node
+    /// refusing `INFO` from the start does); once some are known, it is
+    /// taken as a primary not seen before (as a known node that stops
+    /// answering `INFO` is taken as restarted).
     pub(crate) fn granted_by(
         &self,
         node: &str,
@@ -286,6 +294,10 @@ impl Guard {
                          failover cannot be seen: allow INFO in the ACL"
                     );
                 }
+                if self.knows_primaries() {
+                    self.quarantine(node, Duration::ZERO);
+                    return self.check();
+                }
                 return Ok(());
             }
         };
@@ -298,6 +310,16 @@ impl Guard {
             self.quarantine(node, Duration::ZERO);
         }
         self.check()
+    }
+
+    /// Whether a cluster node's primaries are known (from a connection
+    /// whose `INFO` answered).
+    fn knows_primaries(&self) -> bool {
+        !self
+            .primaries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
     }
 
     /// Quarantines the node after a restart `uptime` ago (taken a second
@@ -472,9 +494,26 @@ mod tests {
         guard.check().unwrap();
         guard.cluster_connected("c", ids(&["p1", "r2", "p4"]));
         assert!(guard.check().is_err());
-        // A primary that cannot be told: the grant counts (warned once).
+        // A primary that cannot be told, once primaries are known: it may be
+        // one not seen, so the grant is no vote (as a known node that stops
+        // answering INFO is taken as restarted).
         tokio::time::sleep(s(11)).await;
-        guard.granted_by("c", Err("NOPERM".into())).unwrap();
+        guard.admit(Effect::Grant { life: s(10) }).unwrap();
+        assert!(matches!(
+            guard.granted_by("c", Err("NOPERM".into())),
+            Err(NodeFailure::Restarted { .. })
+        ));
+        // So is a new connection whose INFO fails.
+        tokio::time::sleep(s(11)).await;
+        guard.check().unwrap();
+        guard.cluster_connected("c", Err("NOPERM".into()));
+        assert!(guard.check().is_err());
+        // A cluster that never answered INFO is watched by no one: its
+        // grants count (warned once).
+        let blind = Guard::new(Arc::default(), None);
+        blind.cluster_connected("c", Err("NOPERM".into()));
+        blind.admit(Effect::Grant { life: s(10) }).unwrap();
+        blind.granted_by("c", Err("NOPERM".into())).unwrap();
     }
 
     #[tokio::test(start_paused = true)]
