@@ -20,6 +20,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::local_cluster::{LocalCluster, Reply, command};
+use crate::net::guard::info_field;
 
 /// How long the cluster may take to form, or to settle after a change.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -456,12 +457,11 @@ pub fn cpu_seconds(port: u16) -> io::Result<f64> {
     };
     let text = String::from_utf8_lossy(&text);
     let field = |name: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().parse::<f64>().ok())
+        info_field(&text, name)
+            .and_then(|v| v.parse::<f64>().ok())
             .unwrap_or(0.0)
     };
-    Ok(field("used_cpu_user:") + field("used_cpu_sys:"))
+    Ok(field("used_cpu_user") + field("used_cpu_sys"))
 }
 
 #[cfg(test)]
