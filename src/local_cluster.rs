@@ -391,6 +391,15 @@ pub fn answering_pid(port: u16) -> Option<u32> {
         .ok()
 }
 
+/// `Ok` for a status reply (`+OK`); otherwise an error naming `what` (the
+/// command) and the reply.
+pub(crate) fn expect_ok(reply: Reply, what: &str) -> io::Result<()> {
+    match reply {
+        Reply::Status(_) => Ok(()),
+        other => Err(io::Error::other(format!("{what}: {other:?}"))),
+    }
+}
+
 pub(crate) fn log_tail(log: &Path) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();

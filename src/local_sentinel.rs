@@ -28,7 +28,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::local_cluster::{
-    LocalCluster, Reply, answering_pid, command, find_redis_server, free_port, log_tail, node_dir,
+    LocalCluster, Reply, answering_pid, command, expect_ok, find_redis_server, free_port, log_tail,
+    node_dir,
 };
 use crate::net::guard::info_field;
 
@@ -433,11 +434,4 @@ impl Drop for LocalSentinels {
 
 fn bulk(s: &str) -> Reply {
     Reply::Bulk(Some(s.as_bytes().to_vec()))
-}
-
-fn expect_ok(reply: Reply, what: &str) -> io::Result<()> {
-    match reply {
-        Reply::Status(_) => Ok(()),
-        other => Err(io::Error::other(format!("{what}: {other:?}"))),
-    }
 }
