@@ -98,18 +98,6 @@ impl Endpoint {
         }
     }
 
-    /// Sets the node's connect timeout as the bound on what a
-    /// Sentinel-managed node's resolution waits for (each sentinel's
-    /// answer, then connecting to the primary and its `ROLE`).
-    pub(crate) fn bound(&mut self, connect: std::time::Duration) {
-        match self {
-            #[cfg(feature = "sentinel")]
-            Endpoint::Sentinel(sentinel) => sentinel.bound(connect),
-            _ => {}
-        }
-        let _ = connect;
-    }
-
     /// A new command connection to the server that holds the keys now (on
     /// a cluster, to every primary, routed by slot), and, for a
     /// Sentinel-managed node, the primary's address the sentinels named.

@@ -234,12 +234,7 @@ pub(crate) enum Patience {
 impl Node {
     /// A node reached through `client`. `lives` is shared by the nodes of
     /// one `Redlock` when the restart guard is on.
-    pub(crate) fn new(
-        mut endpoint: Endpoint,
-        mut limits: Limits,
-        lives: Option<Arc<Lives>>,
-    ) -> Node {
-        endpoint.bound(limits.connect);
+    pub(crate) fn new(endpoint: Endpoint, mut limits: Limits, lives: Option<Arc<Lives>>) -> Node {
         let failover = endpoint.fails_over().then(|| failover_margin(limits));
         #[cfg(feature = "cluster")]
         if endpoint.is_cluster() {
