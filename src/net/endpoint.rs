@@ -161,6 +161,18 @@ pub(crate) enum CommandConn {
     Cluster(redis::cluster_async::ClusterConnection),
 }
 
+impl CommandConn {
+    /// Whether this is a cluster's connection (never without the `cluster`
+    /// feature).
+    pub(crate) fn is_cluster(&self) -> bool {
+        match self {
+            CommandConn::Plain(_) => false,
+            #[cfg(feature = "cluster")]
+            CommandConn::Cluster(_) => true,
+        }
+    }
+}
+
 impl ConnectionLike for CommandConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {

@@ -574,8 +574,7 @@ impl Inner {
     /// (redis-rs's own steps are bounded by fractions of it, see
     /// [`cluster`]) and until its drain.
     fn replace_connection(&self, generation: u64, conn: &Conn, e: &RedisError) {
-        #[cfg(feature = "cluster")]
-        if let CommandConn::Cluster(_) = &conn.conn {
+        if conn.conn.is_cluster() {
             self.retired.retire(
                 &self.name,
                 generation,
@@ -587,7 +586,6 @@ impl Inner {
             }
             return;
         }
-        let _ = conn;
         self.drop_connection(generation, e);
     }
 
