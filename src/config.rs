@@ -584,7 +584,7 @@ impl Builder {
         #[cfg(feature = "sentinel")]
         {
             use crate::net::sentinel::{Sentinel, UrlError};
-            match Sentinel::parse(url) {
+            match Sentinel::parse(url, self.options.connect_timeout) {
                 Ok(sentinel) => Ok(Endpoint::Sentinel(sentinel)),
                 Err(UrlError::Tls) => {
                     Err(ConfigError::SentinelTlsNotSupported { url: redact(url) })

@@ -22,6 +22,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::net::guard::info_field;
+
 /// How long a node may take to answer its first `PING`.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// How many fresh ports to try when a port is lost to a race.
@@ -384,10 +386,18 @@ pub fn answering_pid(port: u16) -> Option<u32> {
     let Reply::Bulk(Some(info)) = reply else {
         return None;
     };
-    String::from_utf8_lossy(&info)
-        .lines()
-        .find_map(|l| l.strip_prefix("process_id:"))
-        .and_then(|pid| pid.trim().parse().ok())
+    info_field(&String::from_utf8_lossy(&info), "process_id")?
+        .parse()
+        .ok()
+}
+
+/// `Ok` for a status reply (`+OK`); otherwise an error naming `what` (the
+/// command) and the reply.
+pub(crate) fn expect_ok(reply: Reply, what: &str) -> io::Result<()> {
+    match reply {
+        Reply::Status(_) => Ok(()),
+        other => Err(io::Error::other(format!("{what}: {other:?}"))),
+    }
 }
 
 pub(crate) fn log_tail(log: &Path) -> String {

@@ -19,7 +19,8 @@ use std::io;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::local_cluster::{LocalCluster, Reply, command};
+use crate::local_cluster::{LocalCluster, Reply, command, expect_ok};
+use crate::net::guard::info_field;
 
 /// How long the cluster may take to form, or to settle after a change.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -189,14 +190,14 @@ impl LocalRedisCluster {
         };
         let (from_id, to_id) = (id(from)?, id(to)?);
         let s = slot.to_string();
-        ok(command(
-            to,
-            &["CLUSTER", "SETSLOT", &s, "IMPORTING", &from_id],
-        ))?;
-        ok(command(
-            from,
-            &["CLUSTER", "SETSLOT", &s, "MIGRATING", &to_id],
-        ))?;
+        expect_ok(
+            command(to, &["CLUSTER", "SETSLOT", &s, "IMPORTING", &from_id])?,
+            "CLUSTER SETSLOT",
+        )?;
+        expect_ok(
+            command(from, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &to_id])?,
+            "CLUSTER SETSLOT",
+        )?;
         loop {
             let keys = match command(from, &["CLUSTER", "GETKEYSINSLOT", &s, "100"])? {
                 Reply::Array(Some(keys)) => keys,
@@ -215,13 +216,13 @@ impl LocalRedisCluster {
             let port = to.to_string();
             let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
             args.extend(keys.iter().map(String::as_str));
-            ok(command(from, &args))?;
+            expect_ok(command(from, &args)?, "MIGRATE")?;
         }
         for node in nodes.iter().filter(|n| n.primary && !n.failed) {
-            ok(command(
-                node.port,
-                &["CLUSTER", "SETSLOT", &s, "NODE", &to_id],
-            ))?;
+            expect_ok(
+                command(node.port, &["CLUSTER", "SETSLOT", &s, "NODE", &to_id])?,
+                "CLUSTER SETSLOT",
+            )?;
         }
         self.wait_settled()
     }
@@ -235,7 +236,10 @@ impl LocalRedisCluster {
     /// When the primary has no replica, or the failover does not finish.
     pub fn failover(&self, port: u16) -> io::Result<u16> {
         let replica = self.replica_of(port)?;
-        ok(command(replica, &["CLUSTER", "FAILOVER"]))?;
+        expect_ok(
+            command(replica, &["CLUSTER", "FAILOVER"])?,
+            "CLUSTER FAILOVER",
+        )?;
         self.wait_primary(replica)?;
         Ok(replica)
     }
@@ -399,14 +403,6 @@ impl LocalRedisCluster {
     }
 }
 
-/// `Ok` for a `+OK` reply.
-fn ok(reply: io::Result<Reply>) -> io::Result<()> {
-    match reply? {
-        Reply::Status(_) => Ok(()),
-        other => Err(io::Error::other(format!("{other:?}"))),
-    }
-}
-
 /// Reads `CLUSTER NODES`: `id addr flags primary ping pong epoch link
 /// slots…` a line.
 fn parse_nodes(text: &[u8]) -> Vec<ClusterNode> {
@@ -456,12 +452,11 @@ pub fn cpu_seconds(port: u16) -> io::Result<f64> {
     };
     let text = String::from_utf8_lossy(&text);
     let field = |name: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().parse::<f64>().ok())
+        info_field(&text, name)
+            .and_then(|v| v.parse::<f64>().ok())
             .unwrap_or(0.0)
     };
-    Ok(field("used_cpu_user:") + field("used_cpu_sys:"))
+    Ok(field("used_cpu_user") + field("used_cpu_sys"))
 }
 
 #[cfg(test)]

@@ -28,8 +28,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::local_cluster::{
-    LocalCluster, Reply, answering_pid, command, find_redis_server, free_port, log_tail, node_dir,
+    LocalCluster, Reply, answering_pid, command, expect_ok, find_redis_server, free_port, log_tail,
+    node_dir,
 };
+use crate::net::guard::info_field;
 
 /// How many sentinels watch the nodes.
 pub const SENTINELS: usize = 3;
@@ -268,13 +270,13 @@ impl LocalSentinels {
     pub fn replica_in_sync(&self, i: usize) -> Option<u16> {
         let primary = self.primary(i).ok()?;
         let replica = self.server_ports(i).into_iter().find(|&p| p != primary)?;
-        let in_sync = matches!(
-            command(replica, &["INFO", "replication"]),
-            Ok(Reply::Bulk(Some(info)))
-                if String::from_utf8_lossy(&info).contains("master_link_status:up")
-                    && String::from_utf8_lossy(&info)
-                        .contains(&format!("master_port:{primary}"))
-        );
+        let Ok(Reply::Bulk(Some(info))) = command(replica, &["INFO", "replication"]) else {
+            return None;
+        };
+        let info = String::from_utf8_lossy(&info);
+        // The port compared whole: `master_port:63790` is not port 6379.
+        let in_sync = info_field(&info, "master_link_status") == Some("up")
+            && info_field(&info, "master_port") == Some(primary.to_string().as_str());
         in_sync.then_some(replica)
     }
 
@@ -432,11 +434,4 @@ impl Drop for LocalSentinels {
 
 fn bulk(s: &str) -> Reply {
     Reply::Bulk(Some(s.as_bytes().to_vec()))
-}
-
-fn expect_ok(reply: Reply, what: &str) -> io::Result<()> {
-    match reply {
-        Reply::Status(_) => Ok(()),
-        other => Err(io::Error::other(format!("{what}: {other:?}"))),
-    }
 }

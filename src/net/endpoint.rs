@@ -101,18 +101,6 @@ impl Endpoint {
         }
     }
 
-    /// Sets the node's connect timeout as the bound on what a
-    /// Sentinel-managed node's resolution waits for (each sentinel's
-    /// answer, then connecting to the primary and its `ROLE`).
-    pub(crate) fn bound(&mut self, connect: std::time::Duration) {
-        match self {
-            #[cfg(feature = "sentinel")]
-            Endpoint::Sentinel(sentinel) => sentinel.bound(connect),
-            _ => {}
-        }
-        let _ = connect;
-    }
-
     /// A new command connection to the server that holds the keys now (on
     /// a cluster, to every primary, routed by slot), and, for a
     /// Sentinel-managed node, the primary's address the sentinels named.
@@ -174,6 +162,18 @@ pub(crate) enum CommandConn {
     /// (and is configured to retry nothing: see [`cluster`](super::cluster)).
     #[cfg(feature = "cluster")]
     Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl CommandConn {
+    /// Whether this is a cluster's connection (never without the `cluster`
+    /// feature).
+    pub(crate) fn is_cluster(&self) -> bool {
+        match self {
+            CommandConn::Plain(_) => false,
+            #[cfg(feature = "cluster")]
+            CommandConn::Cluster(_) => true,
+        }
+    }
 }
 
 impl ConnectionLike for CommandConn {

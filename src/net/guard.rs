@@ -363,22 +363,23 @@ impl Guard {
 /// so the pair is new after a failover, a failback, or a restart.
 pub(crate) fn primary_identity(server: &str, replication: &str) -> Result<String, String> {
     let run_id = parse_info(server)?.run_id;
-    let replid = replication
-        .lines()
-        .find_map(|line| line.strip_prefix("master_replid")?.strip_prefix(':'))
-        .map(str::trim)
+    let replid = info_field(replication, "master_replid")
         .filter(|id| !id.is_empty())
         .ok_or_else(|| "no master_replid in the answer to INFO replication".to_owned())?;
     Ok(format!("{run_id}/{replid}"))
 }
 
+/// The value of the field `name` in the text of an `INFO` answer (its
+/// `name:value` lines), trimmed; `None` if no line holds it.
+pub(crate) fn info_field<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+        .map(str::trim)
+}
+
 /// Reads `run_id` and `uptime_in_seconds` from the text of `INFO server`.
 pub(crate) fn parse_info(text: &str) -> Result<ServerInfo, String> {
-    let field = |name: &str| {
-        text.lines()
-            .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
-            .map(str::trim)
-    };
+    let field = |name: &str| info_field(text, name);
     let parsed = (|| {
         let run_id = field("run_id").filter(|id| !id.is_empty())?.to_owned();
         let uptime = Duration::from_secs(field("uptime_in_seconds")?.parse().ok()?);

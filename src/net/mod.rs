@@ -234,12 +234,7 @@ pub(crate) enum Patience {
 impl Node {
     /// A node reached through `client`. `lives` is shared by the nodes of
     /// one `Redlock` when the restart guard is on.
-    pub(crate) fn new(
-        mut endpoint: Endpoint,
-        mut limits: Limits,
-        lives: Option<Arc<Lives>>,
-    ) -> Node {
-        endpoint.bound(limits.connect);
+    pub(crate) fn new(endpoint: Endpoint, mut limits: Limits, lives: Option<Arc<Lives>>) -> Node {
         let failover = endpoint.fails_over().then(|| failover_margin(limits));
         #[cfg(feature = "cluster")]
         if endpoint.is_cluster() {
@@ -579,8 +574,7 @@ impl Inner {
     /// (redis-rs's own steps are bounded by fractions of it, see
     /// [`cluster`]) and until its drain.
     fn replace_connection(&self, generation: u64, conn: &Conn, e: &RedisError) {
-        #[cfg(feature = "cluster")]
-        if let CommandConn::Cluster(_) = &conn.conn {
+        if conn.conn.is_cluster() {
             self.retired.retire(
                 &self.name,
                 generation,
@@ -592,7 +586,6 @@ impl Inner {
             }
             return;
         }
-        let _ = conn;
         self.drop_connection(generation, e);
     }
 

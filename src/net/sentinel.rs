@@ -102,9 +102,6 @@ const SENTINEL_PORT: u16 = 26379;
 /// quarantine it sets the length of in [`guard`](super::guard)).
 pub(crate) const RECHECK: Duration = Duration::from_secs(1);
 
-/// The bound on queries before [`Sentinel::bound`] sets the node's own.
-const DEFAULT_LIMIT: Duration = Duration::from_secs(2);
-
 /// A Sentinel-managed node: its master's name, its sentinels, and how to
 /// reach the primary they name.
 #[derive(Clone)]
@@ -116,7 +113,7 @@ pub(crate) struct Sentinel {
     /// connection once made (shared by the node's clones).
     sentinels: Vec<Arc<Asker>>,
     /// The bound on each query to a sentinel, and on connecting to the
-    /// primary named: the node's connect timeout ([`bound`](Self::bound)).
+    /// primary named: the node's connect timeout.
     limit: Duration,
     /// The data nodes' credentials and database, on a placeholder address
     /// replaced by the primary's at each resolution.
@@ -175,7 +172,9 @@ pub(crate) enum UrlError {
 impl Sentinel {
     /// Parses `redis+sentinel://[user:password@]host1:port1[,host2:port2…]/<master>[/<db>]`
     /// `[?sentinel_username=…&sentinel_password=…]`. Does no I/O.
-    pub(crate) fn parse(url: &str) -> Result<Sentinel, UrlError> {
+    /// `connect` (the node's connect timeout) bounds each query to a
+    /// sentinel and connecting to the primary named, with its `ROLE`.
+    pub(crate) fn parse(url: &str, connect: Duration) -> Result<Sentinel, UrlError> {
         let invalid = |reason: &str| Err(UrlError::Invalid(reason.to_owned()));
         let trimmed = url.trim();
         let Some((scheme, rest)) = trimmed.split_once("://") else {
@@ -335,7 +334,7 @@ impl Sentinel {
             master: master.to_owned(),
             addresses,
             sentinels,
-            limit: DEFAULT_LIMIT,
+            limit: connect,
             data,
         })
     }
@@ -354,12 +353,6 @@ impl Sentinel {
             .iter()
             .map(|(h, p)| format!("{}@{}", self.master, addr(h, *p).to_ascii_lowercase()))
             .collect()
-    }
-
-    /// The bound on each query to a sentinel and on connecting to the
-    /// primary named (the node's connect timeout).
-    pub(crate) fn bound(&mut self, limit: Duration) {
-        self.limit = limit;
     }
 
     /// The primary now: a client for it, a command connection made with
@@ -657,8 +650,11 @@ fn parse_host(text: &str, shown: Option<&str>) -> Result<(String, u16), String> 
 mod tests {
     use super::*;
 
+    /// The connect timeout the parsed nodes get (the builder's default).
+    const CONNECT: Duration = Duration::from_secs(2);
+
     fn reason(url: &str) -> String {
-        match Sentinel::parse(url) {
+        match Sentinel::parse(url, CONNECT) {
             Err(UrlError::Invalid(reason)) => reason,
             Err(UrlError::Tls) => "tls".to_owned(),
             Ok(s) => panic!("{url} parsed: {s:?}"),
@@ -669,6 +665,7 @@ mod tests {
     fn parses_sentinel_urls() {
         let s = Sentinel::parse(
             "redis+sentinel://u:p%40ss@10.0.0.1:26379,10.0.0.2,[::1]:26380/mymaster/3",
+            CONNECT,
         )
         .unwrap();
         assert_eq!(s.master, "mymaster");
@@ -704,6 +701,7 @@ mod tests {
 
         let s = Sentinel::parse(
             "REDIS+SENTINEL://h:1/m?sentinel_username=admin&sentinel_password=s3cret",
+            CONNECT,
         )
         .unwrap();
         let sentinel = s.sentinels[0].client.get_connection_info().redis_settings();
@@ -717,6 +715,7 @@ mod tests {
         // Percent-decoded: `%26` is how an '&' is written.
         let s = Sentinel::parse(
             "redis+sentinel://h:1/m?sentinel_username=a%40b&sentinel_password=ab%26cd%25",
+            CONNECT,
         )
         .unwrap();
         let sentinel = s.sentinels[0].client.get_connection_info().redis_settings();
@@ -786,7 +785,7 @@ mod tests {
             // A password whose '@' went missing, taken for a host.
             ("redis+sentinel://:hunter2,h:1/m", "hunter2"),
         ] {
-            let shown = match Sentinel::parse(url) {
+            let shown = match Sentinel::parse(url, CONNECT) {
                 Ok(s) => format!("{s:?} {}", s.name()),
                 Err(e) => format!("{e:?}"),
             };
@@ -818,7 +817,7 @@ mod tests {
 
     #[test]
     fn a_sentinel_listed_twice_has_one_vote() {
-        let s = Sentinel::parse("redis+sentinel://s1:1,S1:1,s2:2,s1:3/m").unwrap();
+        let s = Sentinel::parse("redis+sentinel://s1:1,S1:1,s2:2,s1:3/m", CONNECT).unwrap();
         assert_eq!(
             s.addresses,
             [
@@ -832,9 +831,9 @@ mod tests {
 
     #[test]
     fn nodes_that_share_a_sentinel_and_a_master_name_are_one() {
-        let a = Sentinel::parse("redis+sentinel://H1:1,h2:2/m").unwrap();
-        let b = Sentinel::parse("redis+sentinel://h3:3,h1:1/m").unwrap();
-        let c = Sentinel::parse("redis+sentinel://h1:1/other").unwrap();
+        let a = Sentinel::parse("redis+sentinel://H1:1,h2:2/m", CONNECT).unwrap();
+        let b = Sentinel::parse("redis+sentinel://h3:3,h1:1/m", CONNECT).unwrap();
+        let c = Sentinel::parse("redis+sentinel://h1:1/other", CONNECT).unwrap();
         let shared =
             |x: &Sentinel, y: &Sentinel| x.identities().iter().any(|i| y.identities().contains(i));
         assert!(shared(&a, &b));
