@@ -241,6 +241,7 @@ impl Guard {
     /// are known, is taken as a restart just now (a replica promoted, or a
     /// primary restarted): the node is quarantined. The first connection
     /// only learns them.
+    #[cfg(feature = "cluster")]
     pub(crate) fn cluster_connected(&self, node: &str, info: Result<Vec<String>, String>) {
         let ids = match info {
             Ok(ids) => ids,
@@ -361,6 +362,7 @@ impl Guard {
 /// may have lost keys granted by the other one. Redis draws a new
 /// replication ID at every promotion (and at a start without persistence),
 /// so the pair is new after a failover, a failback, or a restart.
+#[cfg(feature = "cluster")]
 pub(crate) fn primary_identity(server: &str, replication: &str) -> Result<String, String> {
     let run_id = parse_info(server)?.run_id;
     let replid = info_field(replication, "master_replid")
@@ -423,6 +425,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "cluster")]
     #[test]
     fn a_primary_is_its_run_id_and_its_replication_id() {
         let server = "# Server\r\nrun_id:p1\r\nuptime_in_seconds:9\r\n";
@@ -467,6 +470,7 @@ mod tests {
         guard.check().unwrap();
     }
 
+    #[cfg(feature = "cluster")]
     #[tokio::test(start_paused = true)]
     async fn a_grant_by_a_primary_not_seen_before_is_no_vote() {
         let guard = Guard::new(Arc::default(), None);

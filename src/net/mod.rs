@@ -234,14 +234,18 @@ pub(crate) enum Patience {
 impl Node {
     /// A node reached through `client`. `lives` is shared by the nodes of
     /// one `Redlock` when the restart guard is on.
-    pub(crate) fn new(endpoint: Endpoint, mut limits: Limits, lives: Option<Arc<Lives>>) -> Node {
+    pub(crate) fn new(endpoint: Endpoint, limits: Limits, lives: Option<Arc<Lives>>) -> Node {
         let failover = endpoint.fails_over().then(|| failover_margin(limits));
+        // Handing a command to the cluster connection must not wait (see
+        // `cluster::IN_FLIGHT`).
         #[cfg(feature = "cluster")]
-        if endpoint.is_cluster() {
-            // Handing a command to the cluster connection must not wait
-            // (see `cluster::IN_FLIGHT`).
-            limits.in_flight = limits.in_flight.min(cluster::IN_FLIGHT);
-        }
+        let limits = match endpoint.is_cluster() {
+            true => Limits {
+                in_flight: limits.in_flight.min(cluster::IN_FLIGHT),
+                ..limits
+            },
+            false => limits,
+        };
         Node {
             inner: Arc::new(Inner {
                 name: endpoint.name(),
