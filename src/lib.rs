@@ -92,10 +92,13 @@
 
 mod client;
 mod clock;
+#[cfg(all(test, feature = "cluster", feature = "local-cluster"))]
+mod cluster_tests;
 mod config;
 mod election;
 mod engine;
 mod error;
+mod info;
 mod keys;
 mod kinds;
 mod lock;

@@ -22,7 +22,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::net::guard::info_field;
+use crate::info::info_field;
 
 /// How long a node may take to answer its first `PING`.
 const START_TIMEOUT: Duration = Duration::from_secs(10);

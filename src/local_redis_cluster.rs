@@ -19,8 +19,8 @@ use std::io;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::info::info_field;
 use crate::local_cluster::{LocalCluster, Reply, command, expect_ok};
-use crate::net::guard::info_field;
 
 /// How long the cluster may take to form, or to settle after a change.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);

@@ -27,11 +27,11 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::info::info_field;
 use crate::local_cluster::{
     LocalCluster, Reply, answering_pid, command, expect_ok, find_redis_server, free_port, log_tail,
     node_dir,
 };
-use crate::net::guard::info_field;
 
 /// How many sentinels watch the nodes.
 pub const SENTINELS: usize = 3;

@@ -70,6 +70,7 @@ use std::time::Duration;
 
 use crate::clock::Moment;
 use crate::error::NodeFailure;
+use crate::info::info_field;
 use crate::proto::Effect;
 
 /// How much more than the time since its start a node's reported uptime may
@@ -369,14 +370,6 @@ pub(crate) fn primary_identity(server: &str, replication: &str) -> Result<String
         .filter(|id| !id.is_empty())
         .ok_or_else(|| "no master_replid in the answer to INFO replication".to_owned())?;
     Ok(format!("{run_id}/{replid}"))
-}
-
-/// The value of the field `name` in the text of an `INFO` answer (its
-/// `name:value` lines), trimmed; `None` if no line holds it.
-pub(crate) fn info_field<'a>(text: &'a str, name: &str) -> Option<&'a str> {
-    text.lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
-        .map(str::trim)
 }
 
 /// Reads `run_id` and `uptime_in_seconds` from the text of `INFO server`.

@@ -385,6 +385,45 @@ impl Node {
     }
 }
 
+/// What the node-layer tests against a real local cluster
+/// (`src/cluster_tests.rs`) look at and do, from outside `net`.
+#[cfg(all(test, feature = "cluster"))]
+impl Node {
+    /// Makes (or finds) the command connection: its generation.
+    pub(crate) async fn connect_now(&self) -> Result<u64, NodeFailure> {
+        Ok(self.inner.connection().await?.0.generation)
+    }
+
+    /// Fails live connection `generation` with an I/O error `requests`
+    /// times, as that many requests on it that met a broken socket do;
+    /// false if it is not live.
+    pub(crate) fn fail_connection(&self, generation: u64, requests: usize) -> bool {
+        let Some(live) = self
+            .inner
+            .slot
+            .live()
+            .filter(|l| l.generation == generation)
+        else {
+            return false;
+        };
+        let io = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        for _ in 0..requests {
+            self.inner.replace_connection(generation, &live.conn, &io);
+        }
+        true
+    }
+
+    /// The generation of the live command connection, 0 if none.
+    pub(crate) fn live_generation(&self) -> u64 {
+        self.inner.slot.generation()
+    }
+
+    /// The generations of the retired connections kept.
+    pub(crate) fn retired_generations(&self) -> Vec<u64> {
+        self.inner.retired.generations()
+    }
+}
+
 impl Inner {
     /// Sends `command` by `deadline`, on a new connection if the live one
     /// turns out to be dead. That one retry is safe for every command a
@@ -1000,42 +1039,6 @@ mod tests {
     use crate::kinds::{Kind, mutex::Mutex};
     use crate::proto::quorum::Plan;
     use crate::proto::{Effect, LockId};
-
-    /// A connection error on a cluster connection retires it (removals keep
-    /// being written on it), once however many requests fail on it; a
-    /// plain connection is dropped as before.
-    #[cfg(all(feature = "cluster", feature = "local-cluster"))]
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_cluster_connection_that_failed_is_retired_not_forgotten() {
-        let c = tokio::task::spawn_blocking(crate::local_redis_cluster::LocalRedisCluster::start)
-            .await
-            .unwrap()
-            .unwrap();
-        let seeds: Vec<String> = c
-            .ports()
-            .iter()
-            .map(|p| format!("redis://127.0.0.1:{p}"))
-            .collect();
-        let limits = Limits {
-            request: Duration::from_secs(1),
-            connect: Duration::from_secs(2),
-            in_flight: 8,
-        };
-        let endpoint = cluster::ClusterEndpoint::new(&seeds, limits.connect).unwrap();
-        let node = Node::new(Endpoint::Cluster(endpoint), limits, None);
-        let (live, _) = node.inner.connection().await.unwrap();
-        let io = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
-        node.inner
-            .replace_connection(live.generation, &live.conn, &io);
-        node.inner
-            .replace_connection(live.generation, &live.conn, &io);
-        assert_eq!(node.inner.retired.generations(), vec![live.generation]);
-        assert_ne!(node.inner.slot.generation(), live.generation);
-        // Kept for at least the connect timeout, whatever its drain says.
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        assert_eq!(node.inner.retired.generations(), vec![live.generation]);
-        drop(c);
-    }
 
     #[test]
     fn client_side_errors_are_not_the_nodes_answer() {
