@@ -439,17 +439,30 @@ impl Builder {
     /// forgotten the keys it granted, and its vote could hand a lock to a
     /// second client while the first still holds it on the other nodes. The
     /// Redis docs ask operators to keep a crashed node down for longer than
-    /// the longest TTL; the guard enforces that from the client. On every
-    /// new connection to a node it reads the node's `run_id` and uptime
-    /// (`INFO server`). When the run id has changed since the last
-    /// connection, the node's vote on acquisitions is refused, with
-    /// [`NodeFailure::Restarted`](crate::NodeFailure::Restarted), until
-    /// * every key this `Redlock` sent to that node may have expired (send
-    ///   moment + TTL + drift, on our monotonic clock), and
-    /// * keys other clients took before the restart would have expired,
-    ///   assuming they use TTLs like ours: the longest TTL among our keys
-    ///   that may still be alive, counted from the restart (with a second to
-    ///   spare: Redis reports uptime in whole wall-clock seconds).
+    /// the longest TTL; the guard enforces that from the client, whatever
+    /// the client has seen before. On every new connection to a node, the
+    /// first one included, it reads the node's `run_id` and uptime (`INFO
+    /// server`; for a Sentinel-managed node also its replication ID, `INFO
+    /// replication`). The node's vote on an acquisition of TTL `t` is
+    /// refused, with
+    /// [`NodeFailure::Restarted`](crate::NodeFailure::Restarted):
+    /// * until the node is up for the longer of `t` and the longest TTL
+    ///   among this `Redlock`'s keys that may still be alive (with a second
+    ///   to spare: Redis reports uptime in whole wall-clock seconds) —
+    ///   keys other clients took before the restart, assuming they use
+    ///   TTLs like ours. This holds for a process that first meets the
+    ///   node after its restart, and for a restart first seen by a read
+    ///   (`status`, `leader`, `observe`): the moment is kept;
+    /// * when the node's identity changed since the last connection (a
+    ///   restart, a failover or a failback this client saw), also until
+    ///   every key this `Redlock` sent there may have expired (send moment
+    ///   + TTL + drift, on our monotonic clock).
+    ///
+    /// A node restarted less than a TTL ago thus costs a fresh process up
+    /// to one TTL of that node's vote: the price of the promise. A node
+    /// started empty as a *new* node can be declared born empty (its
+    /// `run_id` in the set `redquorum-born-empty`; the `local-cluster`
+    /// launchers and `redquorum cluster up` do it), and then costs nothing.
     ///
     /// Releases and extensions are still sent: they compare the token, and
     /// cannot create a key.
@@ -457,12 +470,11 @@ impl Builder {
     /// What it does not cover:
     /// * Keys other clients took with longer TTLs than ours (give them all
     ///   the same TTLs).
-    /// * A restart that happened before this `Redlock` first connected to
-    ///   the node: with no run id to compare, it cannot tell. The same goes
-    ///   for a Sentinel-managed node's failover; after one it does see, it
-    ///   counts the whole longest TTL from that moment (a promoted
-    ///   replica's uptime is not the time since its promotion). See the
-    ///   README's "Sentinel-managed nodes".
+    /// * When a Sentinel-managed node's or a cluster's failover happened, if
+    ///   it happened before this `Redlock` first connected (a promoted
+    ///   replica's uptime is not the time since its promotion); after one
+    ///   it does see, it counts the whole longest TTL from that moment.
+    ///   See the README's "What the restart guard sees".
     /// * A node whose ACL forbids `INFO`, or that renamed it, from the
     ///   start: it cannot be watched; a warning is logged once per node and
     ///   it votes as usual. (One that answered `INFO` before and stops
@@ -471,7 +483,7 @@ impl Builder {
     /// A node run with `appendonly yes` and `appendfsync always` keeps its
     /// keys across restarts and does not need the guard: turn it off there.
     /// The cost is one `INFO server` round trip per new connection, while
-    /// connecting.
+    /// connecting (and `SMEMBERS redquorum-born-empty` on the first).
     pub fn restart_guard(mut self, on: bool) -> Self {
         self.options.restart_guard = on;
         self

@@ -321,9 +321,10 @@ impl fmt::Debug for Leadership {
 /// late, or its process died between the rounds) is named until its
 /// rollback lands or its key expires — at most `expires_in` — although it
 /// never believed it led. A node restarted without persistence answers
-/// "free": the restart guard of the reading client discounts it only if
-/// that client saw the node before the restart (the leader's own client
-/// does; a fresh process that only reads does not).
+/// "free": the restart guard of the reading client discounts that answer
+/// while the node has been up for less than the longest key life seen on
+/// the other nodes (or the longest TTL this client uses), whether the
+/// client met the node before its restart or first after it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Leader {
@@ -350,20 +351,32 @@ pub(crate) async fn leader(redlock: &Redlock, name: &str) -> Result<Option<Leade
     let answers = engine.gather(election::leader(&key)).await;
     let seen: Vec<Result<Seen, NodeFailure>> = answers
         .into_iter()
-        .zip(&engine.nodes)
-        .map(|(a, node)| {
-            let seen = a.and_then(|reply| {
+        .map(|a| {
+            a.and_then(|reply| {
                 election::read_leader(&reply).ok_or_else(|| NodeFailure::Server {
                     code: "UNEXPECTED".into(),
                     message: format!("a reply that is no election's: {reply:?}"),
                 })
-            });
-            match (seen, node.quarantined()) {
-                // A node that restarted lately may have forgotten the
-                // leader's key: its "free" says nothing.
-                (Ok(Seen::Free), Some(restarted)) => Err(restarted),
-                (seen, _) => seen,
-            }
+            })
+        })
+        .collect();
+    // A node that restarted lately may have forgotten the leader's key: its
+    // "free" says nothing while a key that lives as long as the longest
+    // one seen (or our TTLs) may have been granted before its restart.
+    let life = seen
+        .iter()
+        .filter_map(|s| match s {
+            Ok(Seen::Held { pttl_ms, .. }) => Some(Duration::from_millis(*pttl_ms)),
+            _ => None,
+        })
+        .max()
+        .unwrap_or_default();
+    let seen: Vec<Result<Seen, NodeFailure>> = seen
+        .into_iter()
+        .zip(&engine.nodes)
+        .map(|(seen, node)| match (seen, node.quarantined(life)) {
+            (Ok(Seen::Free), Some(restarted)) => Err(restarted),
+            (seen, _) => seen,
         })
         .collect();
     let names: Vec<String> = engine.nodes.iter().map(|n| n.name().to_owned()).collect();

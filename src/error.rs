@@ -653,9 +653,11 @@ pub enum NodeFailure {
     OutOfMemory(String),
     /// The node is a read-only replica (`READONLY`).
     ReadOnly(String),
-    /// The node restarted recently and may have forgotten locks it granted
-    /// before: acquisitions get no vote from it until the keys it may have
-    /// forgotten would have expired. Nothing was sent. See
+    /// The node restarted or failed over less than a TTL ago (as its uptime
+    /// says, on any connection, the first one included; or as this client
+    /// saw) and may have forgotten locks it granted before: acquisitions get
+    /// no vote from it until the keys it may have forgotten would have
+    /// expired. Nothing was sent. See
     /// [`Builder::restart_guard`](crate::Builder::restart_guard).
     Restarted {
         /// How long it still gets no vote.
@@ -789,10 +791,10 @@ impl fmt::Display for NodeFailure {
             ),
             NodeFailure::Restarted { remaining } => write!(
                 f,
-                "the node restarted recently and may have forgotten locks it granted: it gets \
-                 no vote on acquisitions for another {} ms, until they would have expired; \
-                 nodes run with appendfsync always keep their keys and can do without this \
-                 (Builder::restart_guard)",
+                "the node restarted or failed over less than a TTL ago and may have forgotten \
+                 locks it granted: it gets no vote on acquisitions for another {} ms, until \
+                 they would have expired; nodes run with appendfsync always keep their keys \
+                 and can do without this (Builder::restart_guard)",
                 remaining.as_millis()
             ),
             NodeFailure::BadFenceCounter { key } => write!(

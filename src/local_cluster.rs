@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::info::info_field;
+use crate::net::guard::BORN_EMPTY_KEY;
 
 /// How long a node may take to answer its first `PING`.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -68,8 +69,14 @@ impl LocalCluster {
             extra_args: extra_args.iter().map(|s| (*s).to_owned()).collect(),
             nodes: Vec::with_capacity(n),
         };
+        // A server in cluster mode serves no key before the cluster forms:
+        // `LocalRedisCluster` declares its primaries itself.
+        let cluster_mode = extra_args.contains(&"--cluster-enabled");
         for _ in 0..n {
             let node = cluster.launch_on_free_port()?;
+            if !cluster_mode {
+                declare_born_empty(node.port, &[node.port])?;
+            }
             cluster.nodes.push(node);
         }
         Ok(cluster)
@@ -109,6 +116,7 @@ impl LocalCluster {
                 child: Some(child),
                 env: Vec::new(),
             });
+            declare_born_empty(port, &[port])?;
         }
         Ok(std::mem::take(&mut cluster.nodes)
             .into_iter()
@@ -389,6 +397,48 @@ pub fn answering_pid(port: u16) -> Option<u32> {
     info_field(&String::from_utf8_lossy(&info), "process_id")?
         .parse()
         .ok()
+}
+
+/// The `run_id` of the Redis server answering on `127.0.0.1:port`.
+///
+/// # Errors
+/// When it does not answer `INFO server` with one.
+pub fn run_id(port: u16) -> io::Result<String> {
+    match command(port, &["INFO", "server"])? {
+        Reply::Bulk(Some(info)) => info_field(&String::from_utf8_lossy(&info), "run_id")
+            .filter(|id| !id.is_empty())
+            .map(str::to_owned)
+            .ok_or_else(|| io::Error::other(format!("no run_id in INFO server on port {port}"))),
+        other => Err(io::Error::other(format!(
+            "INFO server on port {port}: {other:?}"
+        ))),
+    }
+}
+
+/// Declares the servers on `ports` born empty: each was just started, with
+/// no data, as a new node that never granted a lock before, so the
+/// restart guard does not hold its young uptime against it when a client
+/// first meets it (see the README's "Restarts"). Adds their `run_id`s to
+/// the set `redquorum-born-empty` on the server on `on` (for a plain
+/// server, itself; for a Redis Cluster, the primary of that key's slot).
+/// A restart draws a new `run_id`, which the set does not name: declare
+/// only servers started empty for the first time, never restarted ones.
+///
+/// # Errors
+/// When a server does not answer, or `SADD` is refused.
+pub fn declare_born_empty(on: u16, ports: &[u16]) -> io::Result<()> {
+    let ids = ports
+        .iter()
+        .map(|&port| run_id(port))
+        .collect::<io::Result<Vec<String>>>()?;
+    let mut args = vec!["SADD", BORN_EMPTY_KEY];
+    args.extend(ids.iter().map(String::as_str));
+    match command(on, &args)? {
+        Reply::Int(_) => Ok(()),
+        other => Err(io::Error::other(format!(
+            "SADD {BORN_EMPTY_KEY}: {other:?}"
+        ))),
+    }
 }
 
 /// `Ok` for a status reply (`+OK`); otherwise an error naming `what` (the

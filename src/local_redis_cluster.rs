@@ -20,7 +20,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::info::info_field;
-use crate::local_cluster::{LocalCluster, Reply, command, expect_ok};
+use crate::local_cluster::{LocalCluster, Reply, command, declare_born_empty, expect_ok};
+use crate::net::guard::BORN_EMPTY_KEY;
 
 /// How long the cluster may take to form, or to settle after a change.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -86,6 +87,10 @@ impl LocalRedisCluster {
         }
         let cluster = LocalRedisCluster { servers };
         cluster.wait_settled()?;
+        // Its primaries were started empty: nothing for the restart guard
+        // to hold against their young uptime.
+        let on = cluster.primary_of(BORN_EMPTY_KEY)?;
+        declare_born_empty(on, &cluster.primaries()?)?;
         Ok(cluster)
     }
 
@@ -290,16 +295,21 @@ impl LocalRedisCluster {
             .ok_or_else(|| io::Error::other(format!("no server on port {port}")))
     }
 
-    /// The keys on each live primary (`DBSIZE`), by port.
+    /// The keys on each live primary (`DBSIZE`, less the born-empty set
+    /// [`start`](Self::start) declared), by port.
     ///
     /// # Errors
     /// When a primary does not answer.
     pub fn keys_per_shard(&self) -> io::Result<Vec<(u16, i64)>> {
+        let int = |port: u16, args: &[&str]| match command(port, args)? {
+            Reply::Int(n) => Ok(n),
+            other => Err(io::Error::other(format!("{}: {other:?}", args[0]))),
+        };
         self.primaries()?
             .into_iter()
-            .map(|port| match command(port, &["DBSIZE"])? {
-                Reply::Int(n) => Ok((port, n)),
-                other => Err(io::Error::other(format!("DBSIZE: {other:?}"))),
+            .map(|port| {
+                let exists = int(port, &["EXISTS", BORN_EMPTY_KEY]).unwrap_or(0);
+                Ok((port, int(port, &["DBSIZE"])? - exists))
             })
             .collect()
     }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use common::compose::{Compose, PORTS, await_ping, docker_or_skip};
 use common::*;
 use redquorum::Redlock;
-use redquorum::local_cluster::{Reply, command_with_timeout};
+use redquorum::local_cluster::{Reply, command_with_timeout, declare_born_empty};
 
 /// How many of `ports` hold `key`.
 fn holders_at(ports: &[u16], key: &str) -> usize {
@@ -225,6 +225,10 @@ fn the_compose_sentinel_profile_grants_locks_through_a_failover() {
     let services: Vec<&str> = SENTINEL_NODES.iter().map(|n| n.0).collect();
     let project = format!("redquorumsentinel{}", std::process::id());
     let compose = Compose::up_profile(&project, "sentinel", &services);
+    // Their primaries were brought up empty (see `Compose::up`).
+    for (_, _, _, primary, _) in SENTINEL_NODES {
+        declare_born_empty(primary, &[primary]).unwrap();
+    }
 
     let urls: Vec<String> = SENTINEL_NODES
         .iter()
@@ -282,6 +286,20 @@ fn the_compose_cluster_profile_grants_locks_through_a_failover() {
     let services: Vec<&str> = CLUSTER_NODES.iter().map(|n| n.0).collect();
     let project = format!("redquorumcluster{}", std::process::id());
     let compose = Compose::up_profile(&project, "cluster", &services);
+    // Their primaries were brought up empty (see `Compose::up`); the set
+    // goes to the primary of its key's slot, which alone takes it.
+    for (_, ports) in CLUSTER_NODES {
+        let primaries: Vec<u16> = ports
+            .into_iter()
+            .filter(|&p| role(p).as_deref() == Some("master"))
+            .collect();
+        assert!(
+            primaries
+                .iter()
+                .any(|&on| declare_born_empty(on, &primaries).is_ok()),
+            "no primary of {ports:?} took the born-empty set"
+        );
+    }
 
     let urls: Vec<String> = CLUSTER_NODES
         .iter()

@@ -232,3 +232,120 @@ async fn a_node_that_forbids_info_still_locks_but_its_restarts_go_unseen() {
     assert!(!first.is_expired());
     drop((first, second));
 }
+
+/// Locks `name` for 60 s on all three nodes with its own client, then
+/// restarts nodes 0 and 1 empty: the holder is still valid for about a
+/// minute, on node 2 alone.
+async fn hold_a_minute_then_restart_two(c: &mut LocalCluster, name: &str) -> redquorum::Lock {
+    let holder = redlock(c);
+    let lock = holder.lock(name, Duration::from_secs(60)).await.unwrap();
+    await_holders(c, &ALL, &key(name), 3, Duration::from_secs(5)).await;
+    c.restart(0).unwrap();
+    c.restart(1).unwrap();
+    assert_eq!(holders(c, &ALL, &key(name)), 1);
+    lock
+}
+
+/// An acquisition that must fail because nodes 0 and 1 restarted: each
+/// refused with nothing sent.
+fn refused_by_the_restarted(c: &LocalCluster, result: Result<redquorum::Lock, Error>) {
+    let err = result.expect_err("a second holder while the first is valid");
+    assert!(matches!(err, Error::NotAcquired { .. }), "{err}");
+    assert_eq!(restarted(&err), [name(c, 0), name(c, 1)], "{err}");
+    assert_eq!((sets(c, 0), sets(c, 1)), (0, 0), "{err}");
+}
+
+#[tokio::test]
+async fn a_restart_seen_first_by_a_read_quarantines_the_next_acquisition() {
+    // A client that reads before it locks (a dashboard, `leader()` before
+    // `campaign()`): it has taken no lock, so it knows no TTL when its read
+    // finds the restarts; the moment is kept, and its own acquisition is
+    // held to its TTL from there.
+    let mut c = cluster(3);
+    let reader = redlock(&c);
+    assert!(reader.status("pr").await.holder().is_none());
+    let first = hold_a_minute_then_restart_two(&mut c, "pr").await;
+    // Its read reconnects and sees the new run_ids.
+    let _ = reader.status("pr").await;
+    refused_by_the_restarted(&c, reader.try_lock("pr", Duration::from_secs(60)).await);
+    assert!(!first.is_expired());
+    first.release().await.ok();
+}
+
+#[tokio::test]
+async fn a_process_started_after_the_restart_gives_the_restarted_nodes_no_vote() {
+    // A client whose first connection to a node is made after the node
+    // restarted empty has no earlier run_id to compare; the node's uptime
+    // (0 s) says it may have forgotten keys granted a TTL ago.
+    let mut c = cluster(3);
+    let first = hold_a_minute_then_restart_two(&mut c, "pr").await;
+    let restarted_at = Instant::now();
+    let fresh = redlock(&c);
+    refused_by_the_restarted(&c, fresh.try_lock("pr", Duration::from_secs(60)).await);
+    assert!(!first.is_expired());
+    // The price: a fresh client's acquisition of a TTL `t` waits until the
+    // nodes are up for `t`, then goes in.
+    let short = Duration::from_secs(2);
+    // (Another fresh client: this one's 60 s attempt made 60 s the TTL
+    // it assumes others use.)
+    let fresh = redlock(&c);
+    let lock = fresh
+        .lock("other", short)
+        .retries(u32::MAX)
+        .wait(Duration::from_secs(20))
+        .await
+        .unwrap();
+    // The README's figure of that price.
+    eprintln!(
+        "a fresh client's {short:?} lock went in {:?} after two of three nodes restarted empty",
+        restarted_at.elapsed()
+    );
+    assert!(restarted_at.elapsed() >= short - Duration::from_secs(1));
+    assert!(sets(&c, 0) >= 1 && sets(&c, 1) >= 1);
+    lock.release().await.unwrap();
+    first.release().await.ok();
+}
+
+#[tokio::test]
+async fn a_candidate_that_first_reaches_nodes_after_their_restart_does_not_lead_beside_the_leader()
+{
+    // Elections with nodes restarted one at a time: a candidate started
+    // while two nodes were down first connects to them after they came
+    // back empty (no earlier run_id to compare), and a reader's
+    // `leader()` finds restarts before its process ever locked. Neither
+    // may begin to lead while the leader still believes itself valid.
+    let mut c = cluster(3);
+    let leading = redlock(&c);
+    let leader = leading
+        .campaign("sched", "a", Duration::from_secs(60))
+        .await
+        .unwrap();
+    await_holders(&c, &ALL, &key("sched"), 3, Duration::from_secs(5)).await;
+    let reader = redlock(&c);
+    assert_eq!(reader.leader("sched").await.unwrap().unwrap().identity, "a");
+    c.kill(0);
+    c.kill(1);
+    let candidate = redlock(&c);
+    assert!(candidate.leader("sched").await.is_err());
+    c.restart(0).unwrap();
+    c.restart(1).unwrap();
+    let campaign = |client: Redlock, who: &'static str| async move {
+        let campaign = client
+            .campaign("sched", who, Duration::from_secs(60))
+            .wait(Duration::from_secs(2))
+            .await;
+        assert!(
+            campaign.is_err(),
+            "{who}: a second leader while the first leads"
+        );
+    };
+    campaign(candidate, "b").await;
+    // The reader cannot say who leads (two nodes are empty, but up for
+    // less than the leader's key has left); it does not say "nobody".
+    let read = reader.leader("sched").await;
+    assert!(read.is_err(), "{read:?}");
+    campaign(reader, "c").await;
+    campaign(redlock(&c), "d").await;
+    assert!(!leader.is_lost());
+    assert_eq!((sets(&c, 0), sets(&c, 1)), (0, 0));
+}

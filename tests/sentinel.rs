@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 use common::warm;
-use redquorum::local_cluster::{Reply, answering_pid, command};
+use redquorum::local_cluster::{Reply, answering_pid, command, declare_born_empty};
 use redquorum::local_sentinel::LocalSentinels;
 use redquorum::{ConfigError, Error, NodeFailure, Redlock};
 
@@ -693,6 +693,8 @@ impl Server {
             assert!(start.elapsed() < BOUND, "redis-server on {port} not up");
             std::thread::sleep(Duration::from_millis(20));
         }
+        // Started empty: nothing for the restart guard to hold against it.
+        declare_born_empty(port, &[port]).unwrap();
         Server { port, child }
     }
 }
@@ -856,4 +858,194 @@ async fn a_sentinel_naming_a_hung_server_is_outvoted_or_reported() {
     );
     assert!(text.contains("no majority"), "{text}");
     drop(hole);
+}
+
+/// The text of `INFO <section>` on the server on `port`.
+fn info(port: u16, section: &str) -> String {
+    match command(port, &["INFO", section]).expect("INFO") {
+        Reply::Bulk(Some(text)) => String::from_utf8_lossy(&text).into_owned(),
+        other => panic!("INFO {section} on {port}: {other:?}"),
+    }
+}
+
+/// The field `name` of an `INFO` text (matched whole, not by prefix).
+fn info_field(text: &str, name: &str) -> Option<String> {
+    text.lines().find_map(|line| {
+        let (field, value) = line.trim_end().split_once(':')?;
+        (field == name).then(|| value.to_owned())
+    })
+}
+
+/// The server on `port`'s process (`run_id`) and replication history
+/// (`master_replid`, drawn afresh at every promotion).
+fn process_and_replid(port: u16) -> (String, String) {
+    let run_id = info_field(&info(port, "server"), "run_id").expect("run_id");
+    let replid = info_field(&info(port, "replication"), "master_replid").expect("master_replid");
+    (run_id, replid)
+}
+
+/// How long the server on `port` has run (`uptime_in_seconds`).
+fn uptime(port: u16) -> Duration {
+    let text = info(port, "server");
+    let secs = info_field(&text, "uptime_in_seconds").expect("uptime_in_seconds");
+    Duration::from_secs(secs.parse().expect("a number of seconds"))
+}
+
+/// A failback the client slept through. Client A connects to every
+/// node's primary P and idles; nodes 0 and 1 fail over to their replicas
+/// R, and the sentinels make each P a replica of its R. P's replication
+/// link to R then breaks (a partition between the two data servers that
+/// the sentinels see across: P is made to fail `AUTH` to R, so it keeps R
+/// as its primary and copies nothing more); client B locks `fb` (on R, R
+/// and node 2's primary); both nodes fail back to P, promoted again
+/// before it could copy B's key. P is the very process A knew (its
+/// `run_id`), with a new `master_replid`, and lacks B's key: A's guard
+/// must give it no vote (`Restarted`), or A takes `fb` from P, P and
+/// nobody while B holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failback_slept_through_gives_no_second_holder() {
+    let started = Instant::now();
+    let s = sentinels(3);
+    // B's TTL: long enough that B holds throughout, short enough that
+    // every server has run longer than it when B locks (below).
+    let ttl = Duration::from_secs(20);
+    let fb = key("fb");
+    // A meets every node's primary (a status read: no acquisition).
+    let a = builder(&s).build().unwrap();
+    let start = Instant::now();
+    loop {
+        let status = a.status("fb").await;
+        if status.nodes().iter().all(|(_, state)| state.is_ok()) {
+            break;
+        }
+        assert!(
+            start.elapsed() < BOUND,
+            "A did not meet every node: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let nodes = [0, 1];
+    let olds: Vec<u16> = nodes.iter().map(|&i| s.primary(i).unwrap()).collect();
+    let known: Vec<(String, String)> = olds.iter().map(|&p| process_and_replid(p)).collect();
+
+    // Both fail over to their replicas (A makes no connection to them: it
+    // idles, and its re-checks only retire its connections to P), and the
+    // sentinels make each old primary a replica of the new one.
+    let news: Vec<u16> = nodes.iter().map(|&i| s.failover(i).unwrap()).collect();
+    for (&old, &new) in olds.iter().zip(&news) {
+        assert_ne!(old, new);
+        s.wait_for_replica(old).unwrap();
+        assert_eq!(
+            info_field(&info(old, "replication"), "master_port"),
+            Some(new.to_string())
+        );
+    }
+    eprintln!(
+        "failed over, old primaries in sync: {:?}",
+        started.elapsed()
+    );
+
+    // Every server has run longer than a TTL (and a margin): no rule about
+    // a node younger than a TTL can explain a refusal below, only the
+    // failback can. (They have run some 20 s by now: a short wait at most.)
+    let servers: Vec<u16> = (0..3).flat_map(|i| s.server_ports(i)).collect();
+    eventually("every server up longer than the TTL", || {
+        servers
+            .iter()
+            .all(|&p| uptime(p) > ttl + Duration::from_secs(2))
+    })
+    .await;
+
+    // P's replication link to R breaks: P still names R as its primary
+    // but cannot sync (refused at AUTH). Sentinel still promotes such a
+    // replica if its link has been down less than ten times
+    // `down-after-milliseconds` (10 s here).
+    for (&old, &new) in olds.iter().zip(&news) {
+        let set = command(old, &["CONFIG", "SET", "masterauth", "no-such-password"]).unwrap();
+        assert_eq!(set, Reply::Status("OK".into()));
+        assert_eq!(
+            command(new, &["CLIENT", "KILL", "TYPE", "replica"]).unwrap(),
+            Reply::Int(1)
+        );
+    }
+    for &old in &olds {
+        eventually("the replication link down", || {
+            info_field(&info(old, "replication"), "master_link_status").as_deref() == Some("down")
+        })
+        .await;
+    }
+
+    // B locks `fb` on R, R and node 2's primary; P does not get it.
+    let third = s.primary(2).unwrap();
+    let b = builder(&s).build().unwrap();
+    let start = Instant::now();
+    let held = loop {
+        match b.try_lock("fb", ttl).await {
+            Ok(held) => break held,
+            Err(err) => assert!(start.elapsed() < BOUND, "B got no lock: {err}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    for &port in news.iter().chain([&third]) {
+        eventually("B's key written", || get(port, &fb).is_some()).await;
+    }
+    for &old in &olds {
+        assert_eq!(get(old, &fb), None, "B's key copied to the old primary");
+    }
+
+    // Failback, both nodes at once (within the 10 s P's link may be down).
+    let sentinel = s.sentinel_ports()[0];
+    for &i in &nodes {
+        let name = s.master_name(i);
+        let start = Instant::now();
+        loop {
+            match command(sentinel, &["SENTINEL", "FAILOVER", &name]).unwrap() {
+                Reply::Status(_) => break,
+                refused => assert!(start.elapsed() < BOUND, "failback refused: {refused:?}"),
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    for ((&i, &old), &new) in nodes.iter().zip(&olds).zip(&news) {
+        assert_eq!(s.wait_for_new_primary(i, new).unwrap(), old);
+    }
+    eprintln!("failed back: {:?}", started.elapsed());
+    // The precondition, on the servers: P is the process A knew, promoted
+    // again (a new replication ID), and has not B's key.
+    for (&old, (run_id, replid)) in olds.iter().zip(&known) {
+        let (now_run_id, now_replid) = process_and_replid(old);
+        assert_eq!(&now_run_id, run_id, "P restarted: not a failback");
+        assert_ne!(&now_replid, replid, "P not promoted again");
+        assert!(s.is_master(old));
+        assert_eq!(get(old, &fb), None, "B's key on the failed-back primary");
+        // Its link no longer matters (it is the primary): as it was.
+        let _ = command(old, &["CONFIG", "SET", "masterauth", ""]);
+    }
+    assert!(get(third, &fb).is_some());
+
+    // A wakes up: the failed-back nodes get no vote, and A no lock.
+    let names = [s.name(0), s.name(1)];
+    let start = Instant::now();
+    let err = loop {
+        let err = match a.try_lock("fb", ttl).await {
+            Ok(second) => panic!(
+                "A acquired fb ({:?} left) while B holds it ({:?} left): the failed-back \
+                 primaries {olds:?} (run_ids A knew, new replication IDs, without B's key) \
+                 voted for A",
+                second.remaining(),
+                held.remaining()
+            ),
+            Err(err) => err,
+        };
+        assert!(matches!(err, Error::NotAcquired { .. }), "{err}");
+        if failed(&err, |f| matches!(f, NodeFailure::Restarted { .. })) == names {
+            break err;
+        }
+        assert!(start.elapsed() < BOUND, "no quarantine seen: {err}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    eprintln!("A refused: {err}");
+    assert!(held.remaining() > ttl / 2, "B's lock ran out");
+    held.release().await.unwrap();
+    eprintln!("took {:?}", started.elapsed());
 }

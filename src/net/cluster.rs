@@ -110,6 +110,7 @@ use redis::cluster_routing::{
 };
 use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 
+use super::guard::ServerInfo;
 use crate::proto::{Gate, Pass};
 
 /// The most requests on the wire to one cluster node: below the 100
@@ -223,36 +224,54 @@ impl ClusterEndpoint {
     }
 }
 
-/// The identities of the cluster's primaries ([`primary_identity`]), from
-/// `INFO server` and `INFO replication` sent to all of them (`Err` with the
-/// reason if that failed, or if the two answers do not come from the same
-/// primaries: one failed over in between).
+/// The cluster's primaries as the guard sees them ([`ServerInfo`]: each
+/// one's identity, [`primary_identity`], and uptime), from `INFO server`
+/// and `INFO replication` sent to all of them (`Err` with the reason if
+/// that failed, or if the two answers do not come from the same
+/// primaries: one failed over in between); with `born`, which of them the
+/// [`BORN_EMPTY_KEY`] set names (one set for the cluster, in its key's
+/// slot; a refusal reads as empty).
 ///
 /// [`primary_identity`]: super::guard::primary_identity
-pub(crate) async fn primaries(conn: &mut ClusterConnection) -> Result<Vec<String>, RedisError> {
+/// [`BORN_EMPTY_KEY`]: super::guard::BORN_EMPTY_KEY
+pub(crate) async fn primaries(
+    conn: &mut ClusterConnection,
+    born: bool,
+) -> Result<Vec<ServerInfo>, RedisError> {
     let server = all_primaries(conn, "server").await?;
     let replication = all_primaries(conn, "replication").await?;
-    if server.len() != replication.len() {
-        return Err(RedisError::from((
+    let changed = || {
+        RedisError::from((
             ErrorKind::Client,
             "INFO to all primaries",
             "the primaries changed between INFO server and INFO replication".to_owned(),
-        )));
+        ))
+    };
+    if server.len() != replication.len() {
+        return Err(changed());
     }
-    let mut ids = Vec::with_capacity(server.len());
+    let born_empty: Vec<String> = match born {
+        true => match redis::cmd("SMEMBERS")
+            .arg(super::guard::BORN_EMPTY_KEY)
+            .query_async(conn)
+            .await
+        {
+            Ok(members) => members,
+            Err(e) if super::is_connection_error(&e) => return Err(e),
+            Err(_) => Vec::new(),
+        },
+        false => Vec::new(),
+    };
+    let mut primaries = Vec::with_capacity(server.len());
     for (address, server) in &server {
         let Some((_, replication)) = replication.iter().find(|(a, _)| a == address) else {
-            return Err(RedisError::from((
-                ErrorKind::Client,
-                "INFO to all primaries",
-                "the primaries changed between INFO server and INFO replication".to_owned(),
-            )));
+            return Err(changed());
         };
-        let id = super::guard::primary_identity(server, replication)
+        let primary = super::guard::server_info(server, Some(replication), &born_empty)
             .map_err(|reason| RedisError::from((ErrorKind::Client, "INFO", reason)))?;
-        ids.push(id);
+        primaries.push(primary);
     }
-    Ok(ids)
+    Ok(primaries)
 }
 
 /// `INFO section` to every primary: (address, answer) each.

@@ -3,20 +3,39 @@
 //! out a lock that is still held elsewhere. It gets no vote on acquisitions
 //! (a *quarantine*) until those keys would have expired.
 //!
-//! Every new connection starts with `INFO server`; a `run_id` other than the
-//! one seen on the previous connection means a restart. How long the
-//! forgotten keys may still matter has two parts:
+//! **The rule.** Every new connection starts with `INFO server`, the first
+//! one included. The node's start is `uptime_in_seconds` ago (Redis
+//! reports whole wall-clock seconds, so we take a second off); a key
+//! granted before it lives at most one TTL past it. So an acquisition of
+//! TTL `t` gets no vote from the node until its start plus the longer of
+//! `t` and the longest TTL this client uses (other clients are assumed to
+//! use TTLs like ours: "the longest" is the longest among our keys that
+//! may still be alive, so one long TTL, once, stops counting once its key
+//! could have expired). The moment is kept, not turned into a deadline
+//! when it is learnt: a restart seen by a read, before this client took
+//! any lock (it knew no TTL then), holds the next acquisition all the
+//! same. This is what makes the promise hold whatever the client has
+//! seen:
 //!
-//! * **Ours**, exactly: per node, the latest moment a key this client sent
-//!   there (acquisition or extension) may live to — the send moment plus
-//!   TTL plus drift, on our monotonic clock. Recorded before the command is
-//!   sent.
-//! * **Other clients'**, by assumption: they use TTLs like ours. The node
-//!   restarted `uptime` ago (Redis reports whole wall-clock seconds, so we
-//!   take a second off); keys granted before that live at most one TTL past
-//!   the restart. The TTL assumed is the longest among our keys that may
-//!   still be alive — so one long TTL, once, stops counting once its key
-//!   could have expired.
+//! * a process that first meets a node after the node restarted empty
+//!   has no earlier `run_id` to compare, but the uptime says it;
+//! * a restart seen by `status`, `leader()` or `observe()` before any
+//!   lock keeps its moment;
+//! * on top of that, a `run_id` other than the one seen on the previous
+//!   connection means a restart this client saw: no vote while the keys
+//!   *this client* sent there may live, exactly (the send moment plus TTL
+//!   plus drift, on our monotonic clock, recorded before the command is
+//!   sent).
+//!
+//! The price: a node restarted less than a TTL ago gives a fresh process
+//! no vote for the rest of that TTL, whether it forgot anything or not. A
+//! new node has nothing to forget, but cannot be told from a restarted
+//! one by what it says of itself; whoever starts it empty as a new node
+//! can declare it *born empty* — its `run_id` in the set
+//! `redquorum-born-empty` ([`BORN_EMPTY_KEY`]; the local launchers and
+//! `redquorum cluster up` do, `local_cluster::declare_born_empty`) — and
+//! a client that first meets it then holds nothing against its uptime. A
+//! restart draws a new `run_id` that the set does not name.
 //!
 //! Releases and extensions are never refused: they compare the token and
 //! cannot create a key.
@@ -24,45 +43,49 @@
 //! **A node that fails over** (a Sentinel-managed primary, see
 //! `net::sentinel`) loses what asynchronous replication had
 //! not copied to the promoted replica, exactly as a restart without
-//! persistence loses everything. The promoted replica has its own
-//! `run_id`, so the guard sees the failover as a restart. But its
-//! `uptime_in_seconds` is the replica's process uptime, not the time since
-//! it became the primary, and would cancel the other clients' term. For
-//! such a node the uptime is taken as zero, and the term is lengthened by
-//! a margin: a new `run_id` keeps it out for the whole longest TTL from the
-//! moment it is seen, plus the time a client still connected to the old
-//! primary may go on writing there after a majority of the sentinels named
-//! the new one — the re-check period, two sentinel queries and a request
-//! timeout (`net::failover_margin` argues it) — and, as for any node, until
-//! our own keys there may have expired. What the guard sees and does not:
+//! persistence loses everything. Its identity is its `run_id` and its
+//! replication ID ([`primary_identity`]): Redis draws a new replication ID
+//! at every promotion, so a failover *and a failback* (P fails over to R,
+//! then R back to P, whose `run_id` this client knows) are new
+//! identities. The promoted replica's `uptime_in_seconds` is its process
+//! uptime, not the time since it became the primary: on a new identity
+//! the start is taken as now, plus a margin: the time a client still
+//! connected to the old primary may go on writing there after a majority
+//! of the sentinels named the new one — the re-check period, two sentinel
+//! queries and a request timeout (`net::failover_margin` argues it) — and,
+//! as for any node, no vote while our own keys there may live. What the
+//! guard sees and does not:
 //!
-//! * It sees a failover to another server, and a restart of the primary,
-//!   at this client's first new connection after it (a Sentinel-managed
-//!   node's connection is retired within a re-check once the sentinels'
-//!   majority names another primary).
-//! * It cannot see a failover that happened before this client first
-//!   connected to the node (no earlier `run_id` to compare), nor keys
-//!   written to an old primary past the margin by a client that never
-//!   re-checks (another Redlock library) or uses longer timeouts than this
-//!   one (the margin is this client's). A client cut off from the
-//!   sentinels has no connection to the node (no majority confirms its
-//!   primary). Run the data nodes with
-//!   `min-replicas-to-write 1` and a small `min-replicas-max-lag` to bound
-//!   that window (the old primary then refuses writes, `NOREPLICAS`, once
-//!   its replica stops acknowledging): the only real bound.
+//! * It sees a failover or failback, and a restart of the primary, at this
+//!   client's first new connection after it (a Sentinel-managed node's
+//!   connection is retired within a re-check once the sentinels' majority
+//!   names another primary), also if this client slept through both.
+//! * It cannot see when a failover happened before this client first
+//!   connected to the node (the uptime is the replica's process's), nor
+//!   keys written to an old primary past the margin by a client that
+//!   never re-checks (another Redlock library) or uses longer timeouts
+//!   than this one (the margin is this client's). A client cut off from
+//!   the sentinels has no connection to the node (no majority confirms its
+//!   primary). Run the data nodes with `min-replicas-to-write 1` and a
+//!   small `min-replicas-max-lag` to bound that window (the old primary
+//!   then refuses writes, `NOREPLICAS`, once its replica stops
+//!   acknowledging): the only real bound.
 //! * A failover to a replica that had copied every key is harmless, and is
 //!   quarantined all the same: the guard cannot tell what was copied.
 //!
 //! **A node that is a Redis Cluster** (see [`cluster`](super::cluster))
 //! keeps one connection across its shards' failovers, so the guard learns
-//! its primaries at connect and is told which primary ran each grant. A
-//! primary is identified by its `run_id` and its replication ID
-//! ([`primary_identity`]): a failback (P1 fails over to R1, then R1 back to
-//! P1) brings back a `run_id` already seen, on a server that was a replica
-//! meanwhile and may lack R1's grants, but Redis draws a new replication ID
-//! at every promotion. A grant by an identity not seen is no vote, and the
-//! node is quarantined as after a failover. As for any node, a failover
-//! before this client first connected is not seen.
+//! its primaries at connect (each one's uptime starts the node's memory
+//! as a plain node's does) and is told which primary ran each grant. A
+//! primary is identified as a Sentinel-managed one is. A grant by an
+//! identity not seen is no vote, and the node is quarantined as after a
+//! failover. As for any node, the time of a failover before this client
+//! first connected is not seen.
+//!
+//! A node that refuses `INFO` (an ACL) cannot be watched: it votes, with a
+//! warning once that says how to fix it (allow `INFO`, or persistence and
+//! `restart_guard(false)`); one that answered before and refuses now is
+//! taken as restarted just now.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -77,6 +100,11 @@ use crate::proto::Effect;
 /// be. Redis subtracts two wall-clock readings truncated to whole seconds.
 const UPTIME_SLACK: Duration = Duration::from_secs(1);
 
+/// The key of the set of `run_id`s of server processes that were started
+/// empty as new nodes, never having granted anything before (see
+/// [`BornEmpty`]).
+pub(crate) const BORN_EMPTY_KEY: &str = "redquorum-born-empty";
+
 /// What the guards of one `Redlock`'s nodes share: the longest key life
 /// among its acquisitions and extensions whose keys may still be alive,
 /// taken as what other clients use too.
@@ -84,6 +112,9 @@ const UPTIME_SLACK: Duration = Duration::from_secs(1);
 pub(crate) struct Lives {
     /// The life, and until when a key sent with it may live.
     longest: Mutex<(Duration, Option<Moment>)>,
+    /// The life alone, in nanoseconds, read by every acquisition's check
+    /// without the lock.
+    life: AtomicU64,
 }
 
 impl Lives {
@@ -93,11 +124,13 @@ impl Lives {
         let current_gone = until.is_none_or(|u| u <= now);
         if life >= current || current_gone {
             *longest = (life, Some(now.after(life)));
+            let nanos = u64::try_from(life.as_nanos()).unwrap_or(u64::MAX);
+            self.life.store(nanos, Ordering::Release);
         }
     }
 
     fn longest(&self) -> Duration {
-        self.longest.lock().unwrap_or_else(|p| p.into_inner()).0
+        Duration::from_nanos(self.life.load(Ordering::Acquire))
     }
 }
 
@@ -108,11 +141,20 @@ pub(crate) struct Guard {
     /// The latest moment a key we sent to this node may live to, as
     /// [`Moment::as_nanos`].
     latest_expiry: AtomicU64,
-    /// Until when acquisitions get no vote, as [`Moment::as_nanos`]; 0 when
-    /// there is no quarantine.
+    /// Until when acquisitions get no vote whatever their TTL (our own keys
+    /// that the node may have forgotten), as [`Moment::as_nanos`]; 0 when
+    /// there is none.
     quarantine: AtomicU64,
-    /// The node's `run_id` as of the last connection, once known.
-    run_id: Mutex<Option<String>>,
+    /// The latest moment the node may have started forgetting: its last
+    /// (re)start or failover as best known, as [`Moment::as_nanos`] (at
+    /// least 1); 0 while none is known. The keys other clients had there
+    /// live at most one TTL past it.
+    forgot_at: AtomicU64,
+    /// The `forgot_at` a refusal was last warned about (one warning each).
+    warned: AtomicU64,
+    /// The node's identity (`run_id`, with the replication ID for a node
+    /// that fails over) as of the last connection, once known.
+    identity: Mutex<Option<String>>,
     /// A cluster node's primaries seen so far, by identity (`run_id` and
     /// replication ID, see [`primary_identity`] and
     /// [`cluster`](super::cluster)): a grant by another one is no vote.
@@ -122,19 +164,25 @@ pub(crate) struct Guard {
     unwatched: AtomicBool,
     /// For a node that fails over to a replica that was running all along
     /// (its uptime is then not the time since it holds the keys, and is
-    /// taken as zero): how much longer than the longest TTL a new `run_id`
+    /// taken as zero): how much longer than the longest TTL a new identity
     /// keeps it out, the time a client may still write to the old primary
     /// after the sentinels named the new one (`net::failover_margin`).
     failover: Option<Duration>,
 }
 
-/// What `INFO server` tells of a node's process.
+/// What `INFO` tells of a node's process, and whether it was declared
+/// born empty.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct ServerInfo {
     /// Drawn afresh at every start: a new one means the node restarted.
-    pub(crate) run_id: String,
+    /// For a node that fails over, the replication ID is part of it
+    /// ([`primary_identity`]), drawn afresh at every promotion.
+    pub(crate) identity: String,
     /// `uptime_in_seconds`.
     pub(crate) uptime: Duration,
+    /// Whether [`BORN_EMPTY_KEY`] names this process: it started empty as
+    /// a new node and has nothing to forget.
+    pub(crate) born_empty: bool,
 }
 
 impl Guard {
@@ -146,18 +194,21 @@ impl Guard {
             lives,
             latest_expiry: AtomicU64::new(0),
             quarantine: AtomicU64::new(0),
-            run_id: Mutex::new(None),
+            forgot_at: AtomicU64::new(0),
+            warned: AtomicU64::new(0),
+            identity: Mutex::new(None),
             primaries: Mutex::default(),
             unwatched: AtomicBool::new(false),
             failover,
         }
     }
 
-    /// Refuses a command that may create a key while the node is
-    /// quarantined; records how long the keys of the others may live.
-    pub(crate) fn admit(&self, effect: Effect) -> Result<(), NodeFailure> {
-        if let Effect::Grant { .. } = effect {
-            self.check()?;
+    /// Refuses a command that may create a key while the node may have
+    /// forgotten keys of that life; records how long the keys of the
+    /// others may live.
+    pub(crate) fn admit(&self, node: &str, effect: Effect) -> Result<(), NodeFailure> {
+        if let Effect::Grant { life } = effect {
+            self.check(node, life)?;
         }
         if let Some(life) = effect.life() {
             let now = Moment::now();
@@ -168,90 +219,178 @@ impl Guard {
         Ok(())
     }
 
-    /// Whether acquisitions may go to the node now.
-    pub(crate) fn check(&self) -> Result<(), NodeFailure> {
+    /// Whether an acquisition of `life` may go to the node now: not while
+    /// keys this client sent there before a restart may live, nor within
+    /// the longer of `life` and the longest TTL we use from the moment the
+    /// node may have started forgetting (other clients are assumed to use
+    /// TTLs like ours). `life` zero asks about the TTLs we use.
+    pub(crate) fn check(&self, node: &str, life: Duration) -> Result<(), NodeFailure> {
         // 0 (no quarantine) spares the clock read on the hot path.
         let until = self.quarantine.load(Ordering::Acquire);
-        if until == 0 {
+        let ours = match until {
+            0 => Duration::ZERO,
+            until => match Moment::from_nanos(until).remaining() {
+                remaining if remaining.is_zero() => {
+                    // Over: back to 0, unless a newer restart moved it.
+                    let _ = self.quarantine.compare_exchange(
+                        until,
+                        0,
+                        Ordering::AcqRel,
+                        Ordering::Relaxed,
+                    );
+                    Duration::ZERO
+                }
+                remaining => remaining,
+            },
+        };
+        let forgot_at = self.forgot_at.load(Ordering::Acquire);
+        let (theirs, assumed) = match forgot_at {
+            0 => (Duration::ZERO, Duration::ZERO),
+            at => {
+                let assumed = self.lives.longest().max(life);
+                (Moment::from_nanos(at).after(assumed).remaining(), assumed)
+            }
+        };
+        let remaining = ours.max(theirs);
+        if remaining.is_zero() {
             return Ok(());
         }
-        match Moment::from_nanos(until).remaining() {
-            remaining if remaining.is_zero() => {
-                // Over: back to 0, unless a newer restart moved it meanwhile.
-                let _ =
-                    self.quarantine
-                        .compare_exchange(until, 0, Ordering::AcqRel, Ordering::Relaxed);
-                Ok(())
-            }
-            remaining => Err(NodeFailure::Restarted { remaining }),
+        if self.warned.swap(forgot_at, Ordering::Relaxed) != forgot_at {
+            tracing::warn!(
+                node,
+                no_vote_ms = remaining.as_millis() as u64,
+                ttl_ms = assumed.as_millis() as u64,
+                "this node (re)started or failed over less than a TTL ago and may have forgotten \
+                 locks it granted: it gets no vote on acquisitions until they would have expired"
+            );
         }
+        Err(NodeFailure::Restarted { remaining })
     }
 
-    /// On a new connection: what `INFO server` answered (the reason, if the
-    /// node refused it or the answer lacked the fields). Returns how long
-    /// the node gets no vote, if it restarted.
+    /// On a new connection: what `INFO` answered (the reason, if the node
+    /// refused it or the answer lacked the fields).
     ///
-    /// A node whose run id is known from an earlier connection and that
+    /// On every connection, the first one included, the node's start is
+    /// taken from its uptime: keys other clients had there before it live
+    /// at most one TTL past it ([`check`](Self::check)), unless the
+    /// process was declared born empty ([`BORN_EMPTY_KEY`]) when this
+    /// client first met it. A new identity since the last connection is a
+    /// restart: the node also gets no vote while our own keys there may
+    /// live; for a node that fails over, the start is taken as now plus
+    /// the failover margin, whatever the uptime (a promoted replica's
+    /// uptime is not the time since its promotion). A later connection to
+    /// the same identity changes nothing.
+    ///
+    /// A node whose identity is known from an earlier connection and that
     /// does not answer now could have restarted unseen: it is treated as
-    /// just restarted (no vote on acquisitions until the keys it may have
-    /// forgotten would have expired), with a warning once. One that never
-    /// answered is watched by no one, with a warning once.
-    pub(crate) fn connected(&self, node: &str, info: Result<ServerInfo, String>) -> Duration {
+    /// just restarted, with a warning once. One that never answered is
+    /// watched by no one, with a warning once.
+    pub(crate) fn connected(&self, node: &str, info: Result<ServerInfo, String>) {
         let info = match info {
             Ok(info) => info,
             Err(reason) => {
                 let known = self
-                    .run_id
+                    .identity
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .is_some();
-                if !self.unwatched.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(
-                        node,
-                        reason,
-                        "INFO server failed on this node, so its restarts cannot be seen: after one, \
-                         it may grant locks it forgot; allow INFO in the ACL, or run the node with \
-                         appendfsync always and turn Builder::restart_guard off"
-                    );
+                self.unwatched(node, &reason);
+                if known {
+                    self.restarted(Duration::ZERO);
                 }
-                return if known {
-                    self.quarantine(node, Duration::ZERO)
-                } else {
-                    Duration::ZERO
-                };
+                return;
             }
         };
-        let mut known = self.run_id.lock().unwrap_or_else(|p| p.into_inner());
-        let restarted = known.as_deref().is_some_and(|id| id != info.run_id);
-        *known = Some(info.run_id);
-        if !restarted {
-            return Duration::ZERO;
-        }
-        // A promoted replica's uptime is not the time since it became the
-        // primary: the whole longest TTL from now, and the time clients of
-        // the old primary may still write there (`failover`).
-        match self.failover {
-            Some(margin) => self.quarantine_for(node, Duration::ZERO, margin),
-            None => self.quarantine(node, info.uptime),
+        let mut known = self.identity.lock().unwrap_or_else(|p| p.into_inner());
+        let first = known.is_none();
+        let restarted = known.as_deref().is_some_and(|id| id != info.identity);
+        *known = Some(info.identity);
+        drop(known);
+        if first && !info.born_empty {
+            self.started(info.uptime, Duration::ZERO);
+        } else if restarted {
+            match self.failover {
+                Some(margin) => {
+                    self.ours_forgotten();
+                    self.forgot(Moment::now().after(margin));
+                }
+                None => self.restarted(info.uptime),
+            }
         }
     }
 
-    /// On a new connection to a cluster: the identities of its primaries
-    /// ([`primary_identity`]; the
-    /// reason, if `INFO` failed). A primary not seen before, once some
-    /// are known, is taken as a restart just now (a replica promoted, or a
-    /// primary restarted): the node is quarantined. The first connection
-    /// only learns them.
+    /// Whether the node has been met (its identity answered once): its
+    /// [`BORN_EMPTY_KEY`] set is read only before.
+    pub(crate) fn knows_identity(&self) -> bool {
+        self.identity
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+    }
+
+    /// Warns once that the node's restarts cannot be seen.
+    fn unwatched(&self, node: &str, reason: &str) {
+        if !self.unwatched.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                node,
+                reason,
+                "INFO failed on this node, so its restarts cannot be seen: after one, it may \
+                 grant locks it forgot; allow INFO in the ACL, or run the node with appendfsync \
+                 always and turn Builder::restart_guard off"
+            );
+        }
+    }
+
+    /// The node restarted `uptime` ago (or just now, for zero): no vote
+    /// while our keys there may live, nor within a TTL of its start.
+    fn restarted(&self, uptime: Duration) {
+        self.ours_forgotten();
+        self.started(uptime, Duration::ZERO);
+    }
+
+    /// The node started `uptime` ago (taken a second short), lengthened by
+    /// `margin`.
+    fn started(&self, uptime: Duration, margin: Duration) {
+        let now = Moment::now();
+        let since = now
+            .before(uptime.saturating_sub(UPTIME_SLACK))
+            .after(margin);
+        self.forgot(since);
+    }
+
+    /// The node may have forgotten everything up to `moment`.
+    fn forgot(&self, moment: Moment) {
+        self.forgot_at
+            .fetch_max(moment.as_nanos().max(1), Ordering::AcqRel);
+    }
+
+    /// Every key we sent to the node before now may be gone: no vote on
+    /// acquisitions until they would have expired.
+    fn ours_forgotten(&self) {
+        let ours = self.latest_expiry.load(Ordering::Acquire);
+        if Moment::from_nanos(ours).remaining() > Duration::ZERO {
+            self.quarantine.fetch_max(ours, Ordering::AcqRel);
+        }
+    }
+
+    /// On a new connection to a cluster: its primaries, each with its
+    /// identity ([`primary_identity`]) and uptime, and whether it was
+    /// declared born empty (the reason, if `INFO` failed). On every
+    /// connection, the first one included, the youngest primary not
+    /// declared born empty when first met starts the node's memory, as a
+    /// plain node's uptime does. A primary not seen before, once some are
+    /// known, is taken as a failover just now (a replica promoted, or a
+    /// primary restarted): the node is quarantined.
     #[cfg(feature = "cluster")]
-    pub(crate) fn cluster_connected(&self, node: &str, info: Result<Vec<String>, String>) {
-        let ids = match info {
-            Ok(ids) => ids,
+    pub(crate) fn cluster_connected(&self, node: &str, info: Result<Vec<ServerInfo>, String>) {
+        let primaries = match info {
+            Ok(primaries) => primaries,
             Err(reason) => {
                 // Warned as for any node; quarantined if primaries were
                 // known (they could have failed over unseen).
-                self.connected(node, Err(reason));
+                self.unwatched(node, &reason);
                 if self.knows_primaries() {
-                    self.quarantine(node, Duration::ZERO);
+                    self.restarted(Duration::ZERO);
                 }
                 return;
             }
@@ -259,30 +398,33 @@ impl Guard {
         let mut known = self.primaries.lock().unwrap_or_else(|p| p.into_inner());
         let first = known.is_empty();
         let mut new = false;
-        for id in ids {
-            new |= known.insert(id);
+        for primary in primaries {
+            if first && !primary.born_empty {
+                self.started(primary.uptime, Duration::ZERO);
+            }
+            new |= known.insert(primary.identity);
         }
         drop(known);
         if new && !first {
-            self.quarantine(node, Duration::ZERO);
+            self.restarted(Duration::ZERO);
         }
     }
 
-    /// A cluster node granted a key; `primary` is the identity of the
-    /// primary that ran the grant ([`primary_identity`]; the reason, if it
-    /// could not be told). A primary not seen before (a new process, or a
-    /// known one promoted again) has taken over the slot since we last
-    /// looked: it may
-    /// have lost keys replication had not copied, so this grant is no vote
-    /// and the node is quarantined as after a restart just now
-    /// ([`NodeFailure::Restarted`]). A grant whose primary cannot be told
-    /// counts, with a warning once, while no primary is known (as a node
-    /// refusing `INFO` from the start does); once some are known, it is
-    /// taken as a primary not seen before (as a known node that stops
-    /// answering `INFO` is taken as restarted).
+    /// A cluster node granted a key of `life`; `primary` is the identity
+    /// of the primary that ran the grant ([`primary_identity`]; the
+    /// reason, if it could not be told). A primary not seen before (a new
+    /// process, or a known one promoted again) has taken over the slot
+    /// since we last looked: it may have lost keys replication had not
+    /// copied, so this grant is no vote and the node is quarantined as
+    /// after a restart just now ([`NodeFailure::Restarted`]). A grant
+    /// whose primary cannot be told counts, with a warning once, while no
+    /// primary is known (as a node refusing `INFO` from the start does);
+    /// once some are known, it is taken as a primary not seen before (as a
+    /// known node that stops answering `INFO` is taken as restarted).
     pub(crate) fn granted_by(
         &self,
         node: &str,
+        life: Duration,
         primary: Result<String, String>,
     ) -> Result<(), NodeFailure> {
         let primary = match primary {
@@ -297,8 +439,8 @@ impl Guard {
                     );
                 }
                 if self.knows_primaries() {
-                    self.quarantine(node, Duration::ZERO);
-                    return self.check();
+                    self.restarted(Duration::ZERO);
+                    return self.check(node, life);
                 }
                 return Ok(());
             }
@@ -309,50 +451,19 @@ impl Guard {
             .unwrap_or_else(|p| p.into_inner())
             .insert(primary);
         if new {
-            self.quarantine(node, Duration::ZERO);
+            self.restarted(Duration::ZERO);
         }
-        self.check()
+        self.check(node, life)
     }
 
     /// Whether a cluster node's primaries are known (from a connection
     /// whose `INFO` answered).
-    fn knows_primaries(&self) -> bool {
+    pub(crate) fn knows_primaries(&self) -> bool {
         !self
             .primaries
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .is_empty()
-    }
-
-    /// Quarantines the node after a restart `uptime` ago (taken a second
-    /// short); returns for how long.
-    fn quarantine(&self, node: &str, uptime: Duration) -> Duration {
-        self.quarantine_for(node, uptime, Duration::ZERO)
-    }
-
-    /// `quarantine`, the others' term lengthened by `margin`.
-    fn quarantine_for(&self, node: &str, uptime: Duration, margin: Duration) -> Duration {
-        let now = Moment::now();
-        let ours = Moment::from_nanos(self.latest_expiry.load(Ordering::Acquire)).remaining();
-        let longest = self.lives.longest();
-        let theirs = if longest.is_zero() {
-            Duration::ZERO
-        } else {
-            (longest + margin).saturating_sub(uptime.saturating_sub(UPTIME_SLACK))
-        };
-        let no_vote = ours.max(theirs);
-        if !no_vote.is_zero() {
-            self.quarantine
-                .fetch_max(now.after(no_vote).as_nanos(), Ordering::AcqRel);
-            tracing::warn!(
-                node,
-                uptime_s = uptime.as_secs(),
-                no_vote_ms = no_vote.as_millis() as u64,
-                "this node restarted (or cannot say it did not) and may have forgotten locks it \
-                 granted: it gets no vote on acquisitions until they would have expired"
-            );
-        }
-        no_vote
     }
 }
 
@@ -363,9 +474,9 @@ impl Guard {
 /// may have lost keys granted by the other one. Redis draws a new
 /// replication ID at every promotion (and at a start without persistence),
 /// so the pair is new after a failover, a failback, or a restart.
-#[cfg(feature = "cluster")]
+#[cfg(any(feature = "cluster", feature = "sentinel"))]
 pub(crate) fn primary_identity(server: &str, replication: &str) -> Result<String, String> {
-    let run_id = parse_info(server)?.run_id;
+    let (run_id, _) = parse_info(server)?;
     let replid = info_field(replication, "master_replid")
         .filter(|id| !id.is_empty())
         .ok_or_else(|| "no master_replid in the answer to INFO replication".to_owned())?;
@@ -373,14 +484,83 @@ pub(crate) fn primary_identity(server: &str, replication: &str) -> Result<String
 }
 
 /// Reads `run_id` and `uptime_in_seconds` from the text of `INFO server`.
-pub(crate) fn parse_info(text: &str) -> Result<ServerInfo, String> {
+pub(crate) fn parse_info(text: &str) -> Result<(String, Duration), String> {
     let field = |name: &str| info_field(text, name);
     let parsed = (|| {
         let run_id = field("run_id").filter(|id| !id.is_empty())?.to_owned();
         let uptime = Duration::from_secs(field("uptime_in_seconds")?.parse().ok()?);
-        Some(ServerInfo { run_id, uptime })
+        Some((run_id, uptime))
     })();
     parsed.ok_or_else(|| "no run_id or uptime_in_seconds in its answer".to_owned())
+}
+
+/// What the guard learns of a server from the texts of its `INFO server`
+/// and, for a node that fails over, `INFO replication` (its identity is
+/// then the `run_id` with the replication ID, [`primary_identity`]), and
+/// the members of its [`BORN_EMPTY_KEY`] set.
+pub(crate) fn server_info(
+    server: &str,
+    replication: Option<&str>,
+    born_empty: &[String],
+) -> Result<ServerInfo, String> {
+    let (run_id, uptime) = parse_info(server)?;
+    let identity = match replication {
+        #[cfg(any(feature = "cluster", feature = "sentinel"))]
+        Some(replication) => primary_identity(server, replication)?,
+        _ => run_id.clone(),
+    };
+    Ok(ServerInfo {
+        born_empty: born_empty.contains(&run_id),
+        identity,
+        uptime,
+    })
+}
+
+/// What a new plain or Sentinel-managed connection tells the guard: `INFO
+/// server`, `INFO replication` when `replication` (a node that fails
+/// over), and the [`BORN_EMPTY_KEY`] set when `born` (read only when the
+/// node is first met; a refusal of it, by an ACL say, reads as empty).
+/// `Err` only for a connection error; the inner `Err` is why the node
+/// cannot be watched.
+pub(crate) async fn ask<C: redis::aio::ConnectionLike>(
+    conn: &mut C,
+    replication: bool,
+    born: bool,
+) -> Result<Result<ServerInfo, String>, redis::RedisError> {
+    async fn info<C: redis::aio::ConnectionLike>(
+        conn: &mut C,
+        section: &str,
+    ) -> Result<Result<String, String>, redis::RedisError> {
+        match redis::cmd("INFO").arg(section).query_async(conn).await {
+            Ok(text) => Ok(Ok(text)),
+            Err(e) if crate::net::is_connection_error(&e) => Err(e),
+            Err(e) => Ok(Err(e.to_string())),
+        }
+    }
+    let server = match info(conn, "server").await? {
+        Ok(text) => text,
+        Err(reason) => return Ok(Err(reason)),
+    };
+    let replication = match replication {
+        true => match info(conn, "replication").await? {
+            Ok(text) => Some(text),
+            Err(reason) => return Ok(Err(reason)),
+        },
+        false => None,
+    };
+    let born_empty: Vec<String> = match born {
+        true => match redis::cmd("SMEMBERS")
+            .arg(BORN_EMPTY_KEY)
+            .query_async(conn)
+            .await
+        {
+            Ok(members) => members,
+            Err(e) if crate::net::is_connection_error(&e) => return Err(e),
+            Err(_) => Vec::new(),
+        },
+        false => Vec::new(),
+    };
+    Ok(server_info(&server, replication.as_deref(), &born_empty))
 }
 
 #[cfg(test)]
@@ -389,8 +569,16 @@ mod tests {
 
     fn info(run_id: &str, uptime_s: u64) -> Result<ServerInfo, String> {
         Ok(ServerInfo {
-            run_id: run_id.to_owned(),
+            identity: run_id.to_owned(),
             uptime: Duration::from_secs(uptime_s),
+            born_empty: false,
+        })
+    }
+
+    fn born(run_id: &str) -> Result<ServerInfo, String> {
+        Ok(ServerInfo {
+            born_empty: true,
+            ..info(run_id, 0).unwrap()
         })
     }
 
@@ -398,14 +586,24 @@ mod tests {
         Duration::from_secs(n)
     }
 
+    /// How long an acquisition of `life` still gets no vote (zero: it may
+    /// go).
+    fn no_vote(guard: &Guard, life: Duration) -> Duration {
+        match guard.check("n", life) {
+            Ok(()) => Duration::ZERO,
+            Err(NodeFailure::Restarted { remaining }) => remaining,
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn reads_run_id_and_uptime_from_info_server() {
         let text = "# Server\r\nredis_version:7.0.15\r\nrun_id:4f1c9b0e\r\n\
                     tcp_port:7001\r\nuptime_in_seconds:42\r\nuptime_in_days:0\r\n";
-        assert_eq!(parse_info(text), info("4f1c9b0e", 42));
+        assert_eq!(parse_info(text), Ok(("4f1c9b0e".to_owned(), s(42))));
         // A field is matched whole, not by prefix.
         let text = "run_idx:nope\nrun_id:a\nuptime_in_seconds_total:9\nuptime_in_seconds:3\n";
-        assert_eq!(parse_info(text), info("a", 3));
+        assert_eq!(parse_info(text), Ok(("a".to_owned(), s(3))));
         for broken in [
             "",
             "uptime_in_seconds:3\r\n",
@@ -416,9 +614,14 @@ mod tests {
         ] {
             assert!(parse_info(broken).is_err(), "{broken:?}");
         }
+        // Born empty: the set names this very process.
+        let server = "run_id:a\r\nuptime_in_seconds:3\r\n";
+        let members = ["z".to_owned(), "a".to_owned()];
+        assert!(server_info(server, None, &members).unwrap().born_empty);
+        assert!(!server_info(server, None, &members[..1]).unwrap().born_empty);
     }
 
-    #[cfg(feature = "cluster")]
+    #[cfg(any(feature = "cluster", feature = "sentinel"))]
     #[test]
     fn a_primary_is_its_run_id_and_its_replication_id() {
         let server = "# Server\r\nrun_id:p1\r\nuptime_in_seconds:9\r\n";
@@ -439,109 +642,168 @@ mod tests {
             assert!(primary_identity(server, broken).is_err(), "{broken:?}");
         }
         assert!(primary_identity("", before).is_err());
+        // A node that fails over is known by both.
+        assert_eq!(
+            server_info(server, Some(before), &[]).unwrap().identity,
+            "p1/aaa"
+        );
+        assert_eq!(server_info(server, None, &[]).unwrap().identity, "p1");
     }
 
     #[tokio::test(start_paused = true)]
     async fn quarantine_covers_our_keys_exactly_and_others_by_our_ttls() {
         let guard = Guard::new(Arc::default(), None);
-        // First meeting, or the same process: nothing to hold against it.
-        assert_eq!(guard.connected("n", info("a", 0)), Duration::ZERO);
-        assert_eq!(guard.connected("n", info("a", 0)), Duration::ZERO);
-        // No key sent yet: a restart costs nothing.
-        assert_eq!(guard.connected("n", info("b", 0)), Duration::ZERO);
-        guard.check().unwrap();
+        // First met, declared born empty; then the same process: nothing
+        // to hold against it.
+        guard.connected("n", born("a"));
+        guard.connected("n", info("a", 0));
+        assert_eq!(no_vote(&guard, s(3_600)), Duration::ZERO);
 
         // A 30 s key sent now: a restart right away keeps the node out for
-        // 30 s (ours); one 10 s into its life, for the remaining 20 s.
-        guard.admit(Effect::Grant { life: s(30) }).unwrap();
-        assert_eq!(guard.connected("n", info("c", 0)), s(30));
-        assert!(matches!(guard.check(), Err(NodeFailure::Restarted { .. })));
+        // 30 s (ours, and the others' with a TTL like ours).
+        guard.admit("n", Effect::Grant { life: s(30) }).unwrap();
+        guard.connected("n", info("c", 0));
+        assert_eq!(no_vote(&guard, s(1)), s(30));
         // Acquisitions are refused, extensions and releases pass.
-        assert!(guard.admit(Effect::Grant { life: s(1) }).is_err());
-        guard.admit(Effect::Remove).unwrap();
+        assert!(guard.admit("n", Effect::Grant { life: s(1) }).is_err());
+        guard.admit("n", Effect::Remove).unwrap();
+        guard.admit("n", Effect::Refresh { life: s(30) }).unwrap();
         tokio::time::sleep(s(30)).await;
-        guard.check().unwrap();
+        guard.check("n", s(30)).unwrap();
+        // A longer acquisition is held to its own TTL from the restart:
+        // others may use it too.
+        assert_eq!(no_vote(&guard, s(45)), s(15));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_first_connection_is_held_to_the_uptime_too() {
+        // A process that first meets a node up for 5 s (reported 6, a
+        // second high): keys granted before its start may live a TTL past
+        // it, whatever this client did or did not see.
+        let guard = Guard::new(Arc::default(), None);
+        guard.connected("n", info("a", 6));
+        // Knowing no TTL yet, it holds the acquisition's own.
+        assert_eq!(no_vote(&guard, s(60)), s(55));
+        assert_eq!(no_vote(&guard, s(5)), Duration::ZERO);
+        // Up for an hour: nothing.
+        let old = Guard::new(Arc::default(), None);
+        old.connected("n", info("a", 3_600));
+        assert_eq!(no_vote(&old, s(60)), Duration::ZERO);
+        // Declared born empty: nothing it could have forgotten.
+        let new = Guard::new(Arc::default(), None);
+        new.connected("n", born("a"));
+        assert_eq!(no_vote(&new, s(60)), Duration::ZERO);
+        // The declaration counts at the first meeting only: a known node
+        // whose identity changed restarted, whatever it says.
+        new.connected("n", born("b"));
+        assert_eq!(no_vote(&new, s(60)), s(60));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_restart_seen_by_a_read_keeps_its_moment() {
+        // A client that has taken no lock (no TTL known) sees the restart
+        // on a new connection (a read); its first acquisition, 3 s later,
+        // is held to its own TTL from the restart.
+        let guard = Guard::new(Arc::default(), None);
+        guard.connected("n", info("a", 3_600));
+        tokio::time::sleep(s(10)).await;
+        guard.connected("n", info("b", 0));
+        tokio::time::sleep(s(3)).await;
+        assert_eq!(no_vote(&guard, s(60)), s(57));
+        // A later connection to the same process moves nothing.
+        guard.connected("n", info("b", 3));
+        assert_eq!(no_vote(&guard, s(60)), s(57));
     }
 
     #[cfg(feature = "cluster")]
     #[tokio::test(start_paused = true)]
     async fn a_grant_by_a_primary_not_seen_before_is_no_vote() {
         let guard = Guard::new(Arc::default(), None);
-        let ids = |v: &[&str]| Ok(v.iter().map(|s| (*s).to_owned()).collect());
+        let ids = |v: &[&str]| Ok(v.iter().map(|id| born(id).unwrap()).collect());
         // The first connection learns the primaries.
         guard.cluster_connected("c", ids(&["p1", "p2", "p3"]));
-        guard.check().unwrap();
-        guard.admit(Effect::Grant { life: s(10) }).unwrap();
-        guard.granted_by("c", Ok("p2".into())).unwrap();
+        guard.check("c", s(10)).unwrap();
+        guard.admit("c", Effect::Grant { life: s(10) }).unwrap();
+        guard.granted_by("c", s(10), Ok("p2".into())).unwrap();
         // A replica promoted: its grant does not count, and the node is
         // out for the whole TTL from now (uptime taken as 0).
         tokio::time::sleep(s(4)).await;
-        guard.admit(Effect::Grant { life: s(10) }).unwrap();
-        match guard.granted_by("c", Ok("r2".into())) {
+        guard.admit("c", Effect::Grant { life: s(10) }).unwrap();
+        match guard.granted_by("c", s(10), Ok("r2".into())) {
             Err(NodeFailure::Restarted { remaining }) => assert_eq!(remaining, s(10)),
             other => panic!("{other:?}"),
         }
-        assert!(guard.admit(Effect::Grant { life: s(10) }).is_err());
+        assert!(guard.admit("c", Effect::Grant { life: s(10) }).is_err());
         tokio::time::sleep(s(10)).await;
         // Known from now on.
-        guard.admit(Effect::Grant { life: s(10) }).unwrap();
-        guard.granted_by("c", Ok("r2".into())).unwrap();
+        guard.admit("c", Effect::Grant { life: s(10) }).unwrap();
+        guard.granted_by("c", s(10), Ok("r2".into())).unwrap();
         // A new connection that finds a primary not seen trips it too; one
         // that finds only known ones does not.
+        tokio::time::sleep(s(11)).await;
         guard.cluster_connected("c", ids(&["p1", "r2", "p3"]));
-        guard.check().unwrap();
+        guard.check("c", s(10)).unwrap();
         guard.cluster_connected("c", ids(&["p1", "r2", "p4"]));
-        assert!(guard.check().is_err());
+        assert!(guard.check("c", s(10)).is_err());
         // A primary that cannot be told, once primaries are known: it may be
         // one not seen, so the grant is no vote (as a known node that stops
         // answering INFO is taken as restarted).
         tokio::time::sleep(s(11)).await;
-        guard.admit(Effect::Grant { life: s(10) }).unwrap();
+        guard.admit("c", Effect::Grant { life: s(10) }).unwrap();
         assert!(matches!(
-            guard.granted_by("c", Err("NOPERM".into())),
+            guard.granted_by("c", s(10), Err("NOPERM".into())),
             Err(NodeFailure::Restarted { .. })
         ));
         // So is a new connection whose INFO fails.
         tokio::time::sleep(s(11)).await;
-        guard.check().unwrap();
+        guard.check("c", s(10)).unwrap();
         guard.cluster_connected("c", Err("NOPERM".into()));
-        assert!(guard.check().is_err());
+        assert!(guard.check("c", s(10)).is_err());
         // A cluster that never answered INFO is watched by no one: its
         // grants count (warned once).
         let blind = Guard::new(Arc::default(), None);
         blind.cluster_connected("c", Err("NOPERM".into()));
-        blind.admit(Effect::Grant { life: s(10) }).unwrap();
-        blind.granted_by("c", Err("NOPERM".into())).unwrap();
+        blind.admit("c", Effect::Grant { life: s(10) }).unwrap();
+        blind.granted_by("c", s(10), Err("NOPERM".into())).unwrap();
+        // A first connection to a cluster whose youngest primary not
+        // declared born empty is up for 3 s: held to it.
+        let young = Guard::new(Arc::default(), None);
+        let mut primaries: Vec<ServerInfo> = ["p1", "p2"].map(|id| born(id).unwrap()).into();
+        primaries.push(info("p3", 4).unwrap());
+        young.cluster_connected("c", Ok(primaries));
+        assert_eq!(no_vote(&young, s(10)), s(7));
     }
 
     #[tokio::test(start_paused = true)]
     async fn one_long_ttl_stops_counting_once_its_key_could_have_expired() {
         let guard = Guard::new(Arc::default(), None);
-        guard.connected("n", info("a", 0));
-        guard.admit(Effect::Grant { life: s(60) }).unwrap();
+        guard.connected("n", born("a"));
+        guard.admit("n", Effect::Grant { life: s(60) }).unwrap();
         tokio::time::sleep(s(61)).await;
-        guard.admit(Effect::Grant { life: s(2) }).unwrap();
+        guard.admit("n", Effect::Grant { life: s(2) }).unwrap();
         // Our last key has 2 s left; others are assumed to use 2 s TTLs
         // too, granted up to the restart 0–1 s ago.
-        let no_vote = guard.connected("n", info("b", 0));
-        assert_eq!(no_vote, s(2));
+        guard.connected("n", info("b", 0));
+        assert_eq!(no_vote(&guard, s(1)), s(2));
         // Up for 10 s: others' keys are gone; ours is gone too.
         tokio::time::sleep(s(3)).await;
-        assert_eq!(guard.connected("n", info("c", 10)), Duration::ZERO);
+        guard.connected("n", info("c", 10));
+        assert_eq!(no_vote(&guard, s(1)), Duration::ZERO);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_known_node_that_stops_answering_info_is_taken_as_restarted() {
         let guard = Guard::new(Arc::default(), None);
         // Never answered: cannot be watched, votes as usual.
-        assert_eq!(guard.connected("n", Err("NOPERM".into())), Duration::ZERO);
-        guard.connected("n", info("a", 0));
-        guard.admit(Effect::Grant { life: s(10) }).unwrap();
+        guard.connected("n", Err("NOPERM".into()));
+        assert_eq!(no_vote(&guard, s(10)), Duration::ZERO);
+        guard.connected("n", born("a"));
+        guard.admit("n", Effect::Grant { life: s(10) }).unwrap();
         // Answered before: a failure now could hide a restart.
-        assert_eq!(guard.connected("n", Err("NOPERM".into())), s(10));
-        assert!(matches!(guard.check(), Err(NodeFailure::Restarted { .. })));
+        guard.connected("n", Err("NOPERM".into()));
+        assert_eq!(no_vote(&guard, s(1)), s(10));
         tokio::time::sleep(s(10)).await;
-        guard.check().unwrap();
+        guard.check("n", s(1)).unwrap();
     }
 
     #[tokio::test(start_paused = true)]
@@ -549,10 +811,11 @@ mod tests {
         let lives = Arc::new(Lives::default());
         let quiet = Guard::new(lives.clone(), None);
         let busy = Guard::new(lives, None);
-        quiet.connected("n", info("a", 0));
-        busy.admit(Effect::Grant { life: s(2) }).unwrap();
-        busy.admit(Effect::Refresh { life: s(60) }).unwrap();
-        assert_eq!(quiet.connected("n", info("b", 1)), s(60));
+        quiet.connected("n", born("a"));
+        busy.admit("m", Effect::Grant { life: s(2) }).unwrap();
+        busy.admit("m", Effect::Refresh { life: s(60) }).unwrap();
+        quiet.connected("n", info("b", 1));
+        assert_eq!(no_vote(&quiet, s(1)), s(60));
     }
 
     #[tokio::test(start_paused = true)]
@@ -562,11 +825,12 @@ mod tests {
         let lives = Arc::new(Lives::default());
         let quiet = Guard::new(lives.clone(), None);
         let busy = Guard::new(lives, None);
-        quiet.connected("n", info("a", 0));
-        busy.admit(Effect::Grant { life: s(30) }).unwrap();
+        quiet.connected("n", born("a"));
+        busy.admit("m", Effect::Grant { life: s(30) }).unwrap();
         tokio::time::sleep(s(5)).await;
         // Restarted 10 s ago (reported 11, a second high): 20 s left.
-        assert_eq!(quiet.connected("n", info("b", 11)), s(20));
+        quiet.connected("n", info("b", 11));
+        assert_eq!(no_vote(&quiet, s(1)), s(20));
     }
 
     #[tokio::test(start_paused = true)]
@@ -575,35 +839,35 @@ mod tests {
         let primary = Guard::new(lives.clone(), Some(s(3)));
         let busy = Guard::new(lives, None);
         primary.connected("n", info("old-primary", 500));
-        busy.admit(Effect::Grant { life: s(30) }).unwrap();
+        busy.admit("m", Effect::Grant { life: s(30) }).unwrap();
         tokio::time::sleep(s(5)).await;
         // The promoted replica has run for an hour: as a plain server's
         // restart that would say every key of the others is gone; as a
         // failover it keeps the node out for the whole longest TTL from now,
         // and the margin (3 s here) for clients still on the old primary.
-        assert_eq!(primary.connected("n", info("promoted", 3_600)), s(33));
-        assert!(matches!(
-            primary.check(),
-            Err(NodeFailure::Restarted { .. })
-        ));
+        primary.connected("n", info("promoted", 3_600));
+        assert_eq!(no_vote(&primary, s(1)), s(33));
         tokio::time::sleep(s(32)).await;
-        assert!(primary.check().is_err());
+        assert!(primary.check("n", s(1)).is_err());
         tokio::time::sleep(s(1)).await;
-        primary.check().unwrap();
-        // A longer TTL since: the others' term grows with it.
-        primary.admit(Effect::Grant { life: s(40) }).unwrap();
+        primary.check("n", s(1)).unwrap();
+        // A longer TTL since: the others' term grows with it. (This node
+        // would hold a 40 s acquisition to its own TTL from the failover.)
+        assert_eq!(no_vote(&primary, s(40)), s(10));
+        busy.admit("m", Effect::Grant { life: s(40) }).unwrap();
         tokio::time::sleep(s(1)).await;
-        assert_eq!(primary.connected("n", info("old-primary", 9_999)), s(43));
-        // The same server again (a reconnect): nothing.
-        assert_eq!(
-            primary.connected("n", info("old-primary", 9_999)),
-            Duration::ZERO
-        );
+        primary.connected("n", info("old-primary", 9_999));
+        assert_eq!(no_vote(&primary, s(1)), s(43));
+        // The same server again (a reconnect): nothing more.
+        tokio::time::sleep(s(43)).await;
+        primary.connected("n", info("old-primary", 9_999));
+        assert_eq!(no_vote(&primary, s(1)), Duration::ZERO);
         // A plain server up for an hour after a restart: nothing.
         let plain = Guard::new(Arc::default(), None);
-        plain.connected("n", info("a", 0));
-        plain.admit(Effect::Grant { life: s(1) }).unwrap();
+        plain.connected("n", born("a"));
+        plain.admit("n", Effect::Grant { life: s(1) }).unwrap();
         tokio::time::sleep(s(2)).await;
-        assert_eq!(plain.connected("n", info("b", 3_600)), Duration::ZERO);
+        plain.connected("n", info("b", 3_600));
+        assert_eq!(no_vote(&plain, s(1)), Duration::ZERO);
     }
 }

@@ -267,11 +267,13 @@ impl Node {
         &self.inner.endpoint
     }
 
-    /// Why the node's word on a lock's absence is not to be taken: it
-    /// restarted lately and may have forgotten keys (the restart guard's
-    /// quarantine), if the guard is on and saw it.
-    pub(crate) fn quarantined(&self) -> Option<NodeFailure> {
-        self.inner.guard.as_ref().and_then(|g| g.check().err())
+    /// Why the node's word on the absence of a key of `life` is not to be
+    /// taken: it restarted less than `life` (or the longest TTL we use)
+    /// ago and may have forgotten it (the restart guard's quarantine), if
+    /// the guard is on and saw it.
+    pub(crate) fn quarantined(&self, life: Duration) -> Option<NodeFailure> {
+        let guard = self.inner.guard.as_ref()?;
+        guard.check(&self.inner.name, life).err()
     }
 
     /// How requests to the node are bounded.
@@ -301,7 +303,7 @@ impl Node {
         queue: Duration,
     ) -> impl Future<Output = Result<Value, NodeFailure>> + Send + 'static + use<> {
         let admitted = match &self.inner.guard {
-            Some(guard) => guard.admit(command.effect),
+            Some(guard) => guard.admit(&self.inner.name, command.effect),
             None => Ok(()),
         };
         let inner = self.inner.clone();
@@ -493,7 +495,8 @@ impl Inner {
                     conn.heard(sent);
                     if let (Some(guard), Some(primary)) = (&self.guard, primary) {
                         // A cluster's grant, by a primary we may not know.
-                        guard.granted_by(&self.name, primary)?;
+                        let life = command.effect.life().unwrap_or_default();
+                        guard.granted_by(&self.name, life, primary)?;
                     }
                     return Ok(reply);
                 }
@@ -513,7 +516,7 @@ impl Inner {
     /// after it.
     fn admit_again(&self, effect: Effect) -> Result<(), NodeFailure> {
         match (&self.guard, effect) {
-            (Some(guard), Effect::Grant { .. }) => guard.check(),
+            (Some(guard), Effect::Grant { life }) => guard.check(&self.name, life),
             _ => Ok(()),
         }
     }
@@ -659,23 +662,20 @@ impl Inner {
         let (mut conn, primary) = self.endpoint.connect(&config).await?;
         #[cfg(feature = "cluster")]
         if let (Some(guard), CommandConn::Cluster(cluster)) = (&self.guard, &mut conn) {
-            let info = match cluster::primaries(cluster).await {
-                Ok(ids) => Ok(ids),
+            let born = !guard.knows_primaries();
+            let info = match cluster::primaries(cluster, born).await {
+                Ok(primaries) => Ok(primaries),
                 Err(e) if is_connection_error(&e) => return Err(classify(&e)),
                 Err(e) => Err(e.to_string()),
             };
             guard.cluster_connected(&self.name, info);
         }
         if let (Some(guard), CommandConn::Plain(_)) = (&self.guard, &conn) {
-            let reply: Result<String, RedisError> = redis::cmd("INFO")
-                .arg("server")
-                .query_async(&mut conn)
-                .await;
-            let info = match reply {
-                Ok(text) => guard::parse_info(&text),
-                Err(e) if is_connection_error(&e) => return Err(classify(&e)),
-                Err(e) => Err(e.to_string()),
-            };
+            let fails_over = self.endpoint.fails_over();
+            let born = !guard.knows_identity();
+            let info = guard::ask(&mut conn, fails_over, born)
+                .await
+                .map_err(|e| classify(&e))?;
             guard.connected(&self.name, info);
         }
         tracing::debug!(node = %self.name, generation, "connected");
@@ -1075,20 +1075,15 @@ mod tests {
 
         assert!(sent(node.run(&acquire, vote, None, limits.connect).await));
         let guard = node.inner.guard.as_ref().unwrap();
-        guard.connected(
-            "n",
+        let info = |id: &str| {
             Ok(guard::ServerInfo {
-                run_id: "a".into(),
+                identity: id.into(),
                 uptime: Duration::ZERO,
-            }),
-        );
-        guard.connected(
-            "n",
-            Ok(guard::ServerInfo {
-                run_id: "b".into(),
-                uptime: Duration::ZERO,
-            }),
-        );
+                born_empty: id == "a",
+            })
+        };
+        guard.connected("n", info("a"));
+        guard.connected("n", info("b"));
         match node.run(&acquire, vote, None, limits.connect).await {
             Err(NodeFailure::Restarted { remaining }) => {
                 assert!(remaining > Duration::from_millis(1_400), "{remaining:?}");

@@ -13,7 +13,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use redquorum::local_cluster::{Reply, command_with_timeout};
+use redquorum::local_cluster::{Reply, command_with_timeout, declare_born_empty};
 
 /// The host ports of the five services, `redis1`..`redis5`.
 pub const PORTS: [u16; 5] = [7001, 7002, 7003, 7004, 7005];
@@ -36,6 +36,11 @@ impl Compose {
         };
         compose.run(&["up", "-d"]);
         await_ping(&PORTS);
+        // Brought up empty: nothing for the restart guard to hold against
+        // their young uptime. A container restarted later is not declared.
+        for port in PORTS {
+            declare_born_empty(port, &[port]).expect("declare the node born empty");
+        }
         compose
     }
 
