@@ -47,6 +47,11 @@
 //!
 //! One `lock()` call in `cancel_one_in` (inner holds included) is dropped
 //! after a random 0–2 ms instead of awaited.
+//!
+//! What a process does before its tasks start is its `first` step (see
+//! [`First`]): nothing, a read of every resource (`status()`), or a read,
+//! an idle wait past the TTL and a second read; each read is logged. The
+//! newcomers of the `come_and_go` scenarios use the last two.
 
 use std::io::Write;
 use std::sync::{Arc, LazyLock, Mutex};
@@ -82,6 +87,8 @@ pub struct Spec {
     pub fence_floor: bool,
     /// The permits a semaphore's holders ask for.
     pub permits: u32,
+    /// What the process does before its tasks start.
+    pub first: First,
     pub prefix: String,
     /// Names this process in the history.
     pub name: String,
@@ -109,6 +116,7 @@ impl Spec {
             format!("wake_on_release={}", self.wake_on_release),
             format!("fence_floor={}", self.fence_floor),
             format!("permits={}", self.permits),
+            format!("first={}", self.first.name()),
             format!("prefix={}", self.prefix),
             format!("name={}", self.name),
             format!("history={}", self.history),
@@ -141,6 +149,7 @@ impl Spec {
             wake_on_release: get("wake_on_release") == "true",
             fence_floor: get("fence_floor") == "true",
             permits: n("permits") as u32,
+            first: First::parse(&get("first")),
             prefix: get("prefix"),
             name: get("name"),
             history: get("history"),
@@ -174,6 +183,15 @@ pub fn main(spec: Spec) {
         let events = Arc::new(Mutex::new(Vec::new()));
         let spec = Arc::new(spec);
         let end = Instant::now() + spec.run;
+        match spec.first {
+            First::Lock => {}
+            First::Read => read_all(&redlock, &spec, &events).await,
+            First::Idle => {
+                read_all(&redlock, &spec, &events).await;
+                tokio::time::sleep(First::idle(spec.ttl)).await;
+                read_all(&redlock, &spec, &events).await;
+            }
+        }
         let tasks: Vec<_> = (0..spec.tasks)
             .map(|t| {
                 let task = Task {
@@ -201,6 +219,65 @@ pub fn main(spec: Spec) {
             writeln!(file, "{e}").unwrap();
         }
     });
+}
+
+/// What a process does before its tasks lock (`Spec::first`): the
+/// newcomers of the `come_and_go` scenarios meet the nodes through a read,
+/// or meet them, wait past the TTL (over a restart, often) and meet them
+/// again, before they take anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum First {
+    /// Nothing: the tasks lock at once.
+    Lock,
+    /// A read of every resource (`Redlock::status`; an election's
+    /// candidate reads `leader()` or `observe()`), then the tasks lock.
+    Read,
+    /// A read, an idle wait of [`First::idle`] (longer than the TTL),
+    /// another read, then the tasks lock.
+    Idle,
+}
+
+impl First {
+    pub const ALL: [First; 3] = [First::Lock, First::Read, First::Idle];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            First::Lock => "lock",
+            First::Read => "read",
+            First::Idle => "idle",
+        }
+    }
+
+    pub fn parse(s: &str) -> First {
+        First::ALL
+            .into_iter()
+            .find(|f| f.name() == s)
+            .unwrap_or_else(|| panic!("no first step {s:?}"))
+    }
+
+    /// How long an idle process waits between its two reads, for locks of
+    /// `ttl`: past the TTL, so that a key it saw may have expired.
+    pub fn idle(ttl: Duration) -> Duration {
+        ttl + Duration::from_millis(300)
+    }
+}
+
+/// Reads every resource of the pool once (`Redlock::status`) and logs what
+/// a majority of nodes said: `free`, `held`, or `unclear`.
+async fn read_all(redlock: &Redlock, spec: &Spec, events: &Mutex<Vec<Event>>) {
+    for r in 0..spec.resources {
+        let status = redlock.status(&format!("r{r}")).await;
+        let outcome = if status.holder().is_some() {
+            "held"
+        } else if status.is_free() {
+            "free"
+        } else {
+            "unclear"
+        };
+        events.lock().unwrap().push(Event::Read {
+            outcome: outcome.to_owned(),
+        });
+    }
 }
 
 /// What a client locks: its `kind` of lock, and how it uses it.

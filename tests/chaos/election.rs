@@ -23,6 +23,11 @@
 //! until they resign, whatever `is_lost` says: "holding the key is
 //! leading"), while their processes are frozen past the TTL: the checker
 //! must find overlaps.
+//!
+//! `election_come_and_go` runs the faults of the `come_and_go` scenarios
+//! (see there) with candidates that join during the run: some campaign at
+//! once, some read the election first (`leader()`, or the first item of
+//! `observe()`), some read it, idle past the TTL and read it again.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -31,6 +36,7 @@ use std::time::{Duration, Instant};
 
 use redquorum::Redlock;
 
+use crate::client::First;
 use crate::history::now_ns;
 use crate::scenarios::{for_the_run, partition_once, sleep_ms};
 
@@ -62,6 +68,11 @@ pub struct Spec {
     pub history: String,
     /// The negative control: lead until resigning, whatever `is_lost` says.
     pub ignore_lost: bool,
+    /// What the candidate does before it first campaigns: a newcomer of
+    /// `election_come_and_go` may read the election first (`leader()` or
+    /// the first item of `observe()`), or read, idle past the TTL and read
+    /// again (`First::Idle`, with `leader()`).
+    pub first: First,
 }
 
 impl Spec {
@@ -75,6 +86,7 @@ impl Spec {
             format!("name={}", self.name),
             format!("history={}", self.history),
             format!("ignore_lost={}", self.ignore_lost),
+            format!("first={}", self.first.name()),
         ]
         .join(";")
     }
@@ -96,6 +108,7 @@ impl Spec {
             name: get("name"),
             history: get("history"),
             ignore_lost: get("ignore_lost") == "true",
+            first: First::parse(&get("first")),
         }
     }
 }
@@ -113,6 +126,9 @@ enum Line {
     },
     /// A campaign that failed (its error's kind).
     Failed { cause: String },
+    /// A read of the election before the first campaign: `<how>/<what>`,
+    /// `leader` or `observe`, and `free`, `led` or `unclear`.
+    Read { what: String },
 }
 
 impl Line {
@@ -125,6 +141,7 @@ impl Line {
                 lost,
             } => format!("led {term} {start} {end} {lost}"),
             Line::Failed { cause } => format!("failed {cause}"),
+            Line::Read { what } => format!("read {what}"),
         }
     }
 
@@ -140,6 +157,9 @@ impl Line {
             },
             "failed" => Line::Failed {
                 cause: f[1..].join(" "),
+            },
+            "read" => Line::Read {
+                what: f[1..].join(" "),
             },
             _ => panic!("a history line {s:?}"),
         }
@@ -159,6 +179,39 @@ pub fn main(spec: Spec) {
             .expect("candidate Redlock");
         let end = Instant::now() + spec.run;
         let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let read = |observe: bool| {
+            let redlock = redlock.clone();
+            let lines = lines.clone();
+            async move {
+                let (how, seen) = if observe {
+                    let mut observer = redlock.observe(NAME);
+                    let first = tokio::time::timeout(Duration::from_secs(1), observer.next()).await;
+                    ("observe", first.ok().flatten().map(|l| l.is_some()))
+                } else {
+                    (
+                        "leader",
+                        redlock.leader(NAME).await.ok().map(|l| l.is_some()),
+                    )
+                };
+                let what = match seen {
+                    Some(true) => "led",
+                    Some(false) => "free",
+                    None => "unclear",
+                };
+                lines.lock().unwrap().push(Line::Read {
+                    what: format!("{how}/{what}"),
+                });
+            }
+        };
+        match spec.first {
+            First::Lock => {}
+            First::Read => read(rand::random_bool(0.5)).await,
+            First::Idle => {
+                read(false).await;
+                tokio::time::sleep(First::idle(spec.ttl)).await;
+                read(false).await;
+            }
+        }
         while let Some(left) = end.checked_duration_since(Instant::now()) {
             let campaign = redlock
                 .campaign(NAME, spec.name.clone(), spec.ttl)
@@ -243,6 +296,10 @@ pub struct Verdict {
     /// Lags from a leadership's start to each observer's sighting, sorted.
     pub lags: Vec<Duration>,
     pub failed: BTreeMap<String, usize>,
+    /// Failed campaigns, per process.
+    pub failed_by: BTreeMap<usize, usize>,
+    /// Reads before the first campaign, by `<how>/<what>` (`Line::Read`).
+    pub reads: BTreeMap<String, usize>,
 }
 
 impl Verdict {
@@ -268,7 +325,11 @@ fn check(histories: &[Vec<Line>], saw: &[(u64, u64)], observed_until: u64) -> Ve
                     end,
                     lost,
                 } => v.led.push((p, *term, *start, *end, *lost)),
-                Line::Failed { cause } => *v.failed.entry(cause.clone()).or_default() += 1,
+                Line::Failed { cause } => {
+                    *v.failed.entry(cause.clone()).or_default() += 1;
+                    *v.failed_by.entry(p).or_default() += 1;
+                }
+                Line::Read { what } => *v.reads.entry(what.clone()).or_default() += 1,
             }
         }
     }
@@ -309,6 +370,9 @@ struct Candidates {
     children: Vec<Child>,
     histories: Vec<std::path::PathBuf>,
     dir: std::path::PathBuf,
+    /// What every candidate of the run shares (name, history and first
+    /// step aside).
+    template: Spec,
     /// This process's observer: its runtime and what it saw.
     observer: (tokio::runtime::Runtime, Sightings),
 }
@@ -321,32 +385,20 @@ impl Candidates {
         run: Duration,
         ignore_lost: bool,
     ) -> Candidates {
-        let exe = std::env::current_exe().expect("current exe");
         let dir =
             std::env::temp_dir().join(format!("redquorum-elect-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let mut children = Vec::new();
-        let mut histories = Vec::new();
-        for p in 0..3 {
-            let history = dir.join(format!("c{p}.history"));
-            let spec = Spec {
-                nodes: nodes.to_vec(),
-                ttl,
-                node_timeout: Duration::from_millis(50),
-                run,
-                prefix: format!("chaos:{name}:"),
-                name: format!("c{p}"),
-                history: history.to_str().unwrap().to_owned(),
-                ignore_lost,
-            };
-            children.push(
-                Command::new(&exe)
-                    .env(CANDIDATE, spec.encode())
-                    .spawn()
-                    .expect("a candidate process"),
-            );
-            histories.push(history);
-        }
+        let template = Spec {
+            nodes: nodes.to_vec(),
+            ttl,
+            node_timeout: Duration::from_millis(50),
+            run,
+            prefix: format!("chaos:{name}:"),
+            name: String::new(),
+            history: String::new(),
+            ignore_lost,
+            first: First::Lock,
+        };
         let rt = tokio::runtime::Runtime::new().expect("the observer's runtime");
         let saw = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let redlock = Redlock::builder()
@@ -365,12 +417,38 @@ impl Candidates {
                 }
             }
         });
-        Candidates {
-            children,
-            histories,
+        let mut candidates = Candidates {
+            children: Vec::new(),
+            histories: Vec::new(),
             dir,
+            template,
             observer: (rt, saw),
+        };
+        for p in 0..3 {
+            candidates.join(&format!("c{p}"), First::Lock, run);
         }
+        candidates
+    }
+
+    /// Starts a candidate process named `name` (its identity), which does
+    /// `first` first and campaigns until `run` from now.
+    fn join(&mut self, name: &str, first: First, run: Duration) {
+        let exe = std::env::current_exe().expect("current exe");
+        let history = self.dir.join(format!("{name}.history"));
+        let spec = Spec {
+            name: name.to_owned(),
+            history: history.to_str().unwrap().to_owned(),
+            first,
+            run,
+            ..self.template.clone()
+        };
+        self.children.push(
+            Command::new(&exe)
+                .env(CANDIDATE, spec.encode())
+                .spawn()
+                .expect("a candidate process"),
+        );
+        self.histories.push(history);
     }
 
     fn pids(&self) -> Vec<u32> {
@@ -591,6 +669,63 @@ fn leader_frozen(name: &str, run: Duration, ignore_lost: bool) {
         failovers.iter().all(Option::is_some) && worst <= TTL + FAILOVER_BOUND,
         "a failover took longer than TTL + {FAILOVER_BOUND:?}: {failovers:?}"
     );
+}
+
+/// Candidates that come and go while nodes restart: the faults and the
+/// newcomers of the `come_and_go` scenarios (see `come_and_go`), with three
+/// long-lived candidates, and newcomers that campaign at once, read the
+/// election first (`leader()`, or the first item of `observe()`), or read
+/// it, idle past the TTL and read it again before they campaign.
+pub fn come_and_go(secs: Duration) {
+    use crate::come_and_go::{TTL, churn, load_time};
+    let run = load_time(secs);
+    let mut c = common::cluster(5);
+    let mut candidates = Candidates::start("election_come_and_go", &c.urls(), TTL, run, false);
+    let churn = churn(&mut c, run, |n, first, life| {
+        candidates.join(&format!("n{n}"), first, life);
+    });
+    let v = candidates.finish();
+    churn.print();
+    // The three long-lived candidates are processes 0-2.
+    let newcomer = |p: usize| p >= 3;
+    let led = v.led.iter().filter(|l| newcomer(l.0)).count();
+    let failed: usize = v
+        .failed_by
+        .iter()
+        .filter(|(p, _)| newcomer(**p))
+        .map(|(_, n)| n)
+        .sum();
+    let ttl = TTL.as_nanos() as u64;
+    let after_restart = |start: u64| {
+        churn
+            .restarted_at
+            .iter()
+            .any(|&at| (at..at + ttl).contains(&start))
+    };
+    let within = v
+        .led
+        .iter()
+        .filter(|l| newcomer(l.0) && after_restart(l.2))
+        .count();
+    println!(
+        "   newcomers: {led} leaderships ({within} begun within one TTL of a restart), {failed} failed campaigns; reads before campaigning: {:?}",
+        v.reads
+    );
+    let mut theirs = 0;
+    for (i, a) in v.led.iter().enumerate() {
+        for b in &v.led[i + 1..] {
+            if b.2 < a.3 && a.0 != b.0 && (newcomer(a.0) || newcomer(b.0)) {
+                theirs += 1;
+            }
+        }
+    }
+    println!(
+        "   overlapping leaderships with a newcomer as one of the two: {theirs} of {}",
+        v.overlaps
+    );
+    report(&v, false);
+    assert!(churn.cycles > 0, "no restart in the run");
+    assert!(churn.newcomers() > 0, "no newcomer in the run");
 }
 
 /// The checker's own checks (run as part of `checker`): overlaps of two

@@ -80,6 +80,10 @@ pub enum Event {
         token: u64,
         access: Access,
     },
+    /// A read of a resource before the process locked anything
+    /// (`Redlock::status`): what a majority of nodes said, `free`, `held`
+    /// or `unclear`.
+    Read { outcome: String },
 }
 
 /// What the fenced register did with an access (see `Event::Fenced`).
@@ -139,6 +143,7 @@ impl fmt::Display for Event {
                 token,
                 access,
             } => write!(f, "fenced {resource} {token} {}", access.name()),
+            Event::Read { outcome } => write!(f, "read {outcome}"),
         }
     }
 }
@@ -189,6 +194,7 @@ impl Event {
                     .find(|a| w.get(3) == Some(&a.name()))
                     .ok_or_else(|| format!("bad history line {line:?}"))?,
             },
+            Some("read") => Event::Read { outcome: s(1)? },
             _ => return Err(format!("bad history line {line:?}")),
         })
     }
@@ -281,6 +287,8 @@ pub struct Verdict {
     pub shared_overlaps: usize,
     /// Paused holders during whose pause another client took the resource.
     pub moved_on: usize,
+    /// Reads before locking, by what a majority said (`Event::Read`).
+    pub reads: BTreeMap<String, usize>,
     pub paused: usize,
     /// When the load ran, on the history's clock.
     pub window: (u64, u64),
@@ -339,6 +347,7 @@ impl Verdict {
                     Access::Refused => v.refused_writes += 1,
                     Access::ReadRefused => v.refused_reads += 1,
                 },
+                Event::Read { outcome } => *v.reads.entry(outcome).or_default() += 1,
             }
         }
         v.latencies_us.sort_unstable();
@@ -569,6 +578,9 @@ pub mod self_test {
             access("r2", 7, Access::Wrote),
             access("r2", 7, Access::Refused),
             access("r2", 7, Access::ReadRefused),
+            Event::Read {
+                outcome: "free".into(),
+            },
         ];
         for e in events {
             assert_eq!(Event::parse(&e.to_string()), Ok(e));

@@ -17,9 +17,17 @@
 //! the scenario after the underscore on the other lock kinds (the table in
 //! `scenarios`).
 //!
+//! The `come_and_go` scenarios (`come_and_go`) add client processes that
+//! join the load during the run, some right after a restart, and so meet
+//! restarted nodes for the first time: every lock kind but `multi`, and
+//! leader election, with the restart guard on (no violation), and a
+//! negative control with it off (`control_come_and_go_unguarded`). Each
+//! loads the cluster for 60% of the usual time.
+//!
 //! ```text
 //! cargo test --test chaos                     # every scenario, ~10 s each
 //! cargo test --test chaos -- kill freeze     # those whose name contains a word
+//! cargo test --test chaos -- come_and_go     # clients that come and go (7 runs)
 //! cargo test --test chaos -- reentrant multi fenced # the other lock kinds
 //! cargo test --test chaos -- kill --skip election   # all but those with a word
 //! REDQUORUM_CHAOS_SECS=60 cargo test --test chaos   # longer runs
@@ -29,6 +37,7 @@
 //! process, run again with `REDQUORUM_CHAOS_CLIENT` set.
 
 mod client;
+mod come_and_go;
 #[path = "../common/mod.rs"]
 mod common;
 mod election;
@@ -97,11 +106,13 @@ fn main() {
     let mut failed = Vec::new();
     for case in chosen {
         println!("\n== {}: {}", case.name, case.about);
+        let began = std::time::Instant::now();
         let outcome = std::panic::catch_unwind(|| case.run(secs));
+        let took = began.elapsed().as_secs_f64();
         match outcome {
-            Ok(()) => println!("   PASS {}", case.name),
+            Ok(()) => println!("   PASS {} ({took:.1} s)", case.name),
             Err(_) => {
-                println!("   FAIL {}", case.name);
+                println!("   FAIL {} ({took:.1} s)", case.name);
                 failed.push(case.name.as_str());
             }
         }

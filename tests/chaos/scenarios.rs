@@ -13,6 +13,21 @@
 //! | `cancel` | yes | yes | yes | | |
 //! | `pause` | yes | | | yes: paused holders write after the pause; the plain register loses updates, the fenced one refuses the stale writes | yes |
 //! | `partition` | yes | | | | yes: at most 2 holders of 2 permits at once, 2 seen at once |
+//! | `come_and_go` | yes | yes | | yes | yes |
+//!
+//! `come_and_go` (see `come_and_go`) restarts two nodes empty, then two of
+//! the three others 50–200 ms later, in cycles the TTL and 1.5 s apart,
+//! while new client processes join the load: right after each restart and
+//! every second or so, living a few seconds, some locking at once, some
+//! reading every resource first (`status()`), some reading, idling past
+//! the TTL and reading again before they lock. A newcomer meets restarted
+//! nodes for the first time, and its guard has no earlier `run_id` to
+//! compare: a newcomer refused for up to a TTL after a restart is counted
+//! in the figures, a second holder is a failure. It runs on `rwlock_` too,
+//! and `election_come_and_go` runs it with candidates that join (reading
+//! `leader()` or `observe()` first). `control_come_and_go_unguarded` is
+//! its negative control: the mutex's run with the restart guard off in
+//! every process, which must show violations.
 //!
 //! `sentinel_failover` runs the plain lock over three Sentinel-managed
 //! nodes (`redquorum::local_sentinel`): `SENTINEL FAILOVER` and killed
@@ -50,7 +65,7 @@ use std::time::{Duration, Instant};
 use redquorum::local_cluster::{LocalCluster, Reply, command};
 use redquorum::local_sentinel::LocalSentinels;
 
-use crate::client::{self, Kind, Spec};
+use crate::client::{self, First, Kind, Spec};
 use crate::history::{Event, Verdict, now_ns};
 use crate::{CLIENT, pick};
 
@@ -87,6 +102,16 @@ const PAUSE_KINDS: &[Kind] = &[Kind::Mutex, Kind::Fenced, Kind::Semaphore, Kind:
 /// writers, each with its own layout of the lock key (and the read-write
 /// lock's writers' intents) to be left clean once healed.
 const PARTITION_KINDS: &[Kind] = &[Kind::Mutex, Kind::Semaphore, Kind::Rwlock];
+/// The kinds of `come_and_go`: every kind but `multi` (whose sets go
+/// through the same acquisition path as the mutex, and whose run would add
+/// another 8 s to the family).
+const COME_AND_GO_KINDS: &[Kind] = &[
+    Kind::Mutex,
+    Kind::Reentrant,
+    Kind::Fenced,
+    Kind::Semaphore,
+    Kind::Rwlock,
+];
 
 /// One run of a scenario, with one kind of lock.
 pub struct Case {
@@ -158,6 +183,21 @@ pub const ALL: &[Scenario] = &[
         name: "restart_at_once_guarded",
         about: "the same restarts with the restart guard on (the default): no violation",
         run: Run::Once(restart_at_once_guarded),
+    },
+    Scenario {
+        name: "control_come_and_go_unguarded",
+        about: "NEGATIVE CONTROL: come_and_go's restarts and newcomers with the restart guard off in every process; the checker must report violations",
+        run: Run::Once(crate::come_and_go::control_unguarded),
+    },
+    Scenario {
+        name: "come_and_go",
+        about: "clients that come and go during restarts: in cycles, two nodes killed and restarted empty, two of the others 50-200 ms later, then the TTL and 1.5 s of calm; new client processes start right after each restart and every second or so, living a few seconds, some reading first (status), some idling past the TTL between two reads before locking (guard on: no violation; a newcomer refused for up to a TTL after a restart is counted, not a failure)",
+        run: Run::Kinds(COME_AND_GO_KINDS, crate::come_and_go::come_and_go),
+    },
+    Scenario {
+        name: "election_come_and_go",
+        about: "leader election with come_and_go's restarts and newcomers: candidates that join during the run, some reading leader() or observe() first, some idling past the TTL between two reads before campaigning; at most one leader at a time",
+        run: Run::Once(crate::election::come_and_go),
     },
     Scenario {
         name: "kill",
@@ -883,8 +923,8 @@ fn compose_chaos(secs: Duration) {
 // The load
 
 /// The client processes' settings, and the register they share.
-struct Load {
-    spec: Spec,
+pub(crate) struct Load {
+    pub(crate) spec: Spec,
     register: LocalCluster,
     processes: usize,
     /// How many holders of a resource at once the checker allows: 1, or a
@@ -902,7 +942,7 @@ impl Load {
     /// `new` for the scenario `fault` with locks of `kind`. Sets of
     /// resources are drawn from five, so that some are disjoint and held at
     /// once.
-    fn of(kind: Kind, fault: &str, cluster: &LocalCluster, run: Duration) -> Load {
+    pub(crate) fn of(kind: Kind, fault: &str, cluster: &LocalCluster, run: Duration) -> Load {
         Load::of_nodes(kind, fault, cluster.urls(), run)
     }
 
@@ -939,6 +979,7 @@ impl Load {
                 wake_on_release: true,
                 fence_floor: true,
                 permits: 2,
+                first: First::Lock,
                 prefix: format!("chaos:{name}:"),
                 name: String::new(),
                 history: String::new(),
@@ -950,14 +991,13 @@ impl Load {
     }
 
     /// Starts the client processes on every node of `cluster`.
-    fn start_all(&self, cluster: &LocalCluster) -> Clients {
+    pub(crate) fn start_all(&self, cluster: &LocalCluster) -> Clients {
         let urls = cluster.urls();
         self.start(|_| urls.clone())
     }
 
     /// Starts the client processes; process `p` is given `nodes(p)`.
     fn start(&self, nodes: impl Fn(usize) -> Vec<String>) -> Clients {
-        let exe = std::env::current_exe().expect("current exe");
         let dir = std::env::temp_dir().join(format!(
             "redquorum-chaos-{}-{}",
             std::process::id(),
@@ -966,22 +1006,19 @@ impl Load {
         std::fs::create_dir_all(&dir).unwrap();
         let children = (0..self.processes)
             .map(|p| {
-                let history = dir.join(format!("p{p}.history"));
-                let spec = Spec {
-                    nodes: nodes(p),
-                    name: format!("p{p}"),
-                    history: history.to_str().unwrap().to_owned(),
-                    ..self.spec.clone()
-                };
-                let child = Command::new(&exe)
-                    .env(CLIENT, spec.encode())
-                    .spawn()
-                    .expect("cannot start a client process");
-                (child, history)
+                spawn(
+                    &dir,
+                    Spec {
+                        nodes: nodes(p),
+                        name: format!("p{p}"),
+                        ..self.spec.clone()
+                    },
+                )
             })
             .collect();
         Clients {
             children,
+            long_lived: self.processes,
             dir,
             limit: Instant::now() + self.spec.run + Duration::from_secs(60),
             started: now_ns(),
@@ -989,8 +1026,31 @@ impl Load {
         }
     }
 
+    /// Starts one more client process on `nodes` while the others run, a
+    /// newcomer: named `name`, with `tasks` tasks, doing `first` first, for
+    /// `life` (from its start). Its history is checked with theirs.
+    pub(crate) fn join(
+        &self,
+        clients: &mut Clients,
+        nodes: &[String],
+        name: &str,
+        first: First,
+        tasks: usize,
+        life: Duration,
+    ) {
+        let spec = Spec {
+            nodes: nodes.to_vec(),
+            name: name.to_owned(),
+            tasks,
+            run: life,
+            first,
+            ..self.spec.clone()
+        };
+        clients.children.push(spawn(&clients.dir, spec));
+    }
+
     /// Prints the figures of a run and returns the lost updates.
-    fn report(&self, v: &Verdict) -> Figures {
+    pub(crate) fn report(&self, v: &Verdict) -> Figures {
         let (writes, lost_updates) = self.lost_updates(&v.writes, |r| {
             self.read_register(&["GET", &client::register_key(&self.spec.prefix, r)])
         });
@@ -1132,7 +1192,7 @@ impl Load {
     }
 }
 
-struct Figures {
+pub(crate) struct Figures {
     /// Of the plain register.
     lost_updates: u64,
     /// Of the fenced register.
@@ -1142,9 +1202,28 @@ struct Figures {
     intervals: usize,
 }
 
+/// Starts the client process of `spec` (its history file in `dir`, named
+/// after it).
+fn spawn(dir: &std::path::Path, spec: Spec) -> (Child, PathBuf) {
+    let exe = std::env::current_exe().expect("current exe");
+    let history = dir.join(format!("{}.history", spec.name));
+    let spec = Spec {
+        history: history.to_str().unwrap().to_owned(),
+        ..spec
+    };
+    let child = Command::new(&exe)
+        .env(CLIENT, spec.encode())
+        .spawn()
+        .expect("cannot start a client process");
+    (child, history)
+}
+
 /// The running client processes of a scenario.
-struct Clients {
+pub(crate) struct Clients {
     children: Vec<(Child, PathBuf)>,
+    /// The processes started with the load; those after them joined it
+    /// later ([`Load::join`]).
+    long_lived: usize,
     dir: PathBuf,
     limit: Instant,
     started: u64,
@@ -1155,9 +1234,17 @@ struct Clients {
 impl Clients {
     /// Waits for every client (killing one that outlives the run by a
     /// minute) and checks their histories together.
-    fn finish(mut self) -> Verdict {
+    fn finish(self) -> Verdict {
+        self.finish_with_newcomers().0
+    }
+
+    /// `finish`, and the histories of the processes that joined the load
+    /// later ([`Load::join`]) checked alone: their own figures.
+    pub(crate) fn finish_with_newcomers(mut self) -> (Verdict, Verdict) {
         let mut events = Vec::new();
-        for (child, history) in &mut self.children {
+        let mut newcomers = Vec::new();
+        let long_lived = self.long_lived;
+        for (p, (child, history)) in self.children.iter_mut().enumerate() {
             let status = loop {
                 if let Some(status) = child.try_wait().unwrap() {
                     break status;
@@ -1170,11 +1257,21 @@ impl Clients {
             };
             assert!(status.success(), "a client process failed: {status}");
             let text = std::fs::read_to_string(&*history).expect("history file");
-            events.extend(text.lines().map(|l| Event::parse(l).unwrap()));
+            let lines = text.lines().map(|l| Event::parse(l).unwrap());
+            if p >= long_lived {
+                let lines: Vec<Event> = lines.collect();
+                newcomers.extend(lines.iter().cloned());
+                events.extend(lines);
+            } else {
+                events.extend(lines);
+            }
         }
+        let window = (self.started, now_ns());
         let mut v = Verdict::check_at_most(events, self.capacity);
-        v.window = (self.started, now_ns());
-        v
+        v.window = window;
+        let mut n = Verdict::check_at_most(newcomers, self.capacity);
+        n.window = window;
+        (v, n)
     }
 }
 
@@ -1202,7 +1299,7 @@ impl Drop for Clients {
 ///
 /// Fenced locks: every interval carries a token, the tokens grow in acquire
 /// order, and the fenced register lost no update, late writes or not.
-fn assert_safe(v: &Verdict, f: &Figures) {
+pub(crate) fn assert_safe(v: &Verdict, f: &Figures) {
     assert!(v.acquisitions > 0, "nothing was acquired");
     match f.kind {
         Kind::Reentrant => assert!(v.nested > 0, "no hold of an owner overlapped another"),
@@ -1307,7 +1404,7 @@ pub(crate) fn sleep_ms(low: u64, high: u64) {
     std::thread::sleep(Duration::from_millis(ms));
 }
 
-fn ms(d: Duration) -> f64 {
+pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 

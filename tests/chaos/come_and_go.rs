@@ -1,0 +1,305 @@
+//! Clients that come and go while nodes restart: the `come_and_go`
+//! scenarios.
+//!
+//! The other scenarios' client processes live for the whole run, so every
+//! one of them met every node before its first fault, and saw each restart
+//! as a new `run_id` on a connection it already had. Here new processes
+//! (*newcomers*) join the load throughout the run, some right after a
+//! restart, and meet the nodes only then:
+//!
+//! * **Faults** ([`churn`]), in cycles: two random nodes are killed
+//!   (SIGKILL) and restarted empty at once; 50–200 ms later two of the
+//!   three others are; then the nodes are left alone for the TTL and
+//!   1.3–1.7 s more (each restart is of a minority, but within one cycle
+//!   four of the five nodes forget what they held: a holder from before
+//!   the cycle is left with its key on one node, and one that took its
+//!   lock between the two restarts, while its own guard kept the first two
+//!   out, on one too).
+//! * **Newcomers**: one right after each restart, and one every second or
+//!   so while the nodes are left alone (at most [`MAX_NEWCOMERS`]), each
+//!   with four tasks, living 1.5–2.5 s (or past its idle wait), in turn:
+//!   one that locks at once; one that first reads every resource
+//!   (`status()`; an election's candidate `leader()` or `observe()`);
+//!   one that reads, waits past the TTL (over a restart, mostly) and reads
+//!   again before it locks (see `client::First`). One newcomer that idles
+//!   starts with the load, before any restart.
+//! * **Load**: the two long-lived processes of six tasks on three
+//!   resources, TTL 1.5 s, holding up to 1 s (so that a holder is mostly
+//!   there across both restarts of a cycle).
+//!
+//! The checker is the one of every scenario; the figures add what the
+//! newcomers did (lock calls, acquisitions, refusals, reads, acquisitions
+//! within a TTL of a restart) and how many violations a newcomer was party
+//! to. A newcomer refused for up to a TTL after a restart (no majority: the
+//! guard keeps a node out while its uptime is below the TTL asked for) is
+//! the price of safety, counted, not held against the run.
+//!
+//! `control_come_and_go_unguarded` runs the mutex's load with the restart
+//! guard off in every process: the checker must find violations.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use redquorum::local_cluster::LocalCluster;
+
+use crate::client::{First, Kind};
+use crate::common;
+use crate::history::{Verdict, now_ns};
+use crate::scenarios::{Load, assert_safe, sleep_ms};
+
+/// The TTL of every lock (and leadership) of the family: long enough that
+/// a holder is there across both restarts of a cycle.
+pub const TTL: Duration = Duration::from_millis(1_500);
+
+/// The most newcomers one run starts.
+pub const MAX_NEWCOMERS: usize = 10;
+
+/// The tasks of a newcomer process.
+const NEWCOMER_TASKS: usize = 4;
+
+/// How long each scenario of the family loads the cluster: 60% of the
+/// suite's time (6 s by default: two cycles of faults, and the seven
+/// scenarios add under a minute), 4 s at least.
+pub fn load_time(secs: Duration) -> Duration {
+    secs.mul_f64(0.6).max(Duration::from_secs(4))
+}
+
+/// What [`churn`] did.
+#[derive(Debug, Default)]
+pub struct Churn {
+    /// Cycles of two restarts.
+    pub cycles: usize,
+    /// Nodes restarted, in all.
+    pub restarts: usize,
+    /// When each pair of nodes answered again, on the history's clock.
+    pub restarted_at: Vec<u64>,
+    /// Newcomers started, by their first step.
+    pub started: BTreeMap<First, usize>,
+    /// Newcomers started right after a restart (before the next sleep).
+    pub right_after: usize,
+}
+
+impl Churn {
+    pub fn newcomers(&self) -> usize {
+        self.started.values().sum()
+    }
+
+    /// Prints the faults and the newcomers started.
+    pub fn print(&self) {
+        println!(
+            "   faults: {} cycles of two restarts 50-200 ms apart, each of two nodes (SIGKILL, restarted empty at once): {} nodes restarted",
+            self.cycles, self.restarts
+        );
+        let by: Vec<String> = self
+            .started
+            .iter()
+            .map(|(f, n)| format!("{n} {}", f.name()))
+            .collect();
+        println!(
+            "   newcomers: {} client processes started during the run ({}; {} right after a restart)",
+            self.newcomers(),
+            by.join(", "),
+            self.right_after
+        );
+    }
+}
+
+/// Runs the faults of the family on `c` for a load of `run` (no cycle
+/// begins in its last second, so that the run ends with every node up),
+/// and starts the newcomers: `join(n, first, life)` starts the `n`th,
+/// which does `first` first and lives `life` (never past the load's end).
+/// Returns at the load's end.
+pub fn churn(
+    c: &mut LocalCluster,
+    run: Duration,
+    mut join: impl FnMut(usize, First, Duration),
+) -> Churn {
+    let start = Instant::now();
+    let load_end = start + run;
+    let faults_end = load_end - Duration::from_secs(1).min(run / 4);
+    let mut churn = Churn::default();
+    // Starts a newcomer, if the count and the time left allow: one that
+    // idles needs the idle wait and a second more to lock in.
+    let mut newcomer = |churn: &mut Churn, first: First| {
+        let n = churn.newcomers();
+        let left = load_end.saturating_duration_since(Instant::now());
+        if n >= MAX_NEWCOMERS || left < Duration::from_millis(500) {
+            return false;
+        }
+        let life = match first {
+            First::Idle => {
+                First::idle(TTL) + Duration::from_millis(rand::random_range(1_000..1_500))
+            }
+            _ => Duration::from_millis(rand::random_range(1_500..2_500)),
+        };
+        let first = if first == First::Idle && left < First::idle(TTL) + Duration::from_secs(1) {
+            First::Read
+        } else {
+            first
+        };
+        join(n, first, life.min(left));
+        *churn.started.entry(first).or_default() += 1;
+        true
+    };
+    // One that meets the nodes before any restart and sees the first ones
+    // only through its second read.
+    newcomer(&mut churn, First::Idle);
+    // The long-lived holders hold on every node before the first cycle.
+    sleep_ms(400, 700);
+    let mut turn = 0usize;
+    let next = |turn: &mut usize, choices: &[First]| {
+        *turn += 1;
+        choices[*turn % choices.len()]
+    };
+    while Instant::now() < faults_end {
+        let pair = crate::pick(5, 2);
+        for &i in &pair {
+            c.restart(i).expect("restart");
+        }
+        churn.restarts += 2;
+        churn.restarted_at.push(now_ns());
+        let f = next(&mut turn, &[First::Lock, First::Read]);
+        churn.right_after += usize::from(newcomer(&mut churn, f));
+        sleep_ms(50, 200);
+        // Two of the three others: four of five nodes forgot, in turn.
+        let others: Vec<usize> = (0..5).filter(|i| !pair.contains(i)).collect();
+        for j in crate::pick(others.len(), 2) {
+            c.restart(others[j]).expect("restart");
+        }
+        churn.restarts += 2;
+        churn.restarted_at.push(now_ns());
+        let f = next(&mut turn, &[First::Lock, First::Read]);
+        churn.right_after += usize::from(newcomer(&mut churn, f));
+        churn.cycles += 1;
+        // Left alone for the TTL and 1.3-1.7 s more, a newcomer every
+        // second or so: Redis tells uptime in whole seconds, so a node is
+        // seen to be older than the TTL up to a second late, and then a
+        // newcomer may lock for a while before the next cycle.
+        let calm_end =
+            Instant::now() + TTL + Duration::from_millis(rand::random_range(1_300..1_700));
+        loop {
+            let left = calm_end
+                .min(load_end)
+                .saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let wait = Duration::from_millis(rand::random_range(900..1_300));
+            std::thread::sleep(wait.min(left));
+            if wait < left {
+                let f = next(&mut turn, &[First::Idle, First::Lock, First::Read]);
+                newcomer(&mut churn, f);
+            }
+        }
+    }
+    churn
+}
+
+/// The guarded run, on a lock of `kind`: no violation.
+pub fn come_and_go(secs: Duration, kind: Kind) {
+    let (v, newcomers, churn, f) = run(secs, kind, true);
+    assert_safe(&v, &f);
+    assert!(churn.cycles > 0, "no restart in the run");
+    assert!(churn.newcomers() > 0, "no newcomer in the run");
+    assert!(newcomers.calls > 0, "no newcomer called lock()");
+}
+
+/// The negative control: the mutex's run with the restart guard off in
+/// every process. The checker must find violations.
+pub fn control_unguarded(secs: Duration) {
+    let (v, _, _, _) = run(secs, Kind::Mutex, false);
+    assert!(
+        !v.violations.is_empty(),
+        "the negative control found no violation: the checker cannot fail"
+    );
+}
+
+/// Runs the family's load of `kind` with the restart guard on or off
+/// (`guard`, in every process), and prints the figures. Returns the
+/// verdict on every history, the verdict on the newcomers' alone, the
+/// faults, and the figures.
+fn run(
+    secs: Duration,
+    kind: Kind,
+    guard: bool,
+) -> (Verdict, Verdict, Churn, crate::scenarios::Figures) {
+    let run = load_time(secs);
+    let mut c = common::cluster(5);
+    let name = if guard {
+        "come_and_go"
+    } else {
+        "control_come_and_go_unguarded"
+    };
+    let mut load = Load::of(kind, name, &c, run);
+    load.spec.ttl = TTL;
+    load.spec.hold_ms = 1_000;
+    load.spec.restart_guard = guard;
+    let mut clients = load.start_all(&c);
+    let urls = c.urls();
+    let churn = churn(&mut c, run, |n, first, life| {
+        load.join(
+            &mut clients,
+            &urls,
+            &format!("n{n}"),
+            first,
+            NEWCOMER_TASKS,
+            life,
+        );
+    });
+    let (v, newcomers) = clients.finish_with_newcomers();
+    churn.print();
+    let f = load.report(&v);
+    print_newcomers(&v, &newcomers, &churn);
+    (v, newcomers, churn, f)
+}
+
+/// The newcomers' own figures, and the violations they were party to.
+fn print_newcomers(v: &Verdict, n: &Verdict, churn: &Churn) {
+    println!(
+        "   newcomers' lock() calls {}: acquired {}, refused {} {:?}; {} calls refused with Restarted votes ({} votes); reads before locking: {:?}",
+        n.calls,
+        n.acquisitions,
+        n.failures.values().sum::<usize>(),
+        n.failures,
+        n.quarantined_calls,
+        n.quarantined_votes,
+        n.reads
+    );
+    let ttl = TTL.as_nanos() as u64;
+    let within: usize = n
+        .intervals
+        .values()
+        .flatten()
+        .filter(|i| {
+            churn
+                .restarted_at
+                .iter()
+                .any(|&at| (at..at + ttl).contains(&i.start))
+        })
+        .count();
+    println!(
+        "   newcomers' holds begun within one TTL ({} ms) of a restart: {within} (a refusal then is allowed: the price of the guard)",
+        TTL.as_millis()
+    );
+    let newcomer = |owner: &str| owner.starts_with('n');
+    let theirs = v
+        .violations
+        .iter()
+        .filter(|x| newcomer(&x.first.owner) || newcomer(&x.second.owner))
+        .count();
+    let after = v
+        .violations
+        .iter()
+        .filter(|x| {
+            let begun = x.first.start.max(x.second.start);
+            churn
+                .restarted_at
+                .iter()
+                .any(|&at| (at..at + ttl).contains(&begun))
+        })
+        .count();
+    println!(
+        "   violations with a newcomer as one of the two holders: {theirs} of {}; begun within one TTL of a restart: {after}",
+        v.violations.len()
+    );
+}
