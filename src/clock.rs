@@ -41,11 +41,6 @@ impl Moment {
         Moment(self.0.saturating_add(d))
     }
 
-    /// `self - d`, no earlier than the clock's zero.
-    pub(crate) fn before(self, d: Duration) -> Moment {
-        Moment(self.0.saturating_sub(d))
-    }
-
     /// As nanoseconds, to keep in an atomic. A moment more than 584 years
     /// after boot (a deadline of a TTL that long) saturates at
     /// `u64::MAX - 1`: order is kept, it never wraps to an earlier moment,

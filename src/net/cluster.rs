@@ -267,7 +267,7 @@ pub(crate) async fn primaries(
         let Some((_, replication)) = replication.iter().find(|(a, _)| a == address) else {
             return Err(changed());
         };
-        let primary = super::guard::server_info(server, Some(replication), &born_empty)
+        let primary = super::guard::server_info(server, Some(replication), true, &born_empty)
             .map_err(|reason| RedisError::from((ErrorKind::Client, "INFO", reason)))?;
         primaries.push(primary);
     }

@@ -35,7 +35,17 @@
 //! `redquorum-born-empty` ([`BORN_EMPTY_KEY`]; the local launchers and
 //! `redquorum cluster up` do, `local_cluster::declare_born_empty`) — and
 //! a client that first meets it then holds nothing against its uptime. A
-//! restart draws a new `run_id` that the set does not name.
+//! restart draws a new `run_id` that the set does not name; a declared
+//! primary that failed over and back keeps its `run_id`, so the
+//! declaration counts only for a server never promoted in its life
+//! (`second_repl_offset:-1` in `INFO replication`, read at first contact).
+//!
+//! Only what is sent counts as a TTL in use (an acquisition refused here is
+//! no key), and the term a restart gives the TTLs in use when it is seen
+//! is kept: a shorter TTL used afterwards does not shorten it. Moments are
+//! kept with a bias, so a node up for longer than this machine's clock has
+//! counted (just after boot; off Linux, the process's first reading) keeps
+//! its start, rather than being taken as started at the clock's zero.
 //!
 //! Releases and extensions are never refused: they compare the token and
 //! cannot create a key.
@@ -100,33 +110,55 @@ use crate::proto::Effect;
 /// be. Redis subtracts two wall-clock readings truncated to whole seconds.
 const UPTIME_SLACK: Duration = Duration::from_secs(1);
 
+/// Added to the moments kept in [`Guard::forgot_at`] (as nanoseconds), so
+/// that a node's start before this machine's clock began (a node up for
+/// longer than the machine, or than the process off Linux) is kept as it
+/// is, not moved up to the clock's zero: 2^62 ns, about 146 years.
+const BIAS: u64 = 1 << 62;
+
 /// The key of the set of `run_id`s of server processes that were started
 /// empty as new nodes, never having granted anything before (see
 /// [`BornEmpty`]).
 pub(crate) const BORN_EMPTY_KEY: &str = "redquorum-born-empty";
 
-/// What the guards of one `Redlock`'s nodes share: the longest key life
-/// among its acquisitions and extensions whose keys may still be alive,
-/// taken as what other clients use too.
+/// What the guards of one `Redlock`'s nodes share: the lives of its
+/// acquisitions and extensions whose keys may still be alive, the longest
+/// of which is taken as what other clients use too.
 #[derive(Debug, Default)]
 pub(crate) struct Lives {
-    /// The life, and until when a key sent with it may live.
-    longest: Mutex<(Duration, Option<Moment>)>,
-    /// The life alone, in nanoseconds, read by every acquisition's check
-    /// without the lock.
+    /// Each life in use, with until when a key sent with it may live: a
+    /// staircase (a longer life, an earlier end), since an entry with a
+    /// shorter life and an earlier end than another never matters.
+    alive: Mutex<Vec<(Duration, Moment)>>,
+    /// The longest life alive when last noted, in nanoseconds, read by
+    /// every acquisition's check without the lock (stale only high).
     life: AtomicU64,
 }
 
+/// How many distinct lives [`Lives`] keeps; past it the two shortest are
+/// merged into one with the longer life and the later end (which only
+/// lengthens quarantines).
+const MAX_LIVES: usize = 16;
+
 impl Lives {
     fn note(&self, life: Duration, now: Moment) {
-        let mut longest = self.longest.lock().unwrap_or_else(|p| p.into_inner());
-        let (current, until) = *longest;
-        let current_gone = until.is_none_or(|u| u <= now);
-        if life >= current || current_gone {
-            *longest = (life, Some(now.after(life)));
-            let nanos = u64::try_from(life.as_nanos()).unwrap_or(u64::MAX);
-            self.life.store(nanos, Ordering::Release);
+        let mut alive = self.alive.lock().unwrap_or_else(|p| p.into_inner());
+        let until = now.after(life);
+        alive.retain(|&(_, end)| end > now);
+        if alive.iter().any(|&(l, end)| l >= life && end >= until) {
+            // Dominated: nothing changes.
+        } else {
+            alive.retain(|&(l, end)| !(l <= life && end <= until));
+            alive.push((life, until));
+            alive.sort_by_key(|&(l, _)| l);
+            if alive.len() > MAX_LIVES {
+                let (l, end) = alive.remove(1);
+                alive[0] = (l, end.max(alive[0].1));
+            }
         }
+        let longest = alive.last().map_or(life, |&(l, _)| l);
+        let nanos = u64::try_from(longest.as_nanos()).unwrap_or(u64::MAX);
+        self.life.store(nanos, Ordering::Release);
     }
 
     fn longest(&self) -> Duration {
@@ -146,8 +178,8 @@ pub(crate) struct Guard {
     /// there is none.
     quarantine: AtomicU64,
     /// The latest moment the node may have started forgetting: its last
-    /// (re)start or failover as best known, as [`Moment::as_nanos`] (at
-    /// least 1); 0 while none is known. The keys other clients had there
+    /// (re)start or failover as best known, as [`Moment::as_nanos`] plus
+    /// [`BIAS`]; 0 while none is known. The keys other clients had there
     /// live at most one TTL past it.
     forgot_at: AtomicU64,
     /// The `forgot_at` a refusal was last warned about (one warning each).
@@ -204,19 +236,24 @@ impl Guard {
     }
 
     /// Refuses a command that may create a key while the node may have
-    /// forgotten keys of that life; records how long the keys of the
-    /// others may live.
+    /// forgotten keys of that life.
     pub(crate) fn admit(&self, node: &str, effect: Effect) -> Result<(), NodeFailure> {
-        if let Effect::Grant { life } = effect {
-            self.check(node, life)?;
+        match effect {
+            Effect::Grant { life } => self.check(node, life),
+            _ => Ok(()),
         }
+    }
+
+    /// Records, right before a command is sent, how long its keys may
+    /// live: ours exactly, and as what the others use too. Only what is
+    /// sent counts (a refused acquisition's TTL is no key's).
+    pub(crate) fn sending(&self, effect: Effect) {
         if let Some(life) = effect.life() {
             let now = Moment::now();
             self.latest_expiry
                 .fetch_max(now.after(life).as_nanos(), Ordering::AcqRel);
             self.lives.note(life, now);
         }
-        Ok(())
     }
 
     /// Whether an acquisition of `life` may go to the node now: not while
@@ -248,7 +285,10 @@ impl Guard {
             0 => (Duration::ZERO, Duration::ZERO),
             at => {
                 let assumed = self.lives.longest().max(life);
-                (Moment::from_nanos(at).after(assumed).remaining(), assumed)
+                let until = u128::from(at) + assumed.as_nanos();
+                let now = u128::from(Moment::now().as_nanos()) + u128::from(BIAS);
+                let left = u64::try_from(until.saturating_sub(now)).unwrap_or(u64::MAX);
+                (Duration::from_nanos(left), assumed)
             }
         };
         let remaining = ours.max(theirs);
@@ -296,7 +336,10 @@ impl Guard {
                     .is_some();
                 self.unwatched(node, &reason);
                 if known {
-                    self.restarted(Duration::ZERO);
+                    // As a new identity: a failover hidden behind the
+                    // refusal keeps its margin too.
+                    self.ours_forgotten();
+                    self.started(Duration::ZERO, self.failover.unwrap_or_default());
                 }
                 return;
             }
@@ -312,7 +355,7 @@ impl Guard {
             match self.failover {
                 Some(margin) => {
                     self.ours_forgotten();
-                    self.forgot(Moment::now().after(margin));
+                    self.started(Duration::ZERO, margin);
                 }
                 None => self.restarted(info.uptime),
             }
@@ -349,19 +392,22 @@ impl Guard {
     }
 
     /// The node started `uptime` ago (taken a second short), lengthened by
-    /// `margin`.
+    /// `margin`: it may have forgotten everything granted before then.
+    /// Kept as the latest such moment, biased ([`BIAS`]) so that a node up
+    /// for longer than this machine's clock has counted keeps its moment.
+    /// The term it gives the TTLs in use now is kept as well: a shorter
+    /// TTL used later does not shorten it.
     fn started(&self, uptime: Duration, margin: Duration) {
-        let now = Moment::now();
-        let since = now
-            .before(uptime.saturating_sub(UPTIME_SLACK))
-            .after(margin);
-        self.forgot(since);
-    }
-
-    /// The node may have forgotten everything up to `moment`.
-    fn forgot(&self, moment: Moment) {
-        self.forgot_at
-            .fetch_max(moment.as_nanos().max(1), Ordering::AcqRel);
+        let now = u128::from(Moment::now().as_nanos()) + u128::from(BIAS);
+        let since = (now + margin.as_nanos())
+            .saturating_sub(uptime.saturating_sub(UPTIME_SLACK).as_nanos());
+        let since = u64::try_from(since).unwrap_or(u64::MAX).max(1);
+        self.forgot_at.fetch_max(since, Ordering::AcqRel);
+        let until = u128::from(since) + self.lives.longest().as_nanos();
+        if until > now {
+            let until = u64::try_from(until - u128::from(BIAS)).unwrap_or(u64::MAX - 1);
+            self.quarantine.fetch_max(until, Ordering::AcqRel);
+        }
     }
 
     /// Every key we sent to the node before now may be gone: no vote on
@@ -495,36 +541,44 @@ pub(crate) fn parse_info(text: &str) -> Result<(String, Duration), String> {
 }
 
 /// What the guard learns of a server from the texts of its `INFO server`
-/// and, for a node that fails over, `INFO replication` (its identity is
-/// then the `run_id` with the replication ID, [`primary_identity`]), and
-/// the members of its [`BORN_EMPTY_KEY`] set.
+/// and `INFO replication` (where read), and the members of its
+/// [`BORN_EMPTY_KEY`] set. For a node that fails over (`fails_over`), the
+/// identity is the `run_id` with the replication ID
+/// ([`primary_identity`]). A server counts as born empty when the set
+/// names its `run_id` and it was never promoted in its life
+/// (`second_repl_offset:-1`): a declared primary that failed over and
+/// back keeps its `run_id`, but not that.
 pub(crate) fn server_info(
     server: &str,
     replication: Option<&str>,
+    fails_over: bool,
     born_empty: &[String],
 ) -> Result<ServerInfo, String> {
     let (run_id, uptime) = parse_info(server)?;
-    let identity = match replication {
+    let identity = match (fails_over, replication) {
         #[cfg(any(feature = "cluster", feature = "sentinel"))]
-        Some(replication) => primary_identity(server, replication)?,
-        _ => run_id.clone(),
+        (true, Some(replication)) => primary_identity(server, replication)?,
+        (true, _) => return Err("no answer to INFO replication".to_owned()),
+        (false, _) => run_id.clone(),
     };
+    let never_promoted =
+        replication.is_some_and(|text| info_field(text, "second_repl_offset") == Some("-1"));
     Ok(ServerInfo {
-        born_empty: born_empty.contains(&run_id),
+        born_empty: never_promoted && born_empty.contains(&run_id),
         identity,
         uptime,
     })
 }
 
 /// What a new plain or Sentinel-managed connection tells the guard: `INFO
-/// server`, `INFO replication` when `replication` (a node that fails
-/// over), and the [`BORN_EMPTY_KEY`] set when `born` (read only when the
+/// server`; `INFO replication` for a node that fails over, and when
+/// `born`; and the [`BORN_EMPTY_KEY`] set when `born` (read only when the
 /// node is first met; a refusal of it, by an ACL say, reads as empty).
 /// `Err` only for a connection error; the inner `Err` is why the node
 /// cannot be watched.
 pub(crate) async fn ask<C: redis::aio::ConnectionLike>(
     conn: &mut C,
-    replication: bool,
+    fails_over: bool,
     born: bool,
 ) -> Result<Result<ServerInfo, String>, redis::RedisError> {
     async fn info<C: redis::aio::ConnectionLike>(
@@ -541,7 +595,7 @@ pub(crate) async fn ask<C: redis::aio::ConnectionLike>(
         Ok(text) => text,
         Err(reason) => return Ok(Err(reason)),
     };
-    let replication = match replication {
+    let replication = match fails_over || born {
         true => match info(conn, "replication").await? {
             Ok(text) => Some(text),
             Err(reason) => return Ok(Err(reason)),
@@ -560,7 +614,12 @@ pub(crate) async fn ask<C: redis::aio::ConnectionLike>(
         },
         false => Vec::new(),
     };
-    Ok(server_info(&server, replication.as_deref(), &born_empty))
+    Ok(server_info(
+        &server,
+        replication.as_deref(),
+        fails_over,
+        &born_empty,
+    ))
 }
 
 #[cfg(test)]
@@ -584,6 +643,12 @@ mod tests {
 
     fn s(n: u64) -> Duration {
         Duration::from_secs(n)
+    }
+
+    /// A command admitted and sent.
+    fn sent(guard: &Guard, effect: Effect) {
+        guard.admit("n", effect).unwrap();
+        guard.sending(effect);
     }
 
     /// How long an acquisition of `life` still gets no vote (zero: it may
@@ -614,11 +679,22 @@ mod tests {
         ] {
             assert!(parse_info(broken).is_err(), "{broken:?}");
         }
-        // Born empty: the set names this very process.
+        // Born empty: the set names this very process, never promoted.
         let server = "run_id:a\r\nuptime_in_seconds:3\r\n";
+        let fresh = "role:master\r\nmaster_replid2:0000\r\nsecond_repl_offset:-1\r\n";
+        let promoted = "role:master\r\nmaster_replid2:9f3c\r\nsecond_repl_offset:1207\r\n";
         let members = ["z".to_owned(), "a".to_owned()];
-        assert!(server_info(server, None, &members).unwrap().born_empty);
-        assert!(!server_info(server, None, &members[..1]).unwrap().born_empty);
+        let born = |replication, members| {
+            server_info(server, replication, false, members)
+                .unwrap()
+                .born_empty
+        };
+        assert!(born(Some(fresh), &members));
+        assert!(!born(Some(fresh), &members[..1]));
+        // A declared primary that failed over and back keeps its run_id.
+        assert!(!born(Some(promoted), &members));
+        // Not asked: not taken.
+        assert!(!born(None, &members));
     }
 
     #[cfg(any(feature = "cluster", feature = "sentinel"))]
@@ -644,10 +720,18 @@ mod tests {
         assert!(primary_identity("", before).is_err());
         // A node that fails over is known by both.
         assert_eq!(
-            server_info(server, Some(before), &[]).unwrap().identity,
+            server_info(server, Some(before), true, &[])
+                .unwrap()
+                .identity,
             "p1/aaa"
         );
-        assert_eq!(server_info(server, None, &[]).unwrap().identity, "p1");
+        assert_eq!(
+            server_info(server, Some(before), false, &[])
+                .unwrap()
+                .identity,
+            "p1"
+        );
+        assert!(server_info(server, None, true, &[]).is_err());
     }
 
     #[tokio::test(start_paused = true)]
@@ -661,13 +745,13 @@ mod tests {
 
         // A 30 s key sent now: a restart right away keeps the node out for
         // 30 s (ours, and the others' with a TTL like ours).
-        guard.admit("n", Effect::Grant { life: s(30) }).unwrap();
+        sent(&guard, Effect::Grant { life: s(30) });
         guard.connected("n", info("c", 0));
         assert_eq!(no_vote(&guard, s(1)), s(30));
         // Acquisitions are refused, extensions and releases pass.
         assert!(guard.admit("n", Effect::Grant { life: s(1) }).is_err());
         guard.admit("n", Effect::Remove).unwrap();
-        guard.admit("n", Effect::Refresh { life: s(30) }).unwrap();
+        sent(&guard, Effect::Refresh { life: s(30) });
         tokio::time::sleep(s(30)).await;
         guard.check("n", s(30)).unwrap();
         // A longer acquisition is held to its own TTL from the restart:
@@ -723,12 +807,12 @@ mod tests {
         // The first connection learns the primaries.
         guard.cluster_connected("c", ids(&["p1", "p2", "p3"]));
         guard.check("c", s(10)).unwrap();
-        guard.admit("c", Effect::Grant { life: s(10) }).unwrap();
+        sent(&guard, Effect::Grant { life: s(10) });
         guard.granted_by("c", s(10), Ok("p2".into())).unwrap();
         // A replica promoted: its grant does not count, and the node is
         // out for the whole TTL from now (uptime taken as 0).
         tokio::time::sleep(s(4)).await;
-        guard.admit("c", Effect::Grant { life: s(10) }).unwrap();
+        sent(&guard, Effect::Grant { life: s(10) });
         match guard.granted_by("c", s(10), Ok("r2".into())) {
             Err(NodeFailure::Restarted { remaining }) => assert_eq!(remaining, s(10)),
             other => panic!("{other:?}"),
@@ -736,7 +820,7 @@ mod tests {
         assert!(guard.admit("c", Effect::Grant { life: s(10) }).is_err());
         tokio::time::sleep(s(10)).await;
         // Known from now on.
-        guard.admit("c", Effect::Grant { life: s(10) }).unwrap();
+        sent(&guard, Effect::Grant { life: s(10) });
         guard.granted_by("c", s(10), Ok("r2".into())).unwrap();
         // A new connection that finds a primary not seen trips it too; one
         // that finds only known ones does not.
@@ -749,7 +833,7 @@ mod tests {
         // one not seen, so the grant is no vote (as a known node that stops
         // answering INFO is taken as restarted).
         tokio::time::sleep(s(11)).await;
-        guard.admit("c", Effect::Grant { life: s(10) }).unwrap();
+        sent(&guard, Effect::Grant { life: s(10) });
         assert!(matches!(
             guard.granted_by("c", s(10), Err("NOPERM".into())),
             Err(NodeFailure::Restarted { .. })
@@ -763,7 +847,7 @@ mod tests {
         // grants count (warned once).
         let blind = Guard::new(Arc::default(), None);
         blind.cluster_connected("c", Err("NOPERM".into()));
-        blind.admit("c", Effect::Grant { life: s(10) }).unwrap();
+        sent(&blind, Effect::Grant { life: s(10) });
         blind.granted_by("c", s(10), Err("NOPERM".into())).unwrap();
         // A first connection to a cluster whose youngest primary not
         // declared born empty is up for 3 s: held to it.
@@ -778,9 +862,9 @@ mod tests {
     async fn one_long_ttl_stops_counting_once_its_key_could_have_expired() {
         let guard = Guard::new(Arc::default(), None);
         guard.connected("n", born("a"));
-        guard.admit("n", Effect::Grant { life: s(60) }).unwrap();
+        sent(&guard, Effect::Grant { life: s(60) });
         tokio::time::sleep(s(61)).await;
-        guard.admit("n", Effect::Grant { life: s(2) }).unwrap();
+        sent(&guard, Effect::Grant { life: s(2) });
         // Our last key has 2 s left; others are assumed to use 2 s TTLs
         // too, granted up to the restart 0–1 s ago.
         guard.connected("n", info("b", 0));
@@ -798,7 +882,7 @@ mod tests {
         guard.connected("n", Err("NOPERM".into()));
         assert_eq!(no_vote(&guard, s(10)), Duration::ZERO);
         guard.connected("n", born("a"));
-        guard.admit("n", Effect::Grant { life: s(10) }).unwrap();
+        sent(&guard, Effect::Grant { life: s(10) });
         // Answered before: a failure now could hide a restart.
         guard.connected("n", Err("NOPERM".into()));
         assert_eq!(no_vote(&guard, s(1)), s(10));
@@ -812,8 +896,8 @@ mod tests {
         let quiet = Guard::new(lives.clone(), None);
         let busy = Guard::new(lives, None);
         quiet.connected("n", born("a"));
-        busy.admit("m", Effect::Grant { life: s(2) }).unwrap();
-        busy.admit("m", Effect::Refresh { life: s(60) }).unwrap();
+        sent(&busy, Effect::Grant { life: s(2) });
+        sent(&busy, Effect::Refresh { life: s(60) });
         quiet.connected("n", info("b", 1));
         assert_eq!(no_vote(&quiet, s(1)), s(60));
     }
@@ -826,7 +910,7 @@ mod tests {
         let quiet = Guard::new(lives.clone(), None);
         let busy = Guard::new(lives, None);
         quiet.connected("n", born("a"));
-        busy.admit("m", Effect::Grant { life: s(30) }).unwrap();
+        sent(&busy, Effect::Grant { life: s(30) });
         tokio::time::sleep(s(5)).await;
         // Restarted 10 s ago (reported 11, a second high): 20 s left.
         quiet.connected("n", info("b", 11));
@@ -839,7 +923,7 @@ mod tests {
         let primary = Guard::new(lives.clone(), Some(s(3)));
         let busy = Guard::new(lives, None);
         primary.connected("n", info("old-primary", 500));
-        busy.admit("m", Effect::Grant { life: s(30) }).unwrap();
+        sent(&busy, Effect::Grant { life: s(30) });
         tokio::time::sleep(s(5)).await;
         // The promoted replica has run for an hour: as a plain server's
         // restart that would say every key of the others is gone; as a
@@ -854,7 +938,7 @@ mod tests {
         // A longer TTL since: the others' term grows with it. (This node
         // would hold a 40 s acquisition to its own TTL from the failover.)
         assert_eq!(no_vote(&primary, s(40)), s(10));
-        busy.admit("m", Effect::Grant { life: s(40) }).unwrap();
+        sent(&busy, Effect::Grant { life: s(40) });
         tokio::time::sleep(s(1)).await;
         primary.connected("n", info("old-primary", 9_999));
         assert_eq!(no_vote(&primary, s(1)), s(43));
@@ -865,9 +949,71 @@ mod tests {
         // A plain server up for an hour after a restart: nothing.
         let plain = Guard::new(Arc::default(), None);
         plain.connected("n", born("a"));
-        plain.admit("n", Effect::Grant { life: s(1) }).unwrap();
+        sent(&plain, Effect::Grant { life: s(1) });
         tokio::time::sleep(s(2)).await;
         plain.connected("n", info("b", 3_600));
         assert_eq!(no_vote(&plain, s(1)), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lives_keep_every_life_whose_keys_may_live() {
+        // 60 s, then 30 s while the 60 s key lives, then 2 s once it is
+        // gone: the 30 s key still lives, so 30 s is what others use.
+        let lives = Lives::default();
+        lives.note(s(60), Moment::now());
+        tokio::time::sleep(s(50)).await;
+        lives.note(s(30), Moment::now());
+        assert_eq!(lives.longest(), s(60));
+        tokio::time::sleep(s(12)).await;
+        lives.note(s(2), Moment::now());
+        assert_eq!(lives.longest(), s(30));
+        tokio::time::sleep(s(19)).await;
+        lives.note(s(2), Moment::now());
+        assert_eq!(lives.longest(), s(2));
+        // Many distinct lives: merged upwards, never lost.
+        for ms in 1..=100 {
+            lives.note(Duration::from_millis(ms * 1_000), Moment::now());
+        }
+        assert_eq!(lives.longest(), s(100));
+        assert!(lives.alive.lock().unwrap().len() <= MAX_LIVES);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_restart_keeps_the_term_of_the_ttls_in_use_then() {
+        // A restart seen while 60 s keys may live: the node is out for
+        // 60 s, though a 2 s TTL is all that is used afterwards.
+        let lives = Arc::new(Lives::default());
+        let guard = Guard::new(lives.clone(), None);
+        guard.connected("n", born("a"));
+        let other = Guard::new(lives, None);
+        sent(&other, Effect::Grant { life: s(60) });
+        tokio::time::sleep(s(10)).await;
+        guard.connected("n", info("b", 0));
+        tokio::time::sleep(s(51)).await;
+        sent(&other, Effect::Grant { life: s(2) });
+        assert_eq!(no_vote(&guard, s(2)), s(9));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_node_up_longer_than_our_clock_has_counted_is_not_held() {
+        // The paused clock starts near its zero, as a process's clock does
+        // off Linux, or a machine's just after boot.
+        let guard = Guard::new(Arc::default(), None);
+        guard.connected("n", info("a", 86_400));
+        assert_eq!(no_vote(&guard, s(30)), Duration::ZERO);
+        // A TTL longer than the node's life (a century) waits it out.
+        let century = s(100 * 365 * 86_400);
+        assert_eq!(no_vote(&guard, century), century - s(86_400 - 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_acquisition_leaves_no_life_behind() {
+        // A fresh process's 1-day attempt, refused by a node met up for 5 s,
+        // is no key: a later 1 s acquisition is not held to a day.
+        let guard = Guard::new(Arc::default(), None);
+        guard.connected("n", info("a", 6));
+        assert!(guard.admit("n", Effect::Grant { life: s(86_400) }).is_err());
+        assert_eq!(no_vote(&guard, s(1)), Duration::ZERO);
+        assert_eq!(guard.lives.longest(), Duration::ZERO);
     }
 }

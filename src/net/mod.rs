@@ -474,6 +474,9 @@ impl Inner {
                 queued = waiting.elapsed();
             }
             self.admit_again(command.effect)?;
+            if let Some(guard) = &self.guard {
+                guard.sending(command.effect);
+            }
             let deadline = if patient {
                 tokio::time::Instant::now() + self.limits.request
             } else {
