@@ -117,8 +117,8 @@ const UPTIME_SLACK: Duration = Duration::from_secs(1);
 const BIAS: u64 = 1 << 62;
 
 /// The key of the set of `run_id`s of server processes that were started
-/// empty as new nodes, never having granted anything before (see
-/// [`BornEmpty`]).
+/// empty as new nodes, never having granted anything before (see the
+/// module doc).
 pub(crate) const BORN_EMPTY_KEY: &str = "redquorum-born-empty";
 
 /// What the guards of one `Redlock`'s nodes share: the lives of its
