@@ -867,6 +867,42 @@ mod tests {
         }
     }
 
+    /// Three semaphore contenders across zones: each took its own node's
+    /// slot first, and finds the two far nodes full, each with its own
+    /// contender's slot. A full node names the holders by who holds which
+    /// slot (`kinds::semaphore`), so the far nodes name the key
+    /// differently: contention, a short random pause, and one of them wins
+    /// the next round. Named as one, `permits:1` on both, they looked like
+    /// a holder on a majority, and each slept the capped pause.
+    #[test]
+    fn contenders_of_a_semaphore_split_the_vote_and_its_holders_do_not() {
+        let named = |names: &[&str]| {
+            let holders: Vec<(&str, Option<u64>)> =
+                names.iter().map(|n| (*n, Some(9_000))).collect();
+            tally(2, 1, &holders)
+        };
+        let split = named(&["permits:1:b", "permits:1:c"]);
+        assert_eq!(split.seen(), Seen::Contended);
+        for _ in 0..100 {
+            let p = pause(&split.seen(), true, ms(80), 1, ms(200), ms(0));
+            assert!(p.sleep <= ms(160) && !p.counted, "{p:?}");
+        }
+        // The same slot map on a majority: the semaphore is full, and the
+        // waiter sleeps until its soonest permit ends (capped).
+        let full = named(&["permits:1:h", "permits:1:h"]);
+        assert!(matches!(full.seen(), Seen::Holder { token, .. } if &*token == "permits:1:h"));
+        // The old one name: a holder on a majority, where there is none.
+        let old = named(&["permits:1", "permits:1"]);
+        assert!(matches!(old.seen(), Seen::Holder { .. }));
+        // Refused by every node, with no name on a majority: unclear (the
+        // other nodes are heard out), never a holder.
+        let mut t = Tally::new(3);
+        for (i, n) in ["permits:1:a", "permits:1:b"].into_iter().enumerate() {
+            t.record(i, held_by(n));
+        }
+        assert!(t.unclear());
+    }
+
     /// A tally of every node's vote, in node order.
     fn voted(votes: &[Vote]) -> Tally {
         let mut t = Tally::new(votes.len());
