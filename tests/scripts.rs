@@ -629,24 +629,54 @@ fn a_resent_permit_takes_one_slot_and_shortens_nothing() {
         &[fourth, "5000", "3", "0", ""],
         Reply::Int(0),
     );
-    // A waiter is told the semaphore's one name for its holders, whichever
-    // holds the soonest slot here, and that slot's PTTL.
+    // A waiter is told the name of the semaphore's holders, who holds
+    // which slot (whichever slot ends first here), and the soonest slot's
+    // PTTL; a waiter of another kind the same name.
     let waiter = "0000000000000001:c:1";
-    match eval(
-        &c,
-        SEMAPHORE_ACQUIRE,
-        &["s"],
-        &[fourth, "5000", "3", "0", waiter],
-    ) {
-        Reply::Array(Some(seen)) => {
-            assert_eq!(seen[0], Reply::Bulk(Some(b"permits:3".to_vec())));
-            assert!(
-                matches!(seen[1], Reply::Int(ms) if ms > 0 && ms <= 5000),
-                "{seen:?}"
-            );
-        }
+    let seen = |script: &str, args: &[&str]| match eval(&c, script, &["s"], args) {
+        Reply::Array(Some(seen)) => match seen.as_slice() {
+            [Reply::Bulk(Some(name)), Reply::Int(ms)] if *ms > 0 && *ms <= 8000 => {
+                String::from_utf8(name.clone()).unwrap()
+            }
+            _ => panic!("{seen:?}"),
+        },
         other => panic!("{other:?}"),
-    }
+    };
+    let name = |slots: &[&str]| {
+        let digest = run(
+            &c,
+            0,
+            &[
+                "EVAL",
+                "return redis.sha1hex(ARGV[1])",
+                "0",
+                &slots.join(","),
+            ],
+        );
+        let Reply::Bulk(Some(digest)) = digest else {
+            panic!("{digest:?}")
+        };
+        format!("permits:3:{}", String::from_utf8(digest).unwrap())
+    };
+    let held = name(&[other, TOKEN, third]);
+    let waits = seen(SEMAPHORE_ACQUIRE, &[fourth, "5000", "3", "0", waiter]);
+    assert_eq!(waits, held);
+    let ends = hget(&c, "s", "x0");
+    run(&c, 0, &["HSET", "s", "x0", "99999999999998"]);
+    assert_eq!(
+        seen(SEMAPHORE_ACQUIRE, &[fourth, "5000", "3", "0", waiter]),
+        held,
+        "the same holders in the same slots, another ending first"
+    );
+    assert_eq!(seen(MUTEX_ACQUIRE, &[fourth, "5000", waiter]), held);
+    // Another holder in a slot (a contender's grant, say): another name.
+    run(&c, 0, &["HSET", "s", "t2", fourth]);
+    let fifth = "3333333333333333333333333333333333333333";
+    assert_eq!(
+        seen(SEMAPHORE_ACQUIRE, &[fifth, "5000", "3", "0", waiter]),
+        name(&[other, TOKEN, fourth])
+    );
+    run(&c, 0, &["HSET", "s", "t2", third, "x0", &ends]);
     run(&c, 0, &["DEL", "s:waiters"]);
     // Another number of permits: refused, naming the semaphore's.
     match eval(

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::proxy::{in_front_of, steered};
+use common::proxy::{Proxy, in_front_of, steered};
 use common::*;
 use redquorum::local_cluster::{Reply, command};
 use redquorum::{ConfigError, Error, GaveUp, Lock, NodeFailure, Redlock};
@@ -321,10 +321,11 @@ async fn negative_control_a_per_node_count_admits_three_of_two() {
 }
 
 /// A full semaphore's waiter sees one holder however the nodes order the
-/// permits' expiries (each names the semaphore as `permits:<k>`): it waits
-/// for a release, and its retries are not used up by polling. (Named by
-/// their soonest holder, nodes that disagreed made a split vote of it, and
-/// a waiter with a few retries gave up within a second.)
+/// permits' expiries (each names the semaphore by who holds which slot,
+/// not by the soonest holder): it waits for a release, and its retries are
+/// not used up by polling. (Named by their soonest holder, nodes that
+/// disagreed made a split vote of it, and a waiter with a few retries gave
+/// up within a second.)
 #[tokio::test]
 async fn a_waiter_on_a_full_semaphore_waits_without_using_up_its_retries() {
     let c = cluster(5);
@@ -370,4 +371,141 @@ async fn a_waiter_on_a_full_semaphore_waits_without_using_up_its_retries() {
     for lock in held {
         lock.release().await.unwrap();
     }
+}
+
+/// The one-way delay between a contender and a node of another zone (a
+/// round trip costs twice that).
+const FAR: Duration = Duration::from_millis(40);
+
+/// How long each contender across zones may wait: the default wait is 10 s,
+/// and the contenders in lockstep gave up after all of it.
+const ACROSS_ZONES_WAIT: Duration = Duration::from_secs(8);
+
+/// Races run in a row: a load that happens to set the contenders apart can
+/// spare one race the lockstep, hardly all of them.
+const RACES: usize = 3;
+
+/// Three contenders across zones: contender `i` reaches node `i` directly
+/// (through a proxy without delay) and the two other nodes [`FAR`] away,
+/// each through a proxy of its own. Default options, but for a node timeout
+/// that a far node's round trip fits in on a loaded machine.
+fn across_zones(c: &redquorum::local_cluster::LocalCluster) -> (Vec<Redlock>, Vec<Proxy>) {
+    let mut all = Vec::new();
+    let clients = (0..c.len())
+        .map(|home| {
+            let proxies = in_front_of(c);
+            for (i, proxy) in proxies.iter().enumerate() {
+                if i != home {
+                    proxy.set_delay(FAR);
+                }
+            }
+            let client = Redlock::builder()
+                .nodes(proxies.iter().map(Proxy::url))
+                .node_timeout(ms(500))
+                .build()
+                .unwrap();
+            all.extend(proxies);
+            client
+        })
+        .collect();
+    (clients, all)
+}
+
+/// Connects every client, and loads the scripts, before the races.
+async fn warm_all(clients: &[Redlock]) {
+    for client in clients {
+        let lock = client.lock("warm-permits", TTL).permits(1).await.unwrap();
+        lock.release().await.unwrap();
+        warm(client).await;
+    }
+}
+
+/// Every contender asks for `name` at the same instant (a semaphore of
+/// `permits`, or the plain lock), holds it for a moment and lets go: how
+/// long each took to get it, or its error.
+async fn contend(
+    clients: &[Redlock],
+    name: &str,
+    permits: Option<u32>,
+) -> Vec<Result<Duration, Error>> {
+    let start = Arc::new(tokio::sync::Barrier::new(clients.len()));
+    let tasks: Vec<_> = clients
+        .iter()
+        .cloned()
+        .map(|client| {
+            let (start, name) = (start.clone(), name.to_owned());
+            tokio::spawn(async move {
+                start.wait().await;
+                let asked = Instant::now();
+                let call = client.lock(&name, TTL).wait(ACROSS_ZONES_WAIT);
+                let lock = match permits {
+                    Some(k) => call.permits(k).await,
+                    None => call.await,
+                }?;
+                let took = asked.elapsed();
+                tokio::time::sleep(ms(50)).await;
+                lock.release().await?;
+                Ok(took)
+            })
+        })
+        .collect();
+    let mut took = Vec::new();
+    for task in tasks {
+        took.push(task.await.unwrap());
+    }
+    took
+}
+
+/// Asserts that every contender of `RACES` races got in, showing the times.
+async fn all_get_in(clients: &[Redlock], what: &str, name: &str, permits: Option<u32>) {
+    for race in 1..=RACES {
+        let took = contend(clients, name, permits).await;
+        all_got_in(&format!("{what}, race {race}"), &took);
+    }
+}
+
+fn all_got_in(what: &str, took: &[Result<Duration, Error>]) {
+    let shown: Vec<String> = took
+        .iter()
+        .map(|t| match t {
+            Ok(d) => format!("{d:?}"),
+            Err(e) => format!("{e}"),
+        })
+        .collect();
+    println!("across zones, {what}: {shown:?}");
+    for t in took {
+        assert!(t.is_ok(), "{what}: {shown:#?}");
+    }
+}
+
+/// Semaphore contenders across zones are contenders, not a holder: each
+/// takes its own node's slot first and finds the far nodes full, the
+/// others' slots there. Named as one holder (`permits:1` on every node)
+/// they looked like a holder on a majority to each of them, slept exactly
+/// the capped 2 s, woke together and split again, until all three gave up
+/// after their whole wait. Now they back off at random, as a plain mutex's
+/// contenders do, and each gets in (the mutex's times are printed beside).
+#[tokio::test]
+async fn semaphore_contenders_across_zones_each_get_in() {
+    let c = cluster(3);
+    let (clients, _proxies) = across_zones(&c);
+    warm_all(&clients).await;
+    all_get_in(&clients, "mutex", "zones-mutex", None).await;
+    all_get_in(&clients, "semaphore of 1", "zones-one", Some(1)).await;
+}
+
+/// The same contenders for the free permit of a semaphore of two whose
+/// other permit is held all along: each gets the free one in turn (before,
+/// none did in 9.5 s: each saw the held permit and the others' contending
+/// grants as `permits:2` on a majority).
+#[tokio::test]
+async fn the_free_permit_is_taken_across_zones_while_the_other_is_held() {
+    let c = cluster(3);
+    let (clients, _proxies) = across_zones(&c);
+    let mut kept = redlock(&c).lock("zones-two", TTL).permits(2).await.unwrap();
+    let held = kept.keep_alive();
+    warm_all(&clients).await;
+    all_get_in(&clients, "semaphore of 2, one held", "zones-two", Some(2)).await;
+    assert!(!held.is_lost());
+    kept.release().await.unwrap();
 }

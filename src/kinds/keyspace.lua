@@ -32,7 +32,8 @@
 -- holder's identity (the token of an exclusive holder, the owner of
 -- reentrant holds, a semaphore's number of permits) and the token waiters
 -- wait for (false if unknown; 'permits:<k>' for a semaphore, whose waiters
--- wait for any permit, named alike by every node). For a
+-- wait for any permit: a prefix only, the name a waiter is told says who
+-- holds which slot, see `waited_for`). For a
 -- key that no layout claims (a list, say, or a hash without the fields of
 -- ours): nil and a WRONGTYPE error reply to return. Such a key is never
 -- "held" or "free"; it is a mistake to say plainly. `strings`: the caller
@@ -134,6 +135,33 @@ local function semaphore_slots(key, k)
     end
   end
   return slots, now
+end
+
+-- The name waiters wait for on a semaphore of `k` permits whose held slots
+-- are `slots` (from `semaphore_slots`): 'permits:<k>:' and a digest of which
+-- token holds which slot ('' for a free one). It names the holders as a
+-- set, so that nodes that agree on them name the key alike, whatever order
+-- their expiries come in; and it says who holds which slot, so that nodes
+-- whose slots went to different contenders (a split vote: each contender's
+-- grant on some nodes only) name the key differently, and a waiter sees
+-- contention, not a holder (see kinds/semaphore).
+local function semaphore_name(k, slots)
+  local tokens = {}
+  for i = 0, k - 1 do
+    tokens[i + 1] = slots[i] and slots[i].token or ''
+  end
+  return 'permits:' .. k .. ':' .. redis.sha1hex(table.concat(tokens, ','))
+end
+
+-- The name waiters wait for of `key`, which `look` found in `layout`, with
+-- `id` and `token`: `token`, but for a semaphore (`semaphore_name`: `look`
+-- names it by its number of permits alone, with no read of its slots).
+local function waited_for(key, layout, id, token)
+  if layout == 'semaphore' then
+    local k = tonumber(id)
+    return semaphore_name(k, (semaphore_slots(key, k)))
+  end
+  return token
 end
 
 -- A readers key's shares held now: {token = expiry}, the node's time, and

@@ -8,7 +8,7 @@
 //!
 //! | part | what it says |
 //! |---|---|
-//! | `keyspace.lua` | every layout a lock key can have, and, for any key: `look` (free; or held — in which layout, by whom, the token waiters wait for; or no lock at all: the node's `WRONGTYPE` error to return), `holds` (the holds' tokens), `remove` (one hold removed by its token, as the key's own kind would) |
+//! | `keyspace.lua` | every layout a lock key can have, and, for any key: `look` (free; or held — in which layout, by whom, the token waiters wait for; or no lock at all: the node's `WRONGTYPE` error to return), `waited_for` (the name a refused waiter is told: the token waiters wait for, or for a semaphore `permits:<k>:<digest of who holds which slot>`), `holds` (the holds' tokens), `remove` (one hold removed by its token, as the key's own kind would) |
 //! | `queue.lua` | the waiters' queue `<key>:waiters` and the wake-up channels ([`queue`](super::queue)), and on top of the owner: `refuse` (the reply of a refused attempt, queueing its waiter) and `let_go` (`remove`, and the next waiter woken when the key goes) |
 //!
 //! The layouts today:

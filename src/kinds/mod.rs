@@ -91,7 +91,8 @@ pub(crate) trait Kind: Send + Sync + 'static {
     /// Whether the rollback of a failed attempt wakes the key's first
     /// waiter where it frees the key, even when the attempt was refused by
     /// a majority. Most kinds' waiters tell a failed attempt's partial
-    /// holds apart (each has its token: a split vote, and a short pause);
+    /// holds apart (each has its token, and a semaphore's full node names
+    /// who holds which slot: a split vote, and a short random pause);
     /// a reader's share is named `readers` like every other's, so a writer
     /// refused by failing readers takes them for one holder and waits for
     /// its release: their rollbacks must announce it (`kinds::rwlock`).

@@ -122,9 +122,10 @@ local function wake(key, token)
 end
 
 
--- The reply of an attempt that found `key` held, waiters waiting for
--- `token`: 0, or for a `waiter` {token, the key's PTTL}, and the waiter
--- queues for the key. A waiter kept out by readers (a writer: readers are
+-- The reply of an attempt that found `key` held (`layout`, `id`, `token`:
+-- what `look` said of it): 0, or for a `waiter` {the name waiters wait for
+-- (keyspace.lua's `waited_for`), the key's PTTL}, and the waiter queues for
+-- the key. A waiter kept out by readers (a writer: readers are
 -- not refused by readers) also leaves an intent, `<key>:intent` = its name, unless another's is
 -- there: new readers are turned away while it lives (see kinds/rwlock).
 -- It lives a second past the readers' latest PTTL, ten seconds at most,
@@ -132,10 +133,11 @@ end
 -- readers in again within that. The writer is told a PTTL no longer than
 -- its intent's life less a second, so that it is back (to renew it)
 -- before it lapses, however long its retry delay.
-local function refuse(key, token, waiter)
+local function refuse(key, waiter, layout, id, token)
   if waiter == '' then
     return 0
   end
+  token = waited_for(key, layout, id, token)
   local pttl = redis.call('PTTL', key)
   enqueue(key, waiter, math.max(pttl, 0) + QUEUE_SLACK)
   if token == 'readers' then

@@ -515,14 +515,24 @@ const HOLDER_SLEEP_CAP: u32 = 10;
 /// short retry delay does not turn waiting into polling.
 const HOLDER_SLEEP_FLOOR: Duration = Duration::from_secs(1);
 
+/// A capped sleep is drawn from the last `1 / HOLDER_SLEEP_SPREAD` of the
+/// cap (or the last `jitter` of it, if that is more): waiters that saw the
+/// same long-lived holder, or the same split taken for one, must not all
+/// wake at the same instant. (Cut to the cap after the jitter was added,
+/// every such sleep was exactly the cap: three semaphore contenders across
+/// zones woke together every 2 s, split the vote again, and all gave up.)
+const HOLDER_SLEEP_SPREAD: u32 = 10;
+
 /// The pause of a waiter after a failed attempt that observed the key.
 /// `listening` says whether announcements can be relied on: enough nodes
 /// are subscribed that any release that reaches a majority is heard.
 ///
 /// * A holder with a known expiry: sleep until its keys expire (a release
 ///   wakes the waiter sooner), plus up to `jitter` so that waiters do not
-///   all try at the same instant, but no longer than
-///   [`HOLDER_SLEEP_CAP`] retry delays (or [`HOLDER_SLEEP_FLOOR`]).
+///   all try at the same instant, but no longer than the cap,
+///   [`HOLDER_SLEEP_CAP`] retry delays (or [`HOLDER_SLEEP_FLOOR`]); a sleep
+///   that the cap cuts is drawn anew below the cap
+///   ([`HOLDER_SLEEP_SPREAD`]), so that it is random too.
 /// * Contenders split the vote: try again after a random pause of up to
 ///   two attempts' time, so that one of them wins the next round; the
 ///   bound doubles with each split in a row (`streak`, this one included),
@@ -546,10 +556,14 @@ pub(crate) fn pause(
                 .saturating_mul(HOLDER_SLEEP_CAP)
                 .max(HOLDER_SLEEP_FLOOR)
                 .max(poll);
-            (
-                ttl.saturating_add(uniform(Duration::ZERO, jitter)).min(cap),
-                true,
-            )
+            let until = ttl.saturating_add(uniform(Duration::ZERO, jitter));
+            let sleep = if until <= cap {
+                until
+            } else {
+                let spread = (cap / HOLDER_SLEEP_SPREAD).max(jitter);
+                uniform(cap.saturating_sub(spread), cap)
+            };
+            (sleep, true)
         }
         Seen::Contended => {
             let bound = attempt.saturating_mul(2u32.saturating_pow(streak));
@@ -842,12 +856,13 @@ mod tests {
                 "{p:?}"
             );
             // One whose keys expire in a minute: at most ten delays, in
-            // case its release is not announced.
+            // case its release is not announced (drawn from the last tenth).
             let p = pause(&holder(60_000), true, 0);
-            assert!((ms(1_900)..=ms(2_000)).contains(&p.sleep), "{p:?}");
+            assert!((ms(1_800)..=ms(2_000)).contains(&p.sleep), "{p:?}");
             // With a short delay, a second at the least.
             let short = |seen: &Seen| super::pause(seen, true, attempt, 0, ms(20), ms(5));
-            assert_eq!(short(&holder(60_000)).sleep, ms(1_000));
+            let p = short(&holder(60_000));
+            assert!((ms(900)..=ms(1_000)).contains(&p.sleep), "{p:?}");
             // Not listening: never longer than a poll.
             let p = pause(&holder(1_500), false, 0);
             assert!((ms(100)..=ms(300)).contains(&p.sleep), "{p:?}");
@@ -865,6 +880,81 @@ mod tests {
                 assert!((ms(100)..=ms(300)).contains(&p.sleep) && p.counted, "{p:?}");
             }
         }
+    }
+
+    /// A sleep that the cap cuts is as random as any other: waiters that
+    /// saw the same long-lived holder (or a split they took for one) do not
+    /// all wake at the same instant. Cut to the cap after the jitter was
+    /// added, every such sleep was exactly 2 s, and three contenders woke
+    /// together every 2 s, split the vote again, and all gave up.
+    #[test]
+    fn capped_sleeps_are_jittered_too() {
+        let holder = |ttl| Seen::Holder {
+            ttl: Some(ms(ttl)),
+            token: "permits:1:ab".into(),
+        };
+        let sleeps = |ttl, jitter| -> Vec<Duration> {
+            (0..200)
+                .map(|_| pause(&holder(ttl), true, ms(80), 0, ms(200), jitter).sleep)
+                .collect()
+        };
+        for (ttl, jitter) in [(30_000, ms(100)), (1_950, ms(100)), (30_000, ms(0))] {
+            let draws = sleeps(ttl, jitter);
+            // Never beyond the cap, never sooner than its last tenth.
+            assert!(
+                draws.iter().all(|d| (ms(1_800)..=ms(2_000)).contains(d)),
+                "{ttl} ms, jitter {jitter:?}: {draws:?}"
+            );
+            // Spread over it: no two waiters bound to wake together. (Each
+            // bound fails with odds of 2^-200.)
+            assert!(draws.iter().any(|d| *d < ms(1_900)), "{draws:?}");
+            assert!(draws.iter().any(|d| *d > ms(1_900)), "{draws:?}");
+        }
+        // A large jitter spreads a capped sleep over the last jitter of it.
+        let draws: Vec<Duration> = (0..200)
+            .map(|_| pause(&holder(30_000), true, ms(80), 0, ms(200), ms(600)).sleep)
+            .collect();
+        assert!(draws.iter().all(|d| (ms(1_400)..=ms(2_000)).contains(d)));
+        assert!(draws.iter().any(|d| *d < ms(1_700)), "{draws:?}");
+        // Below the cap, as before: the holder's expiry plus the jitter.
+        let draws = sleeps(1_500, ms(100));
+        assert!(draws.iter().all(|d| (ms(1_500)..=ms(1_600)).contains(d)));
+    }
+
+    /// Three semaphore contenders across zones: each took its own node's
+    /// slot first, and finds the two far nodes full, each with its own
+    /// contender's slot. A full node names the holders by who holds which
+    /// slot (`kinds::semaphore`), so the far nodes name the key
+    /// differently: contention, a short random pause, and one of them wins
+    /// the next round. Named as one, `permits:1` on both, they looked like
+    /// a holder on a majority, and each slept the capped pause.
+    #[test]
+    fn contenders_of_a_semaphore_split_the_vote_and_its_holders_do_not() {
+        let named = |names: &[&str]| {
+            let holders: Vec<(&str, Option<u64>)> =
+                names.iter().map(|n| (*n, Some(9_000))).collect();
+            tally(2, 1, &holders)
+        };
+        let split = named(&["permits:1:b", "permits:1:c"]);
+        assert_eq!(split.seen(), Seen::Contended);
+        for _ in 0..100 {
+            let p = pause(&split.seen(), true, ms(80), 1, ms(200), ms(0));
+            assert!(p.sleep <= ms(160) && !p.counted, "{p:?}");
+        }
+        // The same slot map on a majority: the semaphore is full, and the
+        // waiter sleeps until its soonest permit ends (capped).
+        let full = named(&["permits:1:h", "permits:1:h"]);
+        assert!(matches!(full.seen(), Seen::Holder { token, .. } if &*token == "permits:1:h"));
+        // The old one name: a holder on a majority, where there is none.
+        let old = named(&["permits:1", "permits:1"]);
+        assert!(matches!(old.seen(), Seen::Holder { .. }));
+        // Refused by every node, with no name on a majority: unclear (the
+        // other nodes are heard out), never a holder.
+        let mut t = Tally::new(3);
+        for (i, n) in ["permits:1:a", "permits:1:b"].into_iter().enumerate() {
+            t.record(i, held_by(n));
+        }
+        assert!(t.unclear());
     }
 
     /// A tally of every node's vote, in node order.

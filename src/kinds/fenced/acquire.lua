@@ -22,7 +22,7 @@ end
 if layout == 'exclusive' and id == ARGV[1] then
   return {c}
 elseif layout then
-  return refuse(KEYS[1], holder, ARGV[3])
+  return refuse(KEYS[1], ARGV[3], layout, id, holder)
 end
 -- The next token (%.0f writes it without an exponent). Beyond 2^53 a
 -- counter would stop growing: refused, before anything is written.

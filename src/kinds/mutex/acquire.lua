@@ -15,7 +15,7 @@ for _, key in ipairs(KEYS) do
   elseif not layout then
     absent[#absent + 1] = key
   elseif layout ~= 'exclusive' or id ~= ARGV[1] then
-    return refuse(key, token, ARGV[3])
+    return refuse(key, ARGV[3], layout, id, token)
   end
 end
 -- Only the keys that were absent: a key already ours (this script run twice,

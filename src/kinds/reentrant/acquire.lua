@@ -20,7 +20,7 @@ elseif layout == 'reentrant' and id == owner then
   -- Refreshed, never shortened: another hold may count on a longer life.
   prolong(key, ttl, ARGV[3])
 else
-  return refuse(key, smallest, ARGV[4])
+  return refuse(key, ARGV[4], layout, id, smallest)
 end
 if ARGV[4] ~= '' then
   dequeue(key, ARGV[4])

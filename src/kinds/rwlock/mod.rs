@@ -59,7 +59,9 @@
 //! readers from sleeping on a free key: a failed read's rollback that
 //! frees the key wakes the first waiter (to a writer, failing reads look
 //! like one holder named `readers`, whose release it waits for:
-//! [`Kind::announce_rollback`]), and a writer's leaving of the queues —
+//! [`Kind::announce_rollback`]; readers stay one name, unlike a
+//! semaphore's holders, since readers never contend with each other and a
+//! writer waits for all of them), and a writer's leaving of the queues —
 //! its intent with them — that a node did not answer (cut off) is sent
 //! again until the intent would have lapsed, so that a writer that got
 //! the lock during a partition leaves no intent behind to turn readers

@@ -11,7 +11,7 @@ local layout, id, holder = look(key)
 if layout == nil then
   return id
 elseif layout and layout ~= 'readers' then
-  return refuse(key, holder, ARGV[3])
+  return refuse(key, ARGV[3], layout, id, holder)
 end
 local now = now_ms()
 if layout then

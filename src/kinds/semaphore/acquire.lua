@@ -9,18 +9,19 @@
 -- {'slot', i, free}: slot i is ours, for the TTL (also when run twice: then
 -- the slot we have, never shortened); free is k characters, '1' where a
 -- slot was free here (or ours) and '0' where another holder has it, for
--- the caller's next hint should the nodes' grants differ; 0: every slot is held, or the key is
--- another kind's, and nothing changed; {holder, pttl}: the same, with the
--- semaphore's one name for its holders, 'permits:<k>', and the soonest
--- slot's PTTL (or the other kind's holder and its key's PTTL); error PERMITS <n>: the key is a semaphore of n permits, not k.
+-- the caller's next hint should the nodes' grants differ; 0: every slot is
+-- held, or the key is another kind's, and nothing changed; {holder, pttl}:
+-- the same, with the name of the semaphore's holders, 'permits:<k>:<digest
+-- of who holds which slot>' (keyspace.lua's `semaphore_name`), and the
+-- soonest slot's PTTL (or the other kind's holder and its key's PTTL);
+-- error PERMITS <n>: the key is a semaphore of n permits, not k.
 local key, token, ttl, k = KEYS[1], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local hint = tonumber(ARGV[4])
 local layout, id, holder = look(key)
--- (holder: for a semaphore, 'permits:<k>', the one name of its holders.)
 if layout == nil then
   return id
 elseif layout and layout ~= 'semaphore' then
-  return refuse(key, holder, ARGV[5])
+  return refuse(key, ARGV[5], layout, id, holder)
 elseif layout and tonumber(id) ~= k then
   return redis.error_reply('PERMITS ' .. id)
 end
@@ -55,9 +56,11 @@ if not take then
   if ARGV[5] == '' then
     return 0
   end
-  -- Named as one holder, 'permits:<k>', on every node (the nodes' soonest
-  -- holders differ in order), with the soonest expiry here: waiters wait
-  -- for any permit, and wake when any is let go.
+  -- Named by its holders as a set, slot by slot (`semaphore_name`): nodes
+  -- that agree on them name it alike (whichever slot ends first on each),
+  -- nodes whose slots went to contenders that split the vote do not. With
+  -- the soonest expiry here: waiters wait for any permit, and wake when any
+  -- is let go.
   local soonest = nil
   for _, slot in pairs(slots) do
     if not soonest or slot.expires < soonest then
@@ -66,7 +69,7 @@ if not take then
   end
   local pttl = soonest - now
   enqueue(key, ARGV[5], pttl + QUEUE_SLACK)
-  return {holder, pttl}
+  return {semaphore_name(k, slots), pttl}
 end
 redis.call('HSET', key, 'k', k, 't' .. take, token, 'x' .. take, string.format('%.0f', now + ttl))
 prolong(key, ttl, ARGV[2])

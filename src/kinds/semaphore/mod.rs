@@ -62,12 +62,46 @@
 //! been let go (or has expired) the key is gone, and the next holder may
 //! set a new `k`.
 //!
-//! **Waiting.** A full node names the semaphore's holders as one,
-//! `permits:<k>`, with its soonest slot's PTTL: a waiter sees one holder
-//! on a majority (however the nodes order their holders) and sleeps until
-//! the soonest expiry at most; the release of *any* permit wakes the first
-//! waiter of the key's queue (see [`queue`](super::queue)), which tries
-//! again.
+//! **Waiting.** A full node tells a waiter the name of the semaphore's
+//! holders, `permits:<k>:<digest>`, the digest (SHA-1) of which token holds
+//! which slot there, with its soonest slot's PTTL (the key space's
+//! `semaphore_name`; a waiter of another kind refused by the semaphore is
+//! told the same name). Nodes that agree on who holds each slot name the
+//! key alike, however their expiries are ordered: a waiter sees one holder
+//! on a majority and sleeps until the soonest expiry at most; the release
+//! of *any* permit wakes the first waiter of the key's queue (see
+//! [`queue`](super::queue)), which tries again.
+//!
+//! **Contenders are not a holder.** Contenders that come at once each take
+//! a slot on the nodes they reach first (across zones: its own zone's), and
+//! find the others full, the other contenders' grants there. Such nodes
+//! hold different tokens in a slot, so they name the key differently, and
+//! each contender sees a split vote: it backs off at random
+//! (`proto::quorum::pause`) and one of them wins the next round, as a
+//! mutex's contenders do. Named as one (`permits:<k>` on every full node),
+//! they looked like one holder on a majority to each of them: each slept
+//! the capped pause, all woke together, split again, and all gave up at
+//! their deadline (`tests/semaphore.rs`, three contenders each 40 ms from
+//! two of three nodes; a plain mutex got in in under a second).
+//!
+//! **One name on a majority is a real set of holders, or an announced
+//! rollback.** A waiter sees a holder only where a majority of the nodes
+//! that answered name the key alike, that is give each slot `i` the same
+//! token `t_i` (up to a SHA-1 collision). Then `t_i`'s attempt was granted
+//! slot `i` on a majority: it holds, or holds no longer (its release wakes
+//! a waiter), or its own count missed some of those grants (answers lost
+//! or not waited for, or the majority came too late for the validity), and
+//! then [`Tally::might_hold_majority`] holds for it and its rollback is
+//! announced. So a refused attempt's partial grants never keep a waiter
+//! asleep on a free permit, and the semaphore needs no announced rollbacks
+//! of its own ([`Kind::announce_rollback`]; announcing every failed
+//! attempt's rollback would wake the contenders queued behind it out of
+//! their random back-off, all at once). Where the nodes' slot maps differ
+//! for real holders (a straggler's grant of another slot, left until the
+//! holder's next extension there), a waiter sees contention too: its
+//! pauses double up to the retry pause and count as retries from then on,
+//! so it polls, no more. None of this touches the count of votes: a name
+//! is read from refusals only, and chooses a pause, never a vote.
 //!
 //! Holders and waiters of other kinds on the same name are excluded as for
 //! every kind: a semaphore's key is another holder's to a mutex, and a
