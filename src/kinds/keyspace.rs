@@ -73,8 +73,7 @@
 /// last). `script!("x.lua")` puts the owner (`keyspace.lua`) and the queue
 /// (`queue.lua`: queueing, waking, letting go) before it; `script!(keys
 /// "x.lua")`, for scripts that only read and prolong keys, the owner alone,
-/// which costs the node less per call; `script!(text "…")` takes the
-/// script's text itself.
+/// which costs the node less per call.
 macro_rules! script {
     ($($file:literal),+) => {
         concat!(
@@ -93,16 +92,6 @@ macro_rules! script {
                 "/src/kinds/keyspace.lua"
             )),
             $(include_str!($file)),+
-        )
-    };
-    (text $text:literal) => {
-        concat!(
-            include_str!(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/src/kinds/keyspace.lua"
-            )),
-            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/kinds/queue.lua")),
-            $text
         )
     };
 }

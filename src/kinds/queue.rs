@@ -80,21 +80,11 @@ use crate::proto::{Call, Command, Effect, Keys, Script};
 /// Takes a waiter out of the queues of its keys, and its intent (a writer
 /// waiting for readers) with it; wakes the next waiter where the key is
 /// free, or held by readers whom the intent was keeping others from.
-static LEAVE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(script!(
-        text "for _, key in ipairs(KEYS) do\n  local dropped = dequeue(key, ARGV[1])\n  \
-         if redis.call('EXISTS', key) == 0 or (dropped and look(key) == 'readers') then\n    \
-         wake(key, 'leave:' .. ARGV[1])\n  end\nend\nreturn 1\n"
-    ))
-});
+static LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new(script!("queue/leave.lua")));
 
 /// Wakes the next waiter of a key if the key is free: a wake-up reached a
 /// client whose named wait had ended.
-static PASS_ON: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(script!(
-        text "if redis.call('EXISTS', KEYS[1]) == 0 then\n  wake(KEYS[1], ARGV[1])\nend\nreturn 1\n"
-    ))
-});
+static PASS_ON: LazyLock<Script> = LazyLock::new(|| Script::new(script!("queue/pass_on.lua")));
 
 /// The name a waiter queues under: when its wait began (microseconds of
 /// the Unix epoch, 16 digits, so that names sort by it), its client's id
