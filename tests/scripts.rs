@@ -60,6 +60,8 @@ const RESIGN: &str = script!(
     "../src/kinds/election/resign.lua"
 );
 const LEADER: &str = script!(keys "../src/kinds/election/leader.lua");
+const LEAVE: &str = script!("../src/kinds/queue/leave.lua");
+const PASS_ON: &str = script!("../src/kinds/queue/pass_on.lua");
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef01234567";
 
@@ -955,4 +957,202 @@ fn election_records_are_the_key_holders_only_and_never_go_back() {
     assert_eq!(eval(&c, RESIGN, &["e"], &[TOKEN, "1"]), Reply::Int(0));
     assert_eq!(holders(&c, &[0], "e") + holders(&c, &[0], "e:leader"), 0);
     assert_eq!(eval(&c, LEADER, &["e"], &[]), Reply::Int(0));
+}
+
+/// A raw subscriber of one channel on node 0: hears wake-ups as a waiter's
+/// client does.
+struct Listening {
+    reader: std::io::BufReader<std::net::TcpStream>,
+    channel: String,
+}
+
+impl Listening {
+    fn subscribe(c: &LocalCluster, channel: &str) -> Listening {
+        use std::io::Write;
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", c.port(0))).unwrap();
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        write!(
+            stream,
+            "*2\r\n$9\r\nSUBSCRIBE\r\n${}\r\n{channel}\r\n",
+            channel.len()
+        )
+        .unwrap();
+        let mut listening = Listening {
+            reader: std::io::BufReader::new(stream),
+            channel: channel.to_owned(),
+        };
+        // *3, $9, subscribe, $n, the channel, :1.
+        let confirmation = listening.lines(6);
+        assert_eq!(confirmation[5], ":1", "{confirmation:?}");
+        listening
+    }
+
+    fn lines(&mut self, n: usize) -> Vec<String> {
+        use std::io::BufRead;
+        (0..n)
+            .map(|_| {
+                let mut line = String::new();
+                self.reader.read_line(&mut line).unwrap();
+                line.trim_end().to_owned()
+            })
+            .collect()
+    }
+
+    /// What was published on the channel since the last look, up to a
+    /// marker published now: deterministic, since a node delivers one
+    /// connection's messages in order.
+    fn heard(&mut self, c: &LocalCluster) -> Vec<String> {
+        let marker = "--marker--";
+        run(c, 0, &["PUBLISH", &self.channel, marker]);
+        let mut heard = Vec::new();
+        // *3, $7, message, $n, the channel, $m, the payload.
+        for _ in 0..100 {
+            let payload = self.lines(7).pop().unwrap();
+            if payload == marker {
+                return heard;
+            }
+            heard.push(payload);
+        }
+        panic!("no marker among {heard:?}")
+    }
+}
+
+/// A pass-on (a wake-up reached a wait that had ended) and a leave (a
+/// waiter gave up) wake the next waiter whenever the lock has room for it,
+/// in every layout: a free key; a semaphore with a slot free (released, or
+/// expired) though other slots are held; readers whom no writer's intent
+/// keeps others from. Never where there is no room: an exclusive or a
+/// reentrant holder, a full semaphore, readers behind an intent. (Woken
+/// only where the key was gone, the waiter behind a dropped one slept out
+/// its timer while a permit was free.)
+#[test]
+fn a_pass_on_or_a_leave_wakes_the_next_waiter_whenever_the_lock_has_room() {
+    let c = cluster(1);
+    // `bb` waits; `aa`, ahead of it, is the wait that ended or leaves.
+    let (aa, bb) = ("0000000000000001:aa:1", "0000000000000002:bb:1");
+    let mut listening = Listening::subscribe(&c, "k:wake:bb");
+    type Setup = fn(&LocalCluster);
+    let cases: [(&str, Setup, bool); 9] = [
+        ("free", |_| {}, true),
+        (
+            "exclusive",
+            |c| {
+                run(c, 0, &["SET", "k", TOKEN, "PX", "60000"]);
+            },
+            false,
+        ),
+        (
+            "reentrant",
+            |c| {
+                let reply = eval(c, REENTRANT_ACQUIRE, &["k"], &["job", TOKEN, "60000", ""]);
+                assert_eq!(reply, Reply::Int(1));
+            },
+            false,
+        ),
+        (
+            "semaphore, a slot free",
+            |c| {
+                slot(eval(
+                    c,
+                    SEMAPHORE_ACQUIRE,
+                    &["k"],
+                    &[TOKEN, "60000", "2", "0", ""],
+                ));
+            },
+            true,
+        ),
+        (
+            "semaphore, full",
+            |c| {
+                for token in [TOKEN, "fedcba9876543210fedcba9876543210fedcba98"] {
+                    slot(eval(
+                        c,
+                        SEMAPHORE_ACQUIRE,
+                        &["k"],
+                        &[token, "60000", "2", "0", ""],
+                    ));
+                }
+            },
+            false,
+        ),
+        (
+            "semaphore, a slot expired",
+            |c| {
+                for token in [TOKEN, "fedcba9876543210fedcba9876543210fedcba98"] {
+                    slot(eval(
+                        c,
+                        SEMAPHORE_ACQUIRE,
+                        &["k"],
+                        &[token, "60000", "2", "0", ""],
+                    ));
+                }
+                let past = (node_time_ms(c, 0) - 1_000).to_string();
+                run(c, 0, &["HSET", "k", "x1", &past]);
+            },
+            true,
+        ),
+        (
+            "readers",
+            |c| {
+                assert_eq!(eval(c, READ, &["k"], &[TOKEN, "60000", ""]), Reply::Int(1));
+            },
+            true,
+        ),
+        (
+            "readers, another writer's intent",
+            |c| {
+                assert_eq!(eval(c, READ, &["k"], &[TOKEN, "60000", ""]), Reply::Int(1));
+                run(
+                    c,
+                    0,
+                    &["SET", "k:intent", "0000000000000000:cc:1", "PX", "60000"],
+                );
+            },
+            false,
+        ),
+        (
+            "readers, the leaver's intent",
+            |c| {
+                assert_eq!(eval(c, READ, &["k"], &[TOKEN, "60000", ""]), Reply::Int(1));
+                run(
+                    c,
+                    0,
+                    &["SET", "k:intent", "0000000000000001:aa:1", "PX", "60000"],
+                );
+            },
+            true,
+        ),
+    ];
+    for (name, setup, room) in cases {
+        for script in ["pass-on", "leave"] {
+            run(&c, 0, &["FLUSHALL"]);
+            setup(&c);
+            run(&c, 0, &["ZADD", "k:waiters", "0", bb]);
+            let reply = if script == "pass-on" {
+                eval(&c, PASS_ON, &["k"], &["tok"])
+            } else {
+                run(&c, 0, &["ZADD", "k:waiters", "0", aa]);
+                eval(&c, LEAVE, &["k"], &[aa])
+            };
+            assert_eq!(reply, Reply::Int(1), "{name}, {script}");
+            let heard = listening.heard(&c);
+            // The leaver's own intent only matters to a leave: a pass-on
+            // finds it there, keeping readers out.
+            let expected = room && !(script == "pass-on" && name.ends_with("leaver's intent"));
+            if expected {
+                assert_eq!(heard.len(), 1, "{name}, {script}: woke nobody");
+                assert!(
+                    heard[0].starts_with(&format!("{bb} ")),
+                    "{name}, {script}: {heard:?}"
+                );
+            } else {
+                assert!(
+                    heard.is_empty(),
+                    "{name}, {script}: woke {heard:?} with no room"
+                );
+            }
+        }
+    }
 }
