@@ -1156,3 +1156,186 @@ fn a_pass_on_or_a_leave_wakes_the_next_waiter_whenever_the_lock_has_room() {
         }
     }
 }
+
+/// `MAX_TTL` in ms, as the client sends it.
+const MAX_TTL_MS: &str = "4611686018427387903";
+
+/// Whether `text` is a whole number as Redis reads one: digits only.
+fn is_whole(text: &str) -> bool {
+    !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Every number a script hands Redis is a whole number, written out, at
+/// any TTL a key can have: Lua's doubles went to Redis as `%.17g` text,
+/// `4.6116860184273879e+18` for a queue behind a lock held for `MAX_TTL`,
+/// which `PEXPIRE` refused, after the `ZADD` had made the queue: a queue
+/// with no expiry, and an error for the waiter. Each kind at `MAX_TTL`
+/// with a waiter behind it; a semaphore's and a reader's expiries in their
+/// hashes; an election's record; and a lock key that some other client
+/// gave the very longest expiry Redis takes, whose queue's life (its PTTL
+/// and 5 s) Redis would refuse as past the end of its clock, and which is
+/// cut to 2^62 ms.
+#[test]
+fn every_number_a_script_hands_redis_is_whole_at_any_ttl() {
+    let c = cluster(1);
+    let other = "fedcba9876543210fedcba9876543210fedcba98";
+    let waiter = "0000000000000001:aa:1";
+    let queued = |c: &LocalCluster, key: &str| {
+        let queue = format!("{key}:waiters");
+        assert_eq!(
+            run(c, 0, &["ZSCORE", &queue, waiter]),
+            Reply::Bulk(Some(b"0".to_vec())),
+            "{key}: the waiter is not queued"
+        );
+        let left = pttl(c, 0, &queue);
+        assert!(
+            left > 4_611_686_000_000_000_000 && left <= 4_611_686_018_427_387_904,
+            "{key}: the queue's PTTL is {left}"
+        );
+    };
+    let refused = |reply: Reply, key: &str| {
+        assert!(
+            matches!(&reply, Reply::Array(Some(seen)) if seen.len() == 2),
+            "{key}: {reply:?}"
+        );
+    };
+    // Exclusive, and a set of keys.
+    assert_eq!(
+        eval(&c, MUTEX_ACQUIRE, &["m", "n"], &[TOKEN, MAX_TTL_MS, ""]),
+        Reply::Int(1)
+    );
+    refused(
+        eval(&c, MUTEX_ACQUIRE, &["m", "n"], &[other, MAX_TTL_MS, waiter]),
+        "m",
+    );
+    queued(&c, "m");
+    // Reentrant.
+    assert_eq!(
+        eval(
+            &c,
+            REENTRANT_ACQUIRE,
+            &["r"],
+            &["one", TOKEN, MAX_TTL_MS, ""]
+        ),
+        Reply::Int(1)
+    );
+    refused(
+        eval(
+            &c,
+            REENTRANT_ACQUIRE,
+            &["r"],
+            &["two", other, MAX_TTL_MS, waiter],
+        ),
+        "r",
+    );
+    queued(&c, "r");
+    // Fenced.
+    assert!(matches!(
+        eval(
+            &c,
+            FENCED_ACQUIRE,
+            &["f", "f:fence"],
+            &[TOKEN, MAX_TTL_MS, "", "0"]
+        ),
+        Reply::Array(Some(_))
+    ));
+    refused(
+        eval(
+            &c,
+            FENCED_ACQUIRE,
+            &["f", "f:fence"],
+            &[other, MAX_TTL_MS, waiter, "0"],
+        ),
+        "f",
+    );
+    queued(&c, "f");
+    // A semaphore: its expiries written out in full.
+    slot(eval(
+        &c,
+        SEMAPHORE_ACQUIRE,
+        &["s"],
+        &[TOKEN, MAX_TTL_MS, "1", "0", ""],
+    ));
+    assert!(is_whole(&hget(&c, "s", "x0")), "{}", hget(&c, "s", "x0"));
+    assert_eq!(hget(&c, "s", "k"), "1");
+    refused(
+        eval(
+            &c,
+            SEMAPHORE_ACQUIRE,
+            &["s"],
+            &[other, MAX_TTL_MS, "1", "0", waiter],
+        ),
+        "s",
+    );
+    queued(&c, "s");
+    assert_eq!(
+        eval(&c, SEMAPHORE_EXTEND, &["s"], &[TOKEN, MAX_TTL_MS, "0"]),
+        Reply::Int(1)
+    );
+    assert!(is_whole(&hget(&c, "s", "x0")), "{}", hget(&c, "s", "x0"));
+    // Readers, and a writer waiting for them: its intent is short-lived.
+    assert_eq!(
+        eval(&c, READ, &["d"], &[TOKEN, MAX_TTL_MS, ""]),
+        Reply::Int(1)
+    );
+    assert_eq!(
+        eval(&c, READ_EXTEND, &["d"], &[TOKEN, MAX_TTL_MS]),
+        Reply::Int(1)
+    );
+    assert!(is_whole(&hget(&c, "d", TOKEN)), "{}", hget(&c, "d", TOKEN));
+    refused(
+        eval(&c, MUTEX_ACQUIRE, &["d"], &[other, MAX_TTL_MS, waiter]),
+        "d",
+    );
+    queued(&c, "d");
+    let intent = pttl(&c, 0, "d:intent");
+    assert!(
+        (10_000..=11_000).contains(&intent),
+        "the intent's PTTL is {intent}"
+    );
+    // A writer, and a reader waiting for it.
+    assert_eq!(
+        eval(&c, MUTEX_ACQUIRE, &["w"], &[TOKEN, MAX_TTL_MS, ""]),
+        Reply::Int(1)
+    );
+    refused(eval(&c, READ, &["w"], &[other, MAX_TTL_MS, waiter]), "w");
+    queued(&c, "w");
+    // An election's record lives as long as its leader's key.
+    run(&c, 0, &["SET", "e", TOKEN, "PX", MAX_TTL_MS]);
+    assert_eq!(
+        eval(
+            &c,
+            ANNOUNCE,
+            &["e", "e:fence"],
+            &[TOKEN, "7", "b", "vb", "0"]
+        ),
+        Reply::Int(1)
+    );
+    assert_eq!(
+        eval(
+            &c,
+            LEADER_EXTEND,
+            &["e"],
+            &[TOKEN, MAX_TTL_MS, "b", "v2", "7", "1"]
+        ),
+        Reply::Int(1)
+    );
+    let record = pttl(&c, 0, "e:leader");
+    assert!(
+        record > 4_611_686_000_000_000_000,
+        "the record's PTTL is {record}"
+    );
+    // The longest expiry Redis takes, from another client: i64::MAX ms
+    // from the Unix epoch, less a margin for the node's clock.
+    let longest = i64::MAX as u64 - node_time_ms(&c, 0) - 2_000;
+    run(&c, 0, &["SET", "x", other, "PX", &longest.to_string()]);
+    refused(
+        eval(&c, MUTEX_ACQUIRE, &["x"], &[TOKEN, MAX_TTL_MS, waiter]),
+        "x",
+    );
+    let left = pttl(&c, 0, "x:waiters");
+    assert!(
+        left > 4_611_686_000_000_000_000 && left <= 4_611_686_018_427_387_904,
+        "the queue's PTTL is {left}"
+    );
+}

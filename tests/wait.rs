@@ -828,13 +828,14 @@ async fn every_kind_held_for_max_ttl_queues_its_waiter_and_wakes_it() {
                 (result, Instant::now())
             })
         };
-        // Queued on every node (bounded: its attempt reaches them all).
+        // Queued on a majority at least (a node where its attempt came
+        // before the holder's took the key and gave it back: no queue).
         let queue = format!("{}:waiters", key(kind));
         let started = Instant::now();
-        while ALL.iter().any(|&i| pttl(&c, i, &queue) == -2) {
+        while ALL.iter().filter(|&&i| pttl(&c, i, &queue) != -2).count() < 3 {
             assert!(
                 started.elapsed() < Duration::from_secs(5),
-                "{kind}: the waiter never queued on every node: {:?}",
+                "{kind}: the waiter never queued on a majority: {:?}",
                 every_key(&c)
             );
             assert!(!task.is_finished(), "{kind}: the waiter did not wait");
