@@ -304,12 +304,18 @@ end
 -- intent turns them away is queue.lua's to say); false for an exclusive or
 -- reentrant holder, a full semaphore, and a key that is no lock. What a
 -- pass-on or a leave asks before it wakes the next waiter (queue.lua's
--- `vacant`): a turn lost there leaves the room idle until a timer.
+-- `vacant`): a turn lost there leaves the room idle until a timer. (TYPE
+-- first: a string, the exclusive layout, has no room whoever holds it, and
+-- a leave costs its node no read of it.)
 local function room(key)
-  local layout, id = look(key)
-  if layout == false then
+  local kind = redis.call('TYPE', key).ok
+  if kind == 'none' then
     return true
-  elseif layout == 'semaphore' then
+  elseif kind ~= 'hash' then
+    return false
+  end
+  local layout, id = look(key)
+  if layout == 'semaphore' then
     local k = tonumber(id) or 0
     local held = 0
     for _ in pairs((semaphore_slots(key, k))) do

@@ -67,7 +67,10 @@
 //! on a majority (however the nodes order their holders) and sleeps until
 //! the soonest expiry at most; the release of *any* permit wakes the first
 //! waiter of the key's queue (see [`queue`](super::queue)), which tries
-//! again.
+//! again. The key stays while any slot is held, so a wake-up that reached
+//! a wait that had ended, or a waiter that leaves, wakes the next one
+//! wherever a slot is free (let go or expired), not only where the key is
+//! gone: `keyspace.lua`'s `room` counts the slots.
 //!
 //! Holders and waiters of other kinds on the same name are excluded as for
 //! every kind: a semaphore's key is another holder's to a mutex, and a
