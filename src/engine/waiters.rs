@@ -28,10 +28,10 @@
 //! client asks the node to wake the next if the lock has room there:
 //! [`queue`]'s pass-on), or one that gives up (leaving the queue wakes the
 //! next if the lock has room: a free key, a semaphore's free slot, readers
-//! no writer's intent keeps others from). A waiter whose client no longer subscribes
-//! on a node is skipped there, also when a pattern subscriber (`PSUBSCRIBE
-//! *`, a monitoring tool) would count the wake-up as heard (the node asks
-//! `PUBSUB NUMSUB` first). What escapes that — a wake-up for a `Redlock`
+//! no writer's intent keeps others from). A waiter whose client no longer
+//! subscribes on a node is skipped there, also when a pattern subscriber
+//! (`PSUBSCRIBE *`, a monitoring tool) would count the wake-up as heard
+//! (the node asks `PUBSUB NUMSUB` first). What escapes that — a wake-up for a `Redlock`
 //! dropped a moment before, its subscriptions not yet closed, or one
 //! counted by a pattern subscriber where an ACL forbids `PUBSUB` — costs
 //! the next waiter its timer: the holder's PTTL, capped at ten retry

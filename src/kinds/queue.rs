@@ -34,11 +34,11 @@
 //! * **Leaving.** A waiter that stops waiting without the lock takes itself
 //!   out of the queues ([`leave`]), and its intent with them, in the
 //!   background, and wakes the next waiter where the lock has room (it
-//!   may have been woken for that room itself); a node that does not answer is sent it again until the
-//!   intent would have lapsed ([`LEAVE_LIFE`]). (The first send is not
-//!   copied onto a retired connection as removals are: a writer's attempt
-//!   still held on one, delivered after the leave, sets its intent again
-//!   for up to its life.)
+//!   may have been woken for that room itself); a node that does not
+//!   answer is sent it again until the intent would have lapsed
+//!   ([`LEAVE_LIFE`]). (The first send is not copied onto a retired
+//!   connection as removals are: a writer's attempt still held on one,
+//!   delivered after the leave, sets its intent again for up to its life.)
 //! * **Passing on.** A wake-up can name a wait that has ended: one that got
 //!   the lock while a node still had it queued (its attempt there came
 //!   late, or found the old holder's key still there), or one whose leaving
