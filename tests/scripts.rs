@@ -60,6 +60,8 @@ const RESIGN: &str = script!(
     "../src/kinds/election/resign.lua"
 );
 const LEADER: &str = script!(keys "../src/kinds/election/leader.lua");
+const LEAVE: &str = script!("../src/kinds/queue/leave.lua");
+const PASS_ON: &str = script!("../src/kinds/queue/pass_on.lua");
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef01234567";
 
@@ -985,4 +987,385 @@ fn election_records_are_the_key_holders_only_and_never_go_back() {
     assert_eq!(eval(&c, RESIGN, &["e"], &[TOKEN, "1"]), Reply::Int(0));
     assert_eq!(holders(&c, &[0], "e") + holders(&c, &[0], "e:leader"), 0);
     assert_eq!(eval(&c, LEADER, &["e"], &[]), Reply::Int(0));
+}
+
+/// A raw subscriber of one channel on node 0: hears wake-ups as a waiter's
+/// client does.
+struct Listening {
+    reader: std::io::BufReader<std::net::TcpStream>,
+    channel: String,
+}
+
+impl Listening {
+    fn subscribe(c: &LocalCluster, channel: &str) -> Listening {
+        use std::io::Write;
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", c.port(0))).unwrap();
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        write!(
+            stream,
+            "*2\r\n$9\r\nSUBSCRIBE\r\n${}\r\n{channel}\r\n",
+            channel.len()
+        )
+        .unwrap();
+        let mut listening = Listening {
+            reader: std::io::BufReader::new(stream),
+            channel: channel.to_owned(),
+        };
+        // *3, $9, subscribe, $n, the channel, :1.
+        let confirmation = listening.lines(6);
+        assert_eq!(confirmation[5], ":1", "{confirmation:?}");
+        listening
+    }
+
+    fn lines(&mut self, n: usize) -> Vec<String> {
+        use std::io::BufRead;
+        (0..n)
+            .map(|_| {
+                let mut line = String::new();
+                self.reader.read_line(&mut line).unwrap();
+                line.trim_end().to_owned()
+            })
+            .collect()
+    }
+
+    /// What was published on the channel since the last look, up to a
+    /// marker published now: deterministic, since a node delivers one
+    /// connection's messages in order.
+    fn heard(&mut self, c: &LocalCluster) -> Vec<String> {
+        let marker = "--marker--";
+        run(c, 0, &["PUBLISH", &self.channel, marker]);
+        let mut heard = Vec::new();
+        // *3, $7, message, $n, the channel, $m, the payload.
+        for _ in 0..100 {
+            let payload = self.lines(7).pop().unwrap();
+            if payload == marker {
+                return heard;
+            }
+            heard.push(payload);
+        }
+        panic!("no marker among {heard:?}")
+    }
+}
+
+/// A pass-on (a wake-up reached a wait that had ended) and a leave (a
+/// waiter gave up) wake the next waiter whenever the lock has room for it,
+/// in every layout: a free key; a semaphore with a slot free (released, or
+/// expired) though other slots are held; readers whom no writer's intent
+/// keeps others from. Never where there is no room: an exclusive or a
+/// reentrant holder, a full semaphore, readers behind an intent. (Woken
+/// only where the key was gone, the waiter behind a dropped one slept out
+/// its timer while a permit was free.)
+#[test]
+fn a_pass_on_or_a_leave_wakes_the_next_waiter_whenever_the_lock_has_room() {
+    let c = cluster(1);
+    // `bb` waits; `aa`, ahead of it, is the wait that ended or leaves.
+    let (aa, bb) = ("0000000000000001:aa:1", "0000000000000002:bb:1");
+    let mut listening = Listening::subscribe(&c, "k:wake:bb");
+    type Setup = fn(&LocalCluster);
+    let cases: [(&str, Setup, bool); 9] = [
+        ("free", |_| {}, true),
+        (
+            "exclusive",
+            |c| {
+                run(c, 0, &["SET", "k", TOKEN, "PX", "60000"]);
+            },
+            false,
+        ),
+        (
+            "reentrant",
+            |c| {
+                let reply = eval(c, REENTRANT_ACQUIRE, &["k"], &["job", TOKEN, "60000", ""]);
+                assert_eq!(reply, Reply::Int(1));
+            },
+            false,
+        ),
+        (
+            "semaphore, a slot free",
+            |c| {
+                slot(eval(
+                    c,
+                    SEMAPHORE_ACQUIRE,
+                    &["k"],
+                    &[TOKEN, "60000", "2", "0", ""],
+                ));
+            },
+            true,
+        ),
+        (
+            "semaphore, full",
+            |c| {
+                for token in [TOKEN, "fedcba9876543210fedcba9876543210fedcba98"] {
+                    slot(eval(
+                        c,
+                        SEMAPHORE_ACQUIRE,
+                        &["k"],
+                        &[token, "60000", "2", "0", ""],
+                    ));
+                }
+            },
+            false,
+        ),
+        (
+            "semaphore, a slot expired",
+            |c| {
+                for token in [TOKEN, "fedcba9876543210fedcba9876543210fedcba98"] {
+                    slot(eval(
+                        c,
+                        SEMAPHORE_ACQUIRE,
+                        &["k"],
+                        &[token, "60000", "2", "0", ""],
+                    ));
+                }
+                let past = (node_time_ms(c, 0) - 1_000).to_string();
+                run(c, 0, &["HSET", "k", "x1", &past]);
+            },
+            true,
+        ),
+        (
+            "readers",
+            |c| {
+                assert_eq!(eval(c, READ, &["k"], &[TOKEN, "60000", ""]), Reply::Int(1));
+            },
+            true,
+        ),
+        (
+            "readers, another writer's intent",
+            |c| {
+                assert_eq!(eval(c, READ, &["k"], &[TOKEN, "60000", ""]), Reply::Int(1));
+                run(
+                    c,
+                    0,
+                    &["SET", "k:intent", "0000000000000000:cc:1", "PX", "60000"],
+                );
+            },
+            false,
+        ),
+        (
+            "readers, the leaver's intent",
+            |c| {
+                assert_eq!(eval(c, READ, &["k"], &[TOKEN, "60000", ""]), Reply::Int(1));
+                run(
+                    c,
+                    0,
+                    &["SET", "k:intent", "0000000000000001:aa:1", "PX", "60000"],
+                );
+            },
+            true,
+        ),
+    ];
+    for (name, setup, room) in cases {
+        for script in ["pass-on", "leave"] {
+            run(&c, 0, &["FLUSHALL"]);
+            setup(&c);
+            run(&c, 0, &["ZADD", "k:waiters", "0", bb]);
+            let reply = if script == "pass-on" {
+                eval(&c, PASS_ON, &["k"], &["tok"])
+            } else {
+                run(&c, 0, &["ZADD", "k:waiters", "0", aa]);
+                eval(&c, LEAVE, &["k"], &[aa])
+            };
+            assert_eq!(reply, Reply::Int(1), "{name}, {script}");
+            let heard = listening.heard(&c);
+            // The leaver's own intent only matters to a leave: a pass-on
+            // finds it there, keeping readers out.
+            let expected = room && !(script == "pass-on" && name.ends_with("leaver's intent"));
+            if expected {
+                assert_eq!(heard.len(), 1, "{name}, {script}: woke nobody");
+                assert!(
+                    heard[0].starts_with(&format!("{bb} ")),
+                    "{name}, {script}: {heard:?}"
+                );
+            } else {
+                assert!(
+                    heard.is_empty(),
+                    "{name}, {script}: woke {heard:?} with no room"
+                );
+            }
+        }
+    }
+}
+
+/// `MAX_TTL` in ms, as the client sends it.
+const MAX_TTL_MS: &str = "4611686018427387903";
+
+/// Whether `text` is a whole number as Redis reads one: digits only.
+fn is_whole(text: &str) -> bool {
+    !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Every number a script hands Redis is a whole number, written out, at
+/// any TTL a key can have: Lua's doubles went to Redis as `%.17g` text,
+/// `4.6116860184273879e+18` for a queue behind a lock held for `MAX_TTL`,
+/// which `PEXPIRE` refused, after the `ZADD` had made the queue: a queue
+/// with no expiry, and an error for the waiter. Each kind at `MAX_TTL`
+/// with a waiter behind it; a semaphore's and a reader's expiries in their
+/// hashes; an election's record; and a lock key that some other client
+/// gave the very longest expiry Redis takes, whose queue's life (its PTTL
+/// and 5 s) Redis would refuse as past the end of its clock, and which is
+/// cut to 2^62 ms.
+#[test]
+fn every_number_a_script_hands_redis_is_whole_at_any_ttl() {
+    let c = cluster(1);
+    let other = "fedcba9876543210fedcba9876543210fedcba98";
+    let waiter = "0000000000000001:aa:1";
+    let queued = |c: &LocalCluster, key: &str| {
+        let queue = format!("{key}:waiters");
+        assert_eq!(
+            run(c, 0, &["ZSCORE", &queue, waiter]),
+            Reply::Bulk(Some(b"0".to_vec())),
+            "{key}: the waiter is not queued"
+        );
+        let left = pttl(c, 0, &queue);
+        assert!(
+            left > 4_611_686_000_000_000_000 && left <= 4_611_686_018_427_387_904,
+            "{key}: the queue's PTTL is {left}"
+        );
+    };
+    let refused = |reply: Reply, key: &str| {
+        assert!(
+            matches!(&reply, Reply::Array(Some(seen)) if seen.len() == 2),
+            "{key}: {reply:?}"
+        );
+    };
+    // Exclusive, and a set of keys.
+    assert_eq!(
+        eval(&c, MUTEX_ACQUIRE, &["m", "n"], &[TOKEN, MAX_TTL_MS, ""]),
+        Reply::Int(1)
+    );
+    refused(
+        eval(&c, MUTEX_ACQUIRE, &["m", "n"], &[other, MAX_TTL_MS, waiter]),
+        "m",
+    );
+    queued(&c, "m");
+    // Reentrant.
+    assert_eq!(
+        eval(
+            &c,
+            REENTRANT_ACQUIRE,
+            &["r"],
+            &["one", TOKEN, MAX_TTL_MS, ""]
+        ),
+        Reply::Int(1)
+    );
+    refused(
+        eval(
+            &c,
+            REENTRANT_ACQUIRE,
+            &["r"],
+            &["two", other, MAX_TTL_MS, waiter],
+        ),
+        "r",
+    );
+    queued(&c, "r");
+    // Fenced.
+    assert!(matches!(
+        eval(
+            &c,
+            FENCED_ACQUIRE,
+            &["f", "f:fence"],
+            &[TOKEN, MAX_TTL_MS, "", "0"]
+        ),
+        Reply::Array(Some(_))
+    ));
+    refused(
+        eval(
+            &c,
+            FENCED_ACQUIRE,
+            &["f", "f:fence"],
+            &[other, MAX_TTL_MS, waiter, "0"],
+        ),
+        "f",
+    );
+    queued(&c, "f");
+    // A semaphore: its expiries written out in full.
+    slot(eval(
+        &c,
+        SEMAPHORE_ACQUIRE,
+        &["s"],
+        &[TOKEN, MAX_TTL_MS, "1", "0", ""],
+    ));
+    assert!(is_whole(&hget(&c, "s", "x0")), "{}", hget(&c, "s", "x0"));
+    assert_eq!(hget(&c, "s", "k"), "1");
+    refused(
+        eval(
+            &c,
+            SEMAPHORE_ACQUIRE,
+            &["s"],
+            &[other, MAX_TTL_MS, "1", "0", waiter],
+        ),
+        "s",
+    );
+    queued(&c, "s");
+    assert_eq!(
+        eval(&c, SEMAPHORE_EXTEND, &["s"], &[TOKEN, MAX_TTL_MS, "0"]),
+        Reply::Int(1)
+    );
+    assert!(is_whole(&hget(&c, "s", "x0")), "{}", hget(&c, "s", "x0"));
+    // Readers, and a writer waiting for them: its intent is short-lived.
+    assert_eq!(
+        eval(&c, READ, &["d"], &[TOKEN, MAX_TTL_MS, ""]),
+        Reply::Int(1)
+    );
+    assert_eq!(
+        eval(&c, READ_EXTEND, &["d"], &[TOKEN, MAX_TTL_MS]),
+        Reply::Int(1)
+    );
+    assert!(is_whole(&hget(&c, "d", TOKEN)), "{}", hget(&c, "d", TOKEN));
+    refused(
+        eval(&c, MUTEX_ACQUIRE, &["d"], &[other, MAX_TTL_MS, waiter]),
+        "d",
+    );
+    queued(&c, "d");
+    let intent = pttl(&c, 0, "d:intent");
+    assert!(
+        (10_000..=11_000).contains(&intent),
+        "the intent's PTTL is {intent}"
+    );
+    // A writer, and a reader waiting for it.
+    assert_eq!(
+        eval(&c, MUTEX_ACQUIRE, &["w"], &[TOKEN, MAX_TTL_MS, ""]),
+        Reply::Int(1)
+    );
+    refused(eval(&c, READ, &["w"], &[other, MAX_TTL_MS, waiter]), "w");
+    queued(&c, "w");
+    // An election's record lives as long as its leader's key.
+    run(&c, 0, &["SET", "e", TOKEN, "PX", MAX_TTL_MS]);
+    assert_eq!(
+        eval(
+            &c,
+            ANNOUNCE,
+            &["e", "e:fence"],
+            &[TOKEN, "7", "b", "vb", "0"]
+        ),
+        Reply::Int(1)
+    );
+    assert_eq!(
+        eval(
+            &c,
+            LEADER_EXTEND,
+            &["e"],
+            &[TOKEN, MAX_TTL_MS, "b", "v2", "7", "1"]
+        ),
+        Reply::Int(1)
+    );
+    let record = pttl(&c, 0, "e:leader");
+    assert!(
+        record > 4_611_686_000_000_000_000,
+        "the record's PTTL is {record}"
+    );
+    // The longest expiry Redis takes, from another client: i64::MAX ms
+    // from the Unix epoch, less a margin for the node's clock.
+    let longest = i64::MAX as u64 - node_time_ms(&c, 0) - 2_000;
+    run(&c, 0, &["SET", "x", other, "PX", &longest.to_string()]);
+    refused(
+        eval(&c, MUTEX_ACQUIRE, &["x"], &[TOKEN, MAX_TTL_MS, waiter]),
+        "x",
+    );
+    let left = pttl(&c, 0, "x:waiters");
+    assert!(
+        left > 4_611_686_000_000_000_000 && left <= 4_611_686_018_427_387_904,
+        "the queue's PTTL is {left}"
+    );
 }

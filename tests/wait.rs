@@ -650,3 +650,212 @@ async fn a_wake_up_for_an_ended_wait_is_passed_on_to_the_next_waiter() {
     println!("release to next holder past an ended wait: {gap:?}");
     assert!(gap < Duration::from_secs(2), "took {gap:?}");
 }
+
+/// Starts waiting for one of `k` permits of the semaphore "r", as
+/// [`start_waiting`] does for the lock.
+async fn start_waiting_for_a_permit(redlock: &Redlock, k: u32) -> Waiting {
+    let redlock = redlock.clone();
+    let task = tokio::spawn(async move {
+        let result = redlock.lock("r", LONG_TTL).permits(k).await;
+        (result, Instant::now())
+    });
+    tokio::time::sleep(ms(400)).await;
+    assert!(!task.is_finished(), "the waiter did not wait");
+    task
+}
+
+/// The same for a semaphore, whose key stays while a permit is free: a
+/// release of one of two permits wakes an ended wait, whose client passes
+/// the turn on, and the next waiter takes the free permit at once rather
+/// than at its timer (30 s here). The node passed a turn on only where the
+/// key was gone, and the permit stayed free while the waiter slept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_up_for_an_ended_wait_on_a_semaphore_is_passed_on_to_the_next_waiter() {
+    let c = cluster(5);
+    let holder = redlock(&c);
+    let permit = || holder.lock("r", LONG_TTL).permits(2);
+    // `a` waits once, so that its channel for "r" stays subscribed a while.
+    let a = waiter(&c, Duration::from_secs(3));
+    let kept = permit().await.unwrap();
+    let lock = permit().await.unwrap();
+    hand_over(lock, start_waiting_for_a_permit(&a, 2).await).await;
+    let lock = permit().await.unwrap();
+    let b = waiter(&c, Duration::from_secs(3));
+    let task = start_waiting_for_a_permit(&b, 2).await;
+    let b_client = queued(&c, 0)[0].split(':').nth(1).unwrap().to_owned();
+    let channels = match run(
+        &c,
+        0,
+        &["PUBSUB", "CHANNELS", &format!("{}:wake:*", key("r"))],
+    ) {
+        Reply::Array(Some(names)) => names,
+        other => panic!("{other:?}"),
+    };
+    let a_client = channels
+        .iter()
+        .filter_map(|n| match n {
+            Reply::Bulk(Some(b)) => String::from_utf8(b.clone()).ok(),
+            _ => None,
+        })
+        .map(|n| n.rsplit(':').next().unwrap().to_owned())
+        .find(|id| *id != b_client)
+        .expect("a's channel no longer subscribed");
+    let stale = format!("0000000000000001:{a_client}:999999");
+    for i in ALL {
+        run(
+            &c,
+            i,
+            &["ZADD", &format!("{}:waiters", key("r")), "0", &stale],
+        );
+        assert_eq!(queued(&c, i)[0], stale);
+    }
+    let gap = hand_over(lock, task).await;
+    println!("release of a permit to the next holder past an ended wait: {gap:?}");
+    assert!(gap < Duration::from_secs(2), "took {gap:?}");
+    kept.release().await.unwrap();
+}
+
+/// What a case of [`every_kind_held_for_max_ttl_queues_its_waiter_and_wakes_it`]
+/// holds: a lock of some kind, or a leadership.
+enum Held {
+    Lock(Lock),
+    Leads(redquorum::Leadership),
+}
+
+impl Held {
+    async fn release(self) {
+        match self {
+            Held::Lock(lock) => lock.release().await.unwrap(),
+            Held::Leads(leadership) => leadership.resign().await.unwrap(),
+        }
+    }
+}
+
+/// One take of a case: which kind, on which resource, at `MAX_TTL`.
+async fn take_at_max_ttl(redlock: &Redlock, kind: &str, who: &str) -> Result<Held, Error> {
+    let ttl = redquorum::MAX_TTL;
+    let wait = Duration::from_secs(20);
+    let lock = |r| redlock.lock(r, ttl).wait(wait);
+    let held = match (kind, who) {
+        ("plain", _) => lock("plain").await,
+        ("set", _) => redlock.lock_all(["set", "set2"], ttl).wait(wait).await,
+        ("reentrant", owner) => lock("reentrant").reentrant(owner).await,
+        ("fenced", _) => lock("fenced").fenced().await,
+        ("semaphore", _) => lock("semaphore").permits(1).await,
+        // Readers hold, a writer waits (and leaves its intent).
+        ("readers", "holder") => lock("readers").shared().await,
+        ("readers", _) => lock("readers").await,
+        // A writer holds, a reader waits.
+        ("writer", "holder") => lock("writer").await,
+        ("writer", _) => lock("writer").shared().await,
+        ("election", who) => {
+            return redlock
+                .campaign("election", who, ttl)
+                .wait(wait)
+                .await
+                .map(Held::Leads);
+        }
+        _ => unreachable!("{kind}"),
+    };
+    held.map(Held::Lock)
+}
+
+/// Every lock key and side key on every node, with its PTTL.
+fn every_key(c: &LocalCluster) -> Vec<(usize, String, i64)> {
+    let mut keys = Vec::new();
+    for i in ALL {
+        let Reply::Array(Some(names)) = run(c, i, &["KEYS", "redquorum:*"]) else {
+            panic!("KEYS on node {i}")
+        };
+        for name in names {
+            let Reply::Bulk(Some(name)) = name else {
+                panic!("KEYS: {name:?}")
+            };
+            let name = String::from_utf8(name).unwrap();
+            let left = pttl(c, i, &name);
+            keys.push((i, name, left));
+        }
+    }
+    keys
+}
+
+/// Every key the locks made has a TTL, and a positive one: the lock keys
+/// at `MAX_TTL`, and every side key (the queue, a writer's intent, an
+/// election's record), but for the fencing counter, which must outlive
+/// every lock (see `kinds::fenced`).
+fn assert_every_key_expires(c: &LocalCluster, when: &str) {
+    for (i, name, left) in every_key(c) {
+        if name.ends_with(":fence") {
+            continue;
+        }
+        // (-2: gone since it was listed, a release landing.)
+        assert!(
+            left > 0 || left == -2,
+            "{when}: {name} on node {i} has PTTL {left}: no expiry"
+        );
+    }
+}
+
+/// Every kind held for `MAX_TTL` (about 146 million years): a waiter
+/// queues for it (the queue lives as long as the holder, and expires), is
+/// woken by the release (not by its 10 s poll), and takes it for
+/// `MAX_TTL` in turn; no key is ever left without an expiry. (The queue's
+/// life, the holder's PTTL plus 5 s, went to `PEXPIRE` as a Lua number,
+/// which Redis was handed as `4.6116860184273879e+18` and refused: the
+/// queue was left without a TTL, and every waiter's attempt failed, so
+/// that it polled. The election's record failed the same way.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_held_for_max_ttl_queues_its_waiter_and_wakes_it() {
+    let c = cluster(5);
+    let holder = redlock(&c);
+    let waiting = waiter(&c, Duration::from_secs(10));
+    for kind in [
+        "plain",
+        "set",
+        "reentrant",
+        "fenced",
+        "semaphore",
+        "readers",
+        "writer",
+        "election",
+    ] {
+        let held = take_at_max_ttl(&holder, kind, "holder")
+            .await
+            .unwrap_or_else(|e| panic!("{kind}: the holder: {e}"));
+        let task = {
+            let waiting = waiting.clone();
+            tokio::spawn(async move {
+                let result = take_at_max_ttl(&waiting, kind, "waiter").await;
+                (result, Instant::now())
+            })
+        };
+        // Queued on a majority at least (a node where its attempt came
+        // before the holder's took the key and gave it back: no queue).
+        let queue = format!("{}:waiters", key(kind));
+        let started = Instant::now();
+        while ALL.iter().filter(|&&i| pttl(&c, i, &queue) != -2).count() < 3 {
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "{kind}: the waiter never queued on a majority: {:?}",
+                every_key(&c)
+            );
+            assert!(!task.is_finished(), "{kind}: the waiter did not wait");
+            tokio::time::sleep(ms(20)).await;
+        }
+        tokio::time::sleep(ms(300)).await;
+        assert!(!task.is_finished(), "{kind}: the waiter did not wait");
+        assert_every_key_expires(&c, &format!("{kind}, waiting"));
+        let released_at = Instant::now();
+        held.release().await;
+        let (result, got_at) = tokio::time::timeout(Duration::from_secs(15), task)
+            .await
+            .unwrap_or_else(|_| panic!("{kind}: the waiter never got it"))
+            .unwrap();
+        let next = result.unwrap_or_else(|e| panic!("{kind}: the waiter: {e}"));
+        let gap = got_at - released_at;
+        println!("{kind} at MAX_TTL: release to next holder {gap:?}");
+        assert!(gap < ms(3_000), "{kind}: taken {gap:?} after the release");
+        assert_every_key_expires(&c, &format!("{kind}, taken over"));
+        next.release().await;
+    }
+}

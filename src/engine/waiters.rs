@@ -25,12 +25,13 @@
 //! by the waiter whose turn it is, if it is ours; if it is another
 //! waiter's, that one tries next, and its release comes in turn. A woken
 //! wait that cannot act passes the turn on: a wait that has ended (its
-//! client asks the node to wake the next if the key is free there:
+//! client asks the node to wake the next if the lock has room there:
 //! [`queue`]'s pass-on), or one that gives up (leaving the queue wakes the
-//! next if the key is free). A waiter whose client no longer subscribes
-//! on a node is skipped there, also when a pattern subscriber (`PSUBSCRIBE
-//! *`, a monitoring tool) would count the wake-up as heard (the node asks
-//! `PUBSUB NUMSUB` first). What escapes that — a wake-up for a `Redlock`
+//! next if the lock has room: a free key, a semaphore's free slot, readers
+//! no writer's intent keeps others from). A waiter whose client no longer
+//! subscribes on a node is skipped there, also when a pattern subscriber
+//! (`PSUBSCRIBE *`, a monitoring tool) would count the wake-up as heard
+//! (the node asks `PUBSUB NUMSUB` first). What escapes that — a wake-up for a `Redlock`
 //! dropped a moment before, its subscriptions not yet closed, or one
 //! counted by a pattern subscriber where an ACL forbids `PUBSUB` — costs
 //! the next waiter its timer: the holder's PTTL, capped at ten retry
@@ -631,7 +632,7 @@ impl Channel {
         if !waits.contains(&wait) {
             // Taken only if the same release woke a wait that still waits
             // (it acts on it); else passed on (the node wakes the next
-            // waiter only where the key is free).
+            // waiter only where the lock has room).
             return recent
                 .tokens
                 .iter()
@@ -740,7 +741,7 @@ impl Inner {
         }
     }
 
-    /// Asks node `i` to wake the next waiter of `key` if the key is free
+    /// Asks node `i` to wake the next waiter of `key` if the lock has room
     /// there, in the background (see [`queue`]).
     fn pass_on(&self, i: usize, key: &str, token: &[u8]) {
         let node = &self.nodes[i].node;

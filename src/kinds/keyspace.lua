@@ -26,7 +26,41 @@
 --     queue.lua's `refuse`.)
 -- (Plain functions and multiple values, no tables of closures: this text
 -- runs on every call, and a table of layouts cost each script a microsecond.)
--- Nothing here wakes or queues: that is queue.lua's, built on `remove`.
+-- Nothing here wakes or queues: that is queue.lua's, built on `remove` and
+-- `room`.
+--
+-- Numbers. A Lua 5.1 number is a double, and `redis.call` hands one to
+-- Redis as '%.17g' text (Redis 6.2 and 7.0): 1e17 and above in exponent
+-- form ('4.6116860184273879e+18'), which PEXPIRE, PX and every other
+-- integer argument refuse. So every number a script computes goes to
+-- Redis through `whole` (its exact integer digits), and every life it
+-- computes for a key through `lifespan` (the same, clamped to LONGEST); a
+-- number given by the caller goes as given, its text. Above 2^53 a double
+-- is exact only to its spacing (up to 1024 ms near MAX_TTL, about 146
+-- million years): a PTTL read there, or a TTL compared with one, is off by
+-- up to half of that. Rounding keeps order, so no key is ever shortened by it;
+-- a key may be prolonged to up to 512 ms less than asked, far inside the
+-- drift allowance the client deducts at such a TTL (1% of it).
+
+-- The longest life, in ms, that a script gives a key it computes one for:
+-- 2^62, MAX_TTL plus 1 ms. Redis refuses an expiry whose absolute time in ms
+-- overflows a signed 64-bit integer; below 2^62 none does, whatever the
+-- node's clock shows (until the year 146 million). A queue behind a lock
+-- held near MAX_TTL lives that long: about as long as the lock key, without
+-- the few seconds past it that it would have had (moot, at that age).
+local LONGEST = 4611686018427387904
+
+-- The whole number `n` as Redis reads one: its exact integer digits, never
+-- an exponent (see Numbers above).
+local function whole(n)
+  return string.format('%.0f', n)
+end
+
+-- A key's life of `ms` milliseconds, for PEXPIRE or PX: `whole`, at most
+-- LONGEST.
+local function lifespan(ms)
+  return whole(math.min(ms, LONGEST))
+end
 
 -- What `key` holds: false if it is free; else its layout's name, the
 -- holder's identity (the token of an exclusive holder, the owner of
@@ -191,7 +225,7 @@ local function fit_life(key, latest, now)
   if latest == 0 then
     redis.call('DEL', key)
   else
-    redis.call('PEXPIRE', key, string.format('%.0f', latest - now))
+    redis.call('PEXPIRE', key, lifespan(latest - now))
   end
 end
 
@@ -288,6 +322,36 @@ local function remove(key, layout, id, token, hold)
       end
     end
     redis.call('HSET', key, 'i', smallest)
+  end
+  return false
+end
+
+-- Whether `key` has room for a waiter, as far as its layout says: true if
+-- it is free, or a semaphore with a slot free (let go, or expired);
+-- 'readers' for readers, who let other readers in (whether a writer's
+-- intent turns them away is queue.lua's to say); false for an exclusive or
+-- reentrant holder, a full semaphore, and a key that is no lock. What a
+-- pass-on or a leave asks before it wakes the next waiter (queue.lua's
+-- `vacant`): a turn lost there leaves the room idle until a timer. (TYPE
+-- first: a string, the exclusive layout, has no room whoever holds it, and
+-- a leave costs its node no read of it.)
+local function room(key)
+  local kind = redis.call('TYPE', key).ok
+  if kind == 'none' then
+    return true
+  elseif kind ~= 'hash' then
+    return false
+  end
+  local layout, id = look(key)
+  if layout == 'semaphore' then
+    local k = tonumber(id) or 0
+    local held = 0
+    for _ in pairs((semaphore_slots(key, k))) do
+      held = held + 1
+    end
+    return held < k
+  elseif layout == 'readers' then
+    return 'readers'
   end
   return false
 end

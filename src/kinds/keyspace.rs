@@ -8,8 +8,8 @@
 //!
 //! | part | what it says |
 //! |---|---|
-//! | `keyspace.lua` | every layout a lock key can have, and, for any key: `look` (free; or held — in which layout, by whom, the token waiters wait for; or no lock at all: the node's `WRONGTYPE` error to return), `waited_for` (the name a refused waiter is told: the token waiters wait for, or for a semaphore `permits:<k>:<digest of who holds which slot>`), `holds` (the holds' tokens), `remove` (one hold removed by its token, as the key's own kind would) |
-//! | `queue.lua` | the waiters' queue `<key>:waiters` and the wake-up channels ([`queue`](super::queue)), and on top of the owner: `refuse` (the reply of a refused attempt, queueing its waiter) and `let_go` (`remove`, and the next waiter woken when the key goes) |
+//! | `keyspace.lua` | every layout a lock key can have, and, for any key: `look` (free; or held — in which layout, by whom, the token waiters wait for; or no lock at all: the node's `WRONGTYPE` error to return), `waited_for` (the name a refused waiter is told: the token waiters wait for, or for a semaphore `permits:<k>:<digest of who holds which slot>`), `holds` (the holds' tokens), `remove` (one hold removed by its token, as the key's own kind would), `room` (whether a waiter could get in, by the layout's rules); and `whole` and `lifespan`, through which every number a script computes goes to Redis (below) |
+//! | `queue.lua` | the waiters' queue `<key>:waiters` and the wake-up channels ([`queue`](super::queue)), and on top of the owner: `refuse` (the reply of a refused attempt, queueing its waiter), `let_go` (`remove`, and the next waiter woken when that freed something), and `vacant` (`room`, and a writer's intent: what a pass-on or a leave asks before it wakes) |
 //!
 //! The layouts today:
 //!
@@ -66,15 +66,35 @@
 //! see [`rwlock`](super::rwlock)), `<key>:leader` (an election's record of
 //! who leads, and its channel: see [`election`](super::election)) and the
 //! channels `<key>:wake:<client>`: a resource named with one of those
-//! suffixes would collide with another's.
+//! suffixes would collide with another's. Every one of them but the
+//! fencing counter always has an expiry: the queue lives a few seconds past
+//! the holder its last waiter saw, the intent at most eleven seconds, the
+//! record as long as its leader's key. The counter has none by design: it
+//! must outlive every lock on the name, or tokens would go back.
+//!
+//! **Numbers.** Lua 5.1's numbers are doubles, and `redis.call` hands one
+//! to Redis as `%.17g` text (Redis 6.2 and 7.0): `1e17` and above in
+//! exponent form, which `PEXPIRE`, `PX` and every integer argument refuse.
+//! A queue behind a lock held for [`MAX_TTL`](crate::MAX_TTL) got the
+//! holder's PTTL plus 5 s that way: its `PEXPIRE` failed after its `ZADD`,
+//! leaving a queue with no expiry and the waiter with an error. So every
+//! number a script computes goes to Redis as its exact digits (`whole`),
+//! every life it computes for a key clamped to 2^62 ms (`lifespan`: Redis
+//! refuses an expiry past `i64::MAX` ms of its clock, and a lock key that
+//! another client gave the longest expiry Redis takes would put its
+//! queue's past it); the numbers the caller gives go as given. Above 2^53
+//! a double is exact to its spacing only (1 024 ms near `MAX_TTL`): a
+//! PTTL read there is off by up to 512 ms, rounding keeps order so no key
+//! is ever shortened, and a prolonged key may get up to that much less
+//! than asked, far inside the drift allowance (1% of the TTL) the client
+//! counts off its validity.
 
 /// The text of a script: the key space's prelude, then the script's own
 /// files (relative to the caller; a kind's helpers first, its script
 /// last). `script!("x.lua")` puts the owner (`keyspace.lua`) and the queue
 /// (`queue.lua`: queueing, waking, letting go) before it; `script!(keys
 /// "x.lua")`, for scripts that only read and prolong keys, the owner alone,
-/// which costs the node less per call; `script!(text "…")` takes the
-/// script's text itself.
+/// which costs the node less per call.
 macro_rules! script {
     ($($file:literal),+) => {
         concat!(
@@ -93,16 +113,6 @@ macro_rules! script {
                 "/src/kinds/keyspace.lua"
             )),
             $(include_str!($file)),+
-        )
-    };
-    (text $text:literal) => {
-        concat!(
-            include_str!(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/src/kinds/keyspace.lua"
-            )),
-            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/kinds/queue.lua")),
-            $text
         )
     };
 }

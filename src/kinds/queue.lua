@@ -12,12 +12,13 @@
 local QUEUE_SLACK = 5000
 
 -- Puts `member` in `key`'s queue, in its place, and keeps the queue for at
--- least `life` ms.
+-- least `life` ms (at most keyspace.lua's LONGEST). A queue without an
+-- expiry (PTTL -1: none of ours) gets one.
 local function enqueue(key, member, life)
   local queue = key .. ':waiters'
   redis.call('ZADD', queue, 'NX', 0, member)
-  if redis.call('PTTL', queue) < life then
-    redis.call('PEXPIRE', queue, life)
+  if redis.call('PTTL', queue) < math.min(life, LONGEST) then
+    redis.call('PEXPIRE', queue, lifespan(life))
   end
 end
 
@@ -35,6 +36,20 @@ local function intent_of(key)
     return v
   end
   return false
+end
+
+-- Whether a waiter of `key` could get in now: the key has room by its
+-- layout (keyspace.lua's `room`: free, a semaphore's free slot, readers),
+-- and for readers, no writer's intent turns new ones away (see `refuse`).
+-- A pass-on and a leave wake the next waiter when it is so: whenever the
+-- lock has room, not only when the key is gone (a semaphore with a free
+-- slot, or readers, still have theirs).
+local function vacant(key)
+  local has = room(key)
+  if has == 'readers' then
+    return not intent_of(key)
+  end
+  return has
 end
 
 -- Takes `member` out of `key`'s queue (it got the lock, or stopped
@@ -145,9 +160,9 @@ local function refuse(key, waiter, layout, id, token)
     local life = math.min(math.max(pttl, 0), 10000) + 1000
     local current = intent_of(key)
     if current == waiter then
-      redis.call('PEXPIRE', intent, life)
+      redis.call('PEXPIRE', intent, lifespan(life))
     elseif redis.call('EXISTS', intent) == 0 then
-      redis.call('SET', intent, waiter, 'PX', life)
+      redis.call('SET', intent, waiter, 'PX', lifespan(life))
     end
     pttl = math.min(pttl, life - 1000)
   end

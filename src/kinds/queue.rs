@@ -21,7 +21,8 @@
 //! * **Waking.** A release (or a rollback that may have reached a majority,
 //!   or any failed read's rollback: see
 //!   [`Kind::announce_rollback`](crate::kinds::Kind::announce_rollback),
-//!   or an operator's clear) that deletes a key takes the first waiter out of
+//!   or an operator's clear) that frees what a waiter could take (deletes
+//!   the key, or lets a semaphore's slot go) takes the first waiter out of
 //!   its queue and publishes `<member> <token>` on that waiter's client's
 //!   channel `<key>:wake:<client id>` ([`channel`]). A waiter whose
 //!   channel has no subscriber of its own (the process is gone, or its
@@ -32,19 +33,29 @@
 //!   forbids `PUBSUB`, `PUBLISH`'s count decides alone.)
 //! * **Leaving.** A waiter that stops waiting without the lock takes itself
 //!   out of the queues ([`leave`]), and its intent with them, in the
-//!   background; a node that does not answer is sent it again until the
-//!   intent would have lapsed ([`LEAVE_LIFE`]). (The first send is not
-//!   copied onto a retired connection as removals are: a writer's attempt
-//!   still held on one, delivered after the leave, sets its intent again
-//!   for up to its life.)
+//!   background, and wakes the next waiter where the lock has room (it
+//!   may have been woken for that room itself); a node that does not
+//!   answer is sent it again until the intent would have lapsed
+//!   ([`LEAVE_LIFE`]). (The first send is not copied onto a retired
+//!   connection as removals are: a writer's attempt still held on one,
+//!   delivered after the leave, sets its intent again for up to its life.)
 //! * **Passing on.** A wake-up can name a wait that has ended: one that got
 //!   the lock while a node still had it queued (its attempt there came
 //!   late, or found the old holder's key still there), or one whose leaving
-//!   a node missed. Such a wake-up would wake nobody, and the key could
+//!   a node missed. Such a wake-up would wake nobody, and the lock could
 //!   stay free with every other waiter asleep until its timer. So the
 //!   client that hears it, unless the same release woke one of its live
-//!   waits, asks that node to wake the next waiter if the key is free there
-//!   ([`pass_on`]).
+//!   waits, asks that node to wake the next waiter if the lock has room
+//!   there ([`pass_on`]).
+//! * **Room.** A pass-on and a leave wake whenever the lock has room for a
+//!   waiter, whatever the kind: `vacant` in `queue.lua`, on top of the
+//!   layouts' own `room` in `keyspace.lua` — a free key, a semaphore with
+//!   a slot free (let go or expired: its key stays while other slots are
+//!   held), readers whom no writer's intent keeps others from. (Only a
+//!   free key counted: behind a dropped waiter, a semaphore's free permit
+//!   stayed idle while the next waiter slept out its timer, 15 s in a
+//!   review's run.) A new layout says its room in `room`; no script of
+//!   the queue changes.
 //!
 //! Each node keeps its own queue and wakes its own first waiter: the same
 //! one, unless a node missed a waiter's attempt (it timed out there, or
@@ -78,23 +89,13 @@ use crate::kinds::keyspace::script;
 use crate::proto::{Call, Command, Effect, Keys, Script};
 
 /// Takes a waiter out of the queues of its keys, and its intent (a writer
-/// waiting for readers) with it; wakes the next waiter where the key is
-/// free, or held by readers whom the intent was keeping others from.
-static LEAVE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(script!(
-        text "for _, key in ipairs(KEYS) do\n  local dropped = dequeue(key, ARGV[1])\n  \
-         if redis.call('EXISTS', key) == 0 or (dropped and look(key) == 'readers') then\n    \
-         wake(key, 'leave:' .. ARGV[1])\n  end\nend\nreturn 1\n"
-    ))
-});
+/// waiting for readers) with it; wakes the next waiter where the lock has
+/// room (see the module doc's Room).
+static LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new(script!("queue/leave.lua")));
 
-/// Wakes the next waiter of a key if the key is free: a wake-up reached a
+/// Wakes the next waiter of a key if the lock has room: a wake-up reached a
 /// client whose named wait had ended.
-static PASS_ON: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(script!(
-        text "if redis.call('EXISTS', KEYS[1]) == 0 then\n  wake(KEYS[1], ARGV[1])\nend\nreturn 1\n"
-    ))
-});
+static PASS_ON: LazyLock<Script> = LazyLock::new(|| Script::new(script!("queue/pass_on.lua")));
 
 /// The name a waiter queues under: when its wait began (microseconds of
 /// the Unix epoch, 16 digits, so that names sort by it), its client's id
@@ -143,7 +144,7 @@ pub(crate) fn leave(keys: &Keys, member: &str) -> Command {
     }
 }
 
-/// Wakes the next waiter of `key` on a node, if the key is free there: the
+/// Wakes the next waiter of `key` on a node, if the lock has room there: the
 /// wake-up of the holder `token`'s release named a wait that had ended
 /// without hearing it (see the module doc).
 pub(crate) fn pass_on(key: &str, token: &[u8]) -> Command {

@@ -23,10 +23,11 @@ local function write_record(key, token, identity, value, term, seq)
   return true
 end
 
--- Gives the record of `key` the key's life (never none: the key has one).
+-- Gives the record of `key` the key's life (never none: the key has one),
+-- as exactly as a double holds it (see keyspace.lua's Numbers).
 local function keep_record(key)
   local left = redis.call('PTTL', key)
   if left > 0 then
-    redis.call('PEXPIRE', key .. ':leader', left)
+    redis.call('PEXPIRE', key .. ':leader', lifespan(left))
   end
 end

@@ -24,14 +24,14 @@ if layout == 'exclusive' and id == ARGV[1] then
 elseif layout then
   return refuse(KEYS[1], ARGV[3], layout, id, holder)
 end
--- The next token (%.0f writes it without an exponent). Beyond 2^53 a
+-- The next token (`whole` writes it without an exponent). Beyond 2^53 a
 -- counter would stop growing: refused, before anything is written.
 local n = math.max(c + 1, tonumber(ARGV[4]))
 if n >= 9007199254740992 then
   return redis.error_reply('ERR the fencing counter ' .. KEYS[2] .. ' cannot grow past 2^53')
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-redis.call('SET', KEYS[2], string.format('%.0f', n))
+redis.call('SET', KEYS[2], whole(n))
 if ARGV[3] ~= '' then
   dequeue(KEYS[1], ARGV[3])
 end

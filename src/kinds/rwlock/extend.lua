@@ -14,7 +14,7 @@ if not ours or ours <= now then
   return 0
 end
 if ours < now + ttl then
-  redis.call('HSET', key, token, string.format('%.0f', now + ttl))
+  redis.call('HSET', key, token, whole(now + ttl))
 end
 prolong(key, ttl, ARGV[2])
 return 1

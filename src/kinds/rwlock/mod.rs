@@ -48,7 +48,11 @@
 //! last reader's release wakes the writer first. The intent lives a second
 //! past the readers' latest TTL (ten seconds at most) and each attempt of
 //! the writer renews it; a writer that stops waiting takes it away (and
-//! wakes the readers queued behind it), one that dies lets it lapse. A
+//! wakes the readers queued behind it), one that dies lets it lapse. While
+//! readers hold the key and no intent is there, the lock has room for a
+//! reader: a wake-up passed on by a client whose wait had ended, and any
+//! waiter's leaving, wake the next waiter then (see
+//! [`queue`](super::queue)'s Room). A
 //! writer kept out by readers is told to come back within its intent's
 //! life, whatever its retry delay, so that the intent does not lapse while
 //! it sleeps. The intent is liveness only: safety never depends on it. A

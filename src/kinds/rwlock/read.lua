@@ -35,7 +35,7 @@ end
 if layout then
   reader_shares(key, true)
 end
-redis.call('HSET', key, 'R', '1', token, string.format('%.0f', now + ttl))
+redis.call('HSET', key, 'R', '1', token, whole(now + ttl))
 prolong(key, ttl, ARGV[2])
 if ARGV[3] ~= '' then
   dequeue(key, ARGV[3])

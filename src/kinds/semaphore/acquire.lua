@@ -4,8 +4,8 @@
 -- free (the caller's hint), ARGV[5] = the waiter ('' for none): it is told
 -- when the first slot expires when every slot is held, and queues for the
 -- key (see queue.lua).
--- (Every number written is a string, as given or formatted: Lua would
--- write a large one as 1e+17, which Redis 6.2 and 7.0 refuse.)
+-- (Every number written is a string, as given or formatted by `whole`:
+-- Lua would write a large one as 1e+17, which Redis 6.2 and 7.0 refuse.)
 -- {'slot', i, free}: slot i is ours, for the TTL (also when run twice: then
 -- the slot we have, never shortened); free is k characters, '1' where a
 -- slot was free here (or ours) and '0' where another holder has it, for
@@ -71,7 +71,7 @@ if not take then
   enqueue(key, ARGV[5], pttl + QUEUE_SLACK)
   return {semaphore_name(k, slots), pttl}
 end
-redis.call('HSET', key, 'k', k, 't' .. take, token, 'x' .. take, string.format('%.0f', now + ttl))
+redis.call('HSET', key, 'k', whole(k), 't' .. take, token, 'x' .. take, whole(now + ttl))
 prolong(key, ttl, ARGV[2])
 if ARGV[5] ~= '' then
   dequeue(key, ARGV[5])

@@ -27,7 +27,7 @@ if not mine then
   return 0
 end
 if slots[slot].expires < now + ttl then
-  redis.call('HSET', key, 'x' .. slot, string.format('%.0f', now + ttl))
+  redis.call('HSET', key, 'x' .. slot, whole(now + ttl))
 end
 prolong(key, ttl, ARGV[2])
 return 1
