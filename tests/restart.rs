@@ -349,3 +349,45 @@ async fn a_candidate_that_first_reaches_nodes_after_their_restart_does_not_lead_
     assert!(!leader.is_lost());
     assert_eq!((sets(&c, 0), sets(&c, 1)), (0, 0));
 }
+
+#[tokio::test]
+async fn a_waiter_waits_out_a_quarantine_within_its_wait() {
+    // Default options (ten counted retries): a fresh process that wants a
+    // 5 s lock right after two of three nodes restarted empty sleeps until
+    // their quarantine ends, within its wait, rather than spending its
+    // retries on nodes that cannot vote yet.
+    let mut c = cluster(3);
+    c.restart(0).unwrap();
+    c.restart(1).unwrap();
+    let restarted_at = Instant::now();
+    let fresh = Redlock::builder().nodes(c.urls()).build().unwrap();
+    let ttl = Duration::from_secs(5);
+    let lock = fresh
+        .lock("w", ttl)
+        .wait(Duration::from_secs(15))
+        .await
+        .unwrap();
+    assert!(restarted_at.elapsed() >= ttl - Duration::from_secs(1));
+    lock.release().await.unwrap();
+    // A wait shorter than the quarantine gives up at once, on its deadline.
+    c.restart(0).unwrap();
+    c.restart(1).unwrap();
+    let fresh = Redlock::builder().nodes(c.urls()).build().unwrap();
+    let started = Instant::now();
+    let err = fresh
+        .lock("w", ttl)
+        .wait(Duration::from_secs(2))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::NotAcquired {
+                gave_up: redquorum::GaveUp::Deadline,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(started.elapsed() < Duration::from_millis(1_500), "{err}");
+}

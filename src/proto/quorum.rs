@@ -220,9 +220,32 @@ impl Tally {
         }
         if self.yes + self.holders.len() >= self.needed {
             Seen::Contended
+        } else if let Some(wait) = self.quarantine_wait() {
+            Seen::Quarantined { wait }
         } else {
             Seen::Unreachable
         }
+    }
+
+    /// How long until the nodes the restart guard kept out, with those that
+    /// said yes, could make a majority: the quarantine that ends `r`-th
+    /// soonest, `r` being how many of them are missing; `None` if they
+    /// cannot, however long one waits.
+    fn quarantine_wait(&self) -> Option<Duration> {
+        let mut ends: Vec<Duration> = self
+            .votes
+            .iter()
+            .filter_map(|v| match v {
+                Some(Err(NodeFailure::Restarted { remaining })) => Some(*remaining),
+                _ => None,
+            })
+            .collect();
+        let missing = self.needed.saturating_sub(self.yes);
+        if missing == 0 || ends.len() < missing {
+            return None;
+        }
+        ends.sort_unstable();
+        Some(ends[missing - 1])
     }
 
     /// The counters the yes votes carried.
@@ -489,6 +512,10 @@ pub(crate) enum Seen {
     /// Enough nodes answered, but their votes were split among several
     /// contenders (a woken waiter and a newcomer, say), none with a majority.
     Contended,
+    /// Too few nodes could vote because the restart guard kept some out
+    /// (see `net::guard`): with them, a majority could vote after `wait`,
+    /// when enough of their quarantines have ended.
+    Quarantined { wait: Duration },
     /// Too few nodes answered to tell.
     Unreachable,
 }
@@ -539,6 +566,9 @@ const HOLDER_SLEEP_SPREAD: u32 = 10;
 ///   so that a split that does not resolve itself (an owner left with a
 ///   minority of keys) soon costs what polling does. These retries are
 ///   not counted until they are as slow as polling.
+/// * Nodes kept out by the restart guard would make a majority once their
+///   quarantines end: sleep until then, plus up to `jitter`, not counted
+///   as a retry (the deadline bounds it; one too far gives up at once).
 /// * Otherwise, and whenever announcements could be missed: the ordinary
 ///   retry pause, `delay ± jitter`, at the most.
 pub(crate) fn pause(
@@ -569,6 +599,8 @@ pub(crate) fn pause(
             let bound = attempt.saturating_mul(2u32.saturating_pow(streak));
             (uniform(Duration::ZERO, bound.min(poll)), bound >= poll)
         }
+        // A known wait, not a poll: not counted (the deadline bounds it).
+        Seen::Quarantined { wait } => (wait.saturating_add(uniform(Duration::ZERO, jitter)), false),
         Seen::Holder { ttl: None, .. } | Seen::Unreachable => (poll, true),
     };
     Pause {
@@ -803,6 +835,42 @@ mod tests {
             );
         }
         t
+    }
+
+    #[test]
+    fn nodes_kept_out_by_the_restart_guard_are_waited_for() {
+        let restarted = |s: u64| -> Vote {
+            Err(NodeFailure::Restarted {
+                remaining: Duration::from_secs(s),
+            })
+        };
+        // Five nodes: one yes, three quarantined (9 s, 2 s, 5 s), one down.
+        // Two more are needed: the second quarantine to end, 5 s.
+        let mut t = Tally::new(5);
+        t.record(0, YES.into());
+        for (i, s) in [(1, 9), (2, 2), (3, 5)] {
+            t.record(i, restarted(s).into());
+        }
+        t.record(4, Answer::from(Err(NodeFailure::Timeout)));
+        assert_eq!(
+            t.seen(),
+            Seen::Quarantined {
+                wait: Duration::from_secs(5)
+            }
+        );
+        // Waited for, plus up to the jitter, and not counted as a retry.
+        let p = pause(&t.seen(), true, ms(5), 0, ms(200), ms(50));
+        assert!(
+            (ms(5_000)..=ms(5_050)).contains(&p.sleep) && !p.counted,
+            "{p:?}"
+        );
+        // Too few of them to make a majority: nothing to wait for.
+        let mut t = Tally::new(5);
+        t.record(0, restarted(1).into());
+        for i in 1..5 {
+            t.record(i, Answer::from(Err(NodeFailure::Timeout)));
+        }
+        assert_eq!(t.seen(), Seen::Unreachable);
     }
 
     #[test]
