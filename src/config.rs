@@ -470,11 +470,12 @@ impl Builder {
     /// What it does not cover:
     /// * Keys other clients took with longer TTLs than ours (give them all
     ///   the same TTLs).
-    /// * When a Sentinel-managed node's or a cluster's failover happened, if
-    ///   it happened before this `Redlock` first connected (a promoted
-    ///   replica's uptime is not the time since its promotion); after one
-    ///   it does see, it counts the whole longest TTL from that moment.
-    ///   See the README's "What the restart guard sees".
+    /// * When a cluster shard's failover happened, if it happened before
+    ///   this `Redlock` first connected (a promoted replica's uptime is not
+    ///   the time since its promotion; a Sentinel-managed node's is timed
+    ///   by its sentinels); after one it does see, it counts the whole
+    ///   longest TTL from that moment. See the README's "What the restart
+    ///   guard sees".
     /// * A node whose ACL forbids `INFO`, or that renamed it, from the
     ///   start: it cannot be watched; a warning is logged once per node and
     ///   it votes as usual. (One that answered `INFO` before and stops

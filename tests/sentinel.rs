@@ -615,8 +615,15 @@ async fn a_stale_sentinel_is_outvoted_and_a_connection_to_the_old_primary_is_lef
     assert!(*remaining > Duration::from_secs(10), "{err}");
     // A new client that lists every sentinel, the stale one among them:
     // the majority's primary, never the old one.
+    // It first meets a primary promoted a moment ago: the sentinels time
+    // that failover, and it waits the quarantine out.
     let fresh = builder(&s).build().unwrap();
-    let lock = fresh.lock("f", ttl).await.unwrap();
+    let lock = fresh
+        .lock("f", ttl)
+        .retries(3)
+        .wait(Duration::from_secs(60))
+        .await
+        .unwrap();
     assert_eq!(get(old, &key("f")), None, "written on the old primary");
     assert!(get(new, &key("f")).is_some());
     lock.release().await.unwrap();
@@ -977,7 +984,10 @@ async fn a_failback_slept_through_gives_no_second_holder() {
 
     // B locks `fb` on R, R and node 2's primary; P does not get it.
     let third = s.primary(2).unwrap();
-    let b = builder(&s).build().unwrap();
+    // B's own guard is off: B stands for any client whose key is on R, R
+    // and node 2 (a fresh process's guard would keep the promoted replicas
+    // out for a TTL from the switch, and the failback needs B's key there).
+    let b = builder(&s).restart_guard(false).build().unwrap();
     let start = Instant::now();
     let held = loop {
         match b.try_lock("fb", ttl).await {
@@ -1048,4 +1058,105 @@ async fn a_failback_slept_through_gives_no_second_holder() {
     assert!(held.remaining() > ttl / 2, "B's lock ran out");
     held.release().await.unwrap();
     eprintln!("took {:?}", started.elapsed());
+}
+
+/// A failover before a process first connects. B holds `fo` on all three
+/// nodes; nodes 0 and 1 fail over to replicas that never got B's key (their
+/// link was cut first, as a partition between the data servers would). A
+/// process C started now meets the promoted replicas for the first time:
+/// it has no earlier identity to compare, and their uptime is their
+/// process's (longer than the TTL), so only the sentinels can time the
+/// failover. C must get no vote from them while B holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_before_a_process_first_connects_gives_no_second_holder() {
+    let s = sentinels(3);
+    let ttl = Duration::from_secs(10);
+    let fo = key("fo");
+    let nodes = [0, 1];
+    let olds: Vec<u16> = nodes.iter().map(|&i| s.primary(i).unwrap()).collect();
+    let replicas: Vec<u16> = nodes
+        .iter()
+        .zip(&olds)
+        .map(|(&i, &old)| s.server_ports(i).into_iter().find(|&p| p != old).unwrap())
+        .collect();
+    // No rule about a node younger than the TTL can explain a refusal.
+    let servers: Vec<u16> = (0..3).flat_map(|i| s.server_ports(i)).collect();
+    eventually("every server up longer than the TTL", || {
+        servers
+            .iter()
+            .all(|&p| uptime(p) > ttl + Duration::from_secs(2))
+    })
+    .await;
+    // Each replica's link breaks (refused at AUTH when it reconnects).
+    for (&old, &replica) in olds.iter().zip(&replicas) {
+        let set = command(
+            replica,
+            &["CONFIG", "SET", "masterauth", "no-such-password"],
+        )
+        .unwrap();
+        assert_eq!(set, Reply::Status("OK".into()));
+        assert_eq!(
+            command(old, &["CLIENT", "KILL", "TYPE", "replica"]).unwrap(),
+            Reply::Int(1)
+        );
+    }
+    for &replica in &replicas {
+        eventually("the replication link down", || {
+            info_field(&info(replica, "replication"), "master_link_status").as_deref()
+                == Some("down")
+        })
+        .await;
+    }
+    let b = builder(&s).build().unwrap();
+    let start = Instant::now();
+    let held = loop {
+        match b.try_lock("fo", ttl).await {
+            Ok(held) => break held,
+            Err(err) => assert!(start.elapsed() < BOUND, "B got no lock: {err}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // Both fail over to the replicas that lack B's key.
+    let sentinel = s.sentinel_ports()[0];
+    for &i in &nodes {
+        let name = s.master_name(i);
+        let start = Instant::now();
+        loop {
+            match command(sentinel, &["SENTINEL", "FAILOVER", &name]).unwrap() {
+                Reply::Status(_) => break,
+                refused => assert!(start.elapsed() < BOUND, "failover refused: {refused:?}"),
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    for ((&i, &old), &replica) in nodes.iter().zip(&olds).zip(&replicas) {
+        assert_eq!(s.wait_for_new_primary(i, old).unwrap(), replica);
+        assert_eq!(get(replica, &fo), None, "B's key on the promoted replica");
+        assert!(uptime(replica) > ttl, "{replica} is younger than the TTL");
+        let _ = command(replica, &["CONFIG", "SET", "masterauth", ""]);
+    }
+    // C, a process started now, meets the promoted replicas first.
+    let c = builder(&s).build().unwrap();
+    let names = [s.name(0), s.name(1)];
+    let start = Instant::now();
+    let err = loop {
+        let err = match c.try_lock("fo", ttl).await {
+            Ok(second) => panic!(
+                "C acquired fo ({:?} left) while B holds it ({:?} left): the promoted \
+                 replicas {replicas:?}, without B's key, voted for a process that first met them",
+                second.remaining(),
+                held.remaining()
+            ),
+            Err(err) => err,
+        };
+        assert!(matches!(err, Error::NotAcquired { .. }), "{err}");
+        if failed(&err, |f| matches!(f, NodeFailure::Restarted { .. })) == names {
+            break err;
+        }
+        assert!(start.elapsed() < BOUND, "no quarantine seen: {err}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    eprintln!("C refused: {err}");
+    assert!(!held.is_lost(), "B's lock ran out");
+    held.release().await.ok();
 }

@@ -70,9 +70,15 @@
 //!   client's first new connection after it (a Sentinel-managed node's
 //!   connection is retired within a re-check once the sentinels' majority
 //!   names another primary), also if this client slept through both.
-//! * It cannot see when a failover happened before this client first
-//!   connected to the node (the uptime is the replica's process's), nor
-//!   keys written to an old primary past the margin by a client that
+//! * A failover before this client first connected to the node: the
+//!   primary says it was promoted in its life (`second_repl_offset` in
+//!   `INFO replication`), and its uptime is the replica's process's, so
+//!   the sentinels time it (`sentinel::Sentinel::switched_ago`: the least
+//!   `role-reported-time` of a majority) and the node is out for the
+//!   longest TTL plus the margin from that switch (from now, if they
+//!   cannot say).
+//! * It cannot see keys written to an old primary past the margin by a
+//!   client that
 //!   never re-checks (another Redlock library) or uses longer timeouts
 //!   than this one (the margin is this client's). A client cut off from
 //!   the sentinels has no connection to the node (no majority confirms its
@@ -89,8 +95,9 @@
 //! as a plain node's does) and is told which primary ran each grant. A
 //! primary is identified as a Sentinel-managed one is. A grant by an
 //! identity not seen is no vote, and the node is quarantined as after a
-//! failover. As for any node, the time of a failover before this client
-//! first connected is not seen.
+//! failover. The time of a shard's failover before this client first
+//! connected is not seen: a cluster keeps no switch time, and the
+//! promoted replica's uptime is its process's.
 //!
 //! A node that refuses `INFO` (an ACL) cannot be watched: it votes, with a
 //! warning once that says how to fix it (allow `INFO`, or persistence and
@@ -215,6 +222,13 @@ pub(crate) struct ServerInfo {
     /// Whether [`BORN_EMPTY_KEY`] names this process: it started empty as
     /// a new node and has nothing to forget.
     pub(crate) born_empty: bool,
+    /// Whether it was promoted in its life (`second_repl_offset` other
+    /// than -1): its uptime is then not the time since it holds the keys.
+    pub(crate) promoted: bool,
+    /// For a promoted primary first met, how long ago it was promoted at
+    /// least (the sentinels' switch, `sentinel::Sentinel::switched_ago`;
+    /// zero when they cannot say).
+    pub(crate) promoted_ago: Option<Duration>,
 }
 
 impl Guard {
@@ -350,7 +364,12 @@ impl Guard {
         *known = Some(info.identity);
         drop(known);
         if first && !info.born_empty {
-            self.started(info.uptime, Duration::ZERO);
+            match (self.failover, info.promoted_ago) {
+                // A failover before we first met the node: timed by the
+                // sentinels' switch, the margin added.
+                (Some(margin), Some(ago)) => self.started(ago, margin),
+                _ => self.started(info.uptime, Duration::ZERO),
+            }
         } else if restarted {
             match self.failover {
                 Some(margin) => {
@@ -561,10 +580,12 @@ pub(crate) fn server_info(
         (true, _) => return Err("no answer to INFO replication".to_owned()),
         (false, _) => run_id.clone(),
     };
-    let never_promoted =
-        replication.is_some_and(|text| info_field(text, "second_repl_offset") == Some("-1"));
+    let offset = replication.and_then(|text| info_field(text, "second_repl_offset"));
+    let never_promoted = offset == Some("-1");
     Ok(ServerInfo {
         born_empty: never_promoted && born_empty.contains(&run_id),
+        promoted: offset.is_some_and(|o| o != "-1"),
+        promoted_ago: None,
         identity,
         uptime,
     })
@@ -631,6 +652,8 @@ mod tests {
             identity: run_id.to_owned(),
             uptime: Duration::from_secs(uptime_s),
             born_empty: false,
+            promoted: false,
+            promoted_ago: None,
         })
     }
 
@@ -781,6 +804,33 @@ mod tests {
         // whose identity changed restarted, whatever it says.
         new.connected("n", born("b"));
         assert_eq!(no_vote(&new, s(60)), s(60));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failover_before_the_first_meeting_is_timed_by_the_sentinels() {
+        // A promoted replica up for an hour, promoted 4 s ago as the
+        // sentinels tell: out for the TTL and the margin (3 s) from then.
+        let guard = Guard::new(Arc::default(), Some(s(3)));
+        guard.connected(
+            "n",
+            Ok(ServerInfo {
+                promoted: true,
+                promoted_ago: Some(s(4)),
+                ..info("r", 3_600).unwrap()
+            }),
+        );
+        assert_eq!(no_vote(&guard, s(30)), s(30 + 3 + 1 - 4));
+        // The sentinels could not say: from now.
+        let blind = Guard::new(Arc::default(), Some(s(3)));
+        blind.connected(
+            "n",
+            Ok(ServerInfo {
+                promoted: true,
+                promoted_ago: Some(Duration::ZERO),
+                ..info("r", 3_600).unwrap()
+            }),
+        );
+        assert_eq!(no_vote(&blind, s(30)), s(33));
     }
 
     #[tokio::test(start_paused = true)]

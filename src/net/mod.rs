@@ -676,9 +676,19 @@ impl Inner {
         if let (Some(guard), CommandConn::Plain(_)) = (&self.guard, &conn) {
             let fails_over = self.endpoint.fails_over();
             let born = !guard.knows_identity();
-            let info = guard::ask(&mut conn, fails_over, born)
+            #[allow(unused_mut)]
+            let mut info = guard::ask(&mut conn, fails_over, born)
                 .await
                 .map_err(|e| classify(&e))?;
+            // A Sentinel-managed primary first met that was promoted in its
+            // life: its uptime cannot time that failover; the sentinels can.
+            #[cfg(feature = "sentinel")]
+            if let (Endpoint::Sentinel(sentinel), Ok(info)) = (&self.endpoint, &mut info)
+                && born
+                && info.promoted
+            {
+                info.promoted_ago = Some(sentinel.switched_ago().await.unwrap_or_default());
+            }
             guard.connected(&self.name, info);
         }
         tracing::debug!(node = %self.name, generation, "connected");
@@ -1083,6 +1093,8 @@ mod tests {
                 identity: id.into(),
                 uptime: Duration::ZERO,
                 born_empty: id == "a",
+                promoted: false,
+                promoted_ago: None,
             })
         };
         guard.connected("n", info("a"));

@@ -77,8 +77,10 @@
 //! `sentinel_password` (percent-decoded: write `&` as `%26`, `%` as
 //! `%25`), or none.
 //! The data user needs `ROLE` and `INFO` besides the lock commands; the
-//! sentinel user needs `SENTINEL get-master-addr-by-name` (in the
-//! sentinels' ACL: `+sentinel|get-master-addr-by-name`).
+//! sentinel user needs `SENTINEL get-master-addr-by-name` and `SENTINEL
+//! MASTER` (in the sentinels' ACL: `+sentinel|get-master-addr-by-name
+//! +sentinel|master`; the second times a failover that happened before
+//! the client first met the primary, see [`Sentinel::switched_ago`]).
 //! Neither is ever shown: names, errors and `Debug` output carry the
 //! master's name and the sentinels' addresses only.
 
@@ -510,6 +512,63 @@ impl Sentinel {
             }
             _ => Err("not a sentinel (its answer to SENTINEL get-master-addr-by-name)".to_owned()),
         }
+    }
+
+    /// How long ago the sentinels switched to the primary they name now, at
+    /// least: the least `role-reported-time` (the time since a sentinel
+    /// last saw the master's role change, which it resets when it moves to
+    /// a new primary) among the answers of a majority of the listed
+    /// sentinels to `SENTINEL MASTER`; `None` if no majority answers. A
+    /// sentinel moves to a new primary after its promotion, so each answer
+    /// is at most the time since the promotion; and the latest switch among
+    /// a majority came no earlier than the moment a majority named the new
+    /// primary, from which `net::failover_margin` counts. Asked when a
+    /// client first meets a primary that was promoted in its life (the
+    /// restart guard cannot time that failover from the primary's uptime,
+    /// its process's). Each sentinel is bounded by the connect timeout.
+    pub(crate) async fn switched_ago(&self) -> Option<Duration> {
+        let answers = futures::future::join_all(
+            self.sentinels
+                .iter()
+                .map(|sentinel| tokio::time::timeout(self.limit, self.role_reported(sentinel))),
+        )
+        .await;
+        let mut times: Vec<Duration> = answers.into_iter().flatten().flatten().collect();
+        if times.len() < self.sentinels.len() / 2 + 1 {
+            return None;
+        }
+        times.sort_unstable();
+        times.first().copied()
+    }
+
+    /// One sentinel's `role-reported-time` for the master, from `SENTINEL
+    /// MASTER`; `None` if it cannot tell (refused by an ACL, say).
+    async fn role_reported(&self, sentinel: &Asker) -> Option<Duration> {
+        let mut conn = sentinel.cached()?;
+        let reply: Value = redis::cmd("SENTINEL")
+            .arg("MASTER")
+            .arg(&self.master)
+            .query_async(&mut conn)
+            .await
+            .ok()?;
+        let text = |v: &Value| match v {
+            Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+            Value::SimpleString(s) => Some(s.clone()),
+            _ => None,
+        };
+        let pairs: Vec<(Value, Value)> = match reply {
+            Value::Map(pairs) => pairs,
+            Value::Array(items) => {
+                let mut items = items.into_iter();
+                std::iter::from_fn(|| Some((items.next()?, items.next()?))).collect()
+            }
+            _ => return None,
+        };
+        pairs
+            .iter()
+            .find(|(k, _)| text(k).as_deref() == Some("role-reported-time"))
+            .and_then(|(_, v)| text(v)?.parse::<u64>().ok())
+            .map(Duration::from_millis)
     }
 
     /// Connects to `primary` with the data nodes' credentials and checks
