@@ -75,9 +75,15 @@ impl Redlock {
     /// [`observe`](Self::observe) from the moment the campaign returns.
     /// See [`Leadership`] for what leading guarantees and what it does not.
     ///
+    /// A campaign is a write on the name: from a task that holds a read
+    /// lock on it ([`LockRequest::shared`](crate::LockRequest::shared)), it
+    /// would wait for its own reader for ever, its intent turning every
+    /// other reader away; it is refused at once instead.
+    ///
     /// # Errors
     /// As [`lock`](Self::lock) with a fenced lock (the wait deadline, if
-    /// set; bad TTLs); [`ConfigError::EmptyCandidate`],
+    /// set; bad TTLs); [`Error::Upgrade`] from a task that reads `name`,
+    /// nothing sent; [`ConfigError::EmptyCandidate`],
     /// [`ConfigError::ValueTooLong`].
     pub fn campaign<'a>(
         &'a self,

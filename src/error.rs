@@ -85,7 +85,9 @@ pub enum Error {
         resource: String,
     },
     /// A write lock was asked for (a plain, fenced or reentrant lock, a
-    /// semaphore, or a set that names the resource) from a task (or, outside
+    /// semaphore, a set that names the resource, or a
+    /// [`campaign`](crate::Redlock::campaign) for the election of that
+    /// name) from a task (or, outside
     /// any task, a thread) that holds a read lock
     /// ([`LockRequest::shared`](crate::LockRequest::shared)) on the resource
     /// through this client or a clone: the writer would wait for its own

@@ -126,6 +126,50 @@ async fn a_proclamation_is_seen_while_leading_and_refused_once_lost() {
     );
 }
 
+/// A task that holds a read lock on a name and campaigns on it would wait
+/// for its own reader for ever (a campaign waits for ever by default),
+/// its writer's intent, renewed by every attempt, turning every other
+/// process's readers away meanwhile. It is refused at once, nothing sent;
+/// another process still reads.
+#[tokio::test]
+async fn a_campaign_from_a_task_that_reads_the_name_is_refused_at_once() {
+    let c = cluster(5);
+    let redlock = redlock(&c);
+    let read = redlock.lock("sched", TTL).shared().await.unwrap();
+    let asked = redlock.campaign("sched", "host-a", TTL).into_future();
+    let err = match tokio::time::timeout(Duration::from_secs(5), asked).await {
+        Ok(Ok(l)) => panic!("led under its own reader: {l:?}"),
+        Ok(Err(e)) => e,
+        Err(_) => panic!("the campaign waited for its own reader"),
+    };
+    match &err {
+        Error::Upgrade { resource } => assert_eq!(resource, "sched"),
+        e => panic!("not refused as an upgrade: {e}"),
+    }
+    // No intent left behind: another process's reader gets in.
+    let intent = "redquorum:sched:intent";
+    assert_eq!(holders(&c, &[0, 1, 2, 3, 4], intent), 0, "an intent left");
+    let other = common::redlock(&c);
+    other
+        .lock("sched", TTL)
+        .shared()
+        .await
+        .expect("another process's reader turned away")
+        .release()
+        .await
+        .unwrap();
+    // Once the read lock is released, the task may campaign.
+    read.release().await.unwrap();
+    let a = tokio::time::timeout(
+        Duration::from_secs(10),
+        redlock.campaign("sched", "host-a", TTL).into_future(),
+    )
+    .await
+    .expect("the campaign after the read waited")
+    .unwrap();
+    a.resign().await.unwrap();
+}
+
 /// The leader's process pauses (a thread of its own that sleeps: its
 /// runtime renews nothing, as under SIGSTOP) past its TTL. Another
 /// candidate is elected with a greater term once the key expires, an
