@@ -773,7 +773,7 @@ impl fmt::Display for NodeFailure {
                 f,
                 "authentication failed ({e}): put the right credentials in the node's URL, \
                  redis://user:password@host:port (an ACL user also needs the lock keys, \
-                 their <key>:waiters queues, <key>:intent and <key>:leader keys, their \
+                 their <key>:waiters queues, <key>:intent, <key>:leader and <key>:terms keys, their \
                  <key>:wake:* and <key>:leader channels, EVALSHA, PUBLISH, SUBSCRIBE, TIME, \
                  and the hash and sorted-set commands)"
             ),
@@ -781,7 +781,7 @@ impl fmt::Display for NodeFailure {
                 f,
                 "the key holds a non-lock value ({e}): choose a key prefix that no other data uses, \
                  and no resource named like another's side keys (<name>:fence, :waiters, :intent, \
-                 :leader)"
+                 :leader, :terms)"
             ),
             NodeFailure::OutOfMemory(e) => write!(
                 f,

@@ -64,7 +64,8 @@
 //! Beside the lock key live `<key>:waiters` (the queue), `<key>:fence` (the
 //! fenced kind's counter), `<key>:intent` (a writer waiting for readers:
 //! see [`rwlock`](super::rwlock)), `<key>:leader` (an election's record of
-//! who leads, and its channel: see [`election`](super::election)) and the
+//! who leads, and its channel: see [`election`](super::election)),
+//! `<key>:terms` (an election's history of leaderships) and the
 //! channels `<key>:wake:<client>`: a resource named with one of those
 //! suffixes would collide with another's.
 
