@@ -31,7 +31,7 @@
 //! lack it outnumber what it could still have. When the gap is not that
 //! clear — too few witnesses (nodes down, restarted lately, histories that
 //! dropped part of the gap) or a leadership that the others might still
-//! hold — the observer reads again, a few times ([`UNSURE_READS`]), for an
+//! hold — the observer reads again, up to [`UNSURE_READS`] times, for an
 //! answer on its way (a second round still landing); then it yields
 //! [`Observed::Skipped`] for the gap, and goes on with `b`. It never
 //! yields a leadership twice, nor one no majority recorded.
@@ -63,9 +63,9 @@ use crate::election::{Leader, judge, unexpected};
 use crate::error::{Error, NodeFailure};
 use crate::kinds::election::{self, Entry, History, Seen};
 
-/// How many reads in a row may find a gap unclear before the observer
-/// yields it as [`Observed::Skipped`]: an answer on its way lands within
-/// one or two.
+/// How many times the observer reads again a gap it found unclear before
+/// it yields it as [`Observed::Skipped`]: an answer on its way lands
+/// within one or two.
 const UNSURE_READS: u32 = 3;
 
 /// The pause between two reads of an unclear gap, at most (no longer than
@@ -121,8 +121,8 @@ impl Observed {
 ///
 /// **How.** Each node keeps, beside the record of who leads, the history
 /// of the latest 32 leaderships recorded on it, without a TTL (as the
-/// fencing counter: about 100 bytes plus the identity and value each,
-/// `<key>:terms`). Each node publishes every change of its record, and the
+/// fencing counter: about 75 bytes per leadership plus its identity and
+/// value, `<key>:terms`). Each node publishes every change of its record, and the
 /// stream reads every node's history above the last term it yielded when
 /// one is heard, and every [`every`](Observer::every) in any case (a
 /// second by default), so a lost message, a node that cannot be subscribed
@@ -142,7 +142,7 @@ impl Observed {
 /// consumer fell more than 32 leaderships behind: 16 items are buffered,
 /// and a full buffer pauses the reads), or a campaign whose record reached
 /// some nodes but not a majority while others cannot say — it reads again
-/// three times, 50 ms apart at most, then yields `Skipped { after: a,
+/// up to three times, 50 ms apart at most, then yields `Skipped { after: a,
 /// before: b }` and goes on. The argument is in the module doc
 /// (`election::observe`). Not waited for: a record that reaches a node
 /// after a later leader's record is there (held in the network for longer
@@ -365,7 +365,7 @@ impl State {
             return vec![self.say(now.clone())];
         };
         let current = now.and_then(Option::as_ref).filter(|l| l.term > cursor);
-        let force = self.unsure + 1 >= UNSURE_READS;
+        let force = self.unsure >= UNSURE_READS;
         let settled = settle(cursor, &read.histories, quorum, current, force);
         let mut items = Vec::new();
         for step in settled.steps {
@@ -846,7 +846,7 @@ mod tests {
         // 3 on one node of three, one silent: unclear; 5 and who leads
         // wait.
         let h = || vec![node(0, &[3, 5]), node(0, &[5]), None];
-        for _ in 1..UNSURE_READS {
+        for _ in 0..UNSURE_READS {
             assert!(s.step(&read(Ok(Some(leading(5, 0))), h()), 2).is_empty());
         }
         let items = s.step(&read(Ok(Some(leading(5, 0))), h()), 2);
