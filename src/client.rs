@@ -404,7 +404,7 @@ impl Redlock {
         call: Call,
         shared: bool,
     ) -> Result<Lock, Error> {
-        if !shared {
+        if !shared && self.shares.any() {
             // An upgrade, whatever asks for it (a lock of any kind, a set,
             // a campaign): refused before it waits for its own reader.
             let options = &self.engine.options;

@@ -116,6 +116,12 @@ impl Shares {
         }
     }
 
+    /// Whether any read lock is held through the client: writers look no
+    /// further when none is (one atomic load).
+    pub(crate) fn any(&self) -> bool {
+        self.live.load(Ordering::Acquire) > 0
+    }
+
     /// Whether the current task holds a read lock on `resource`.
     pub(crate) fn held_here(&self, resource: &str) -> bool {
         if self.live.load(Ordering::Acquire) == 0 {
@@ -178,8 +184,9 @@ mod tests {
     #[tokio::test]
     async fn a_task_holding_a_read_lock_is_seen_until_its_mark_ends() {
         let shares = Arc::new(Shares::default());
-        assert!(!shares.held_here("config"));
+        assert!(!shares.held_here("config") && !shares.any());
         let first = shares.mark("config");
+        assert!(shares.any());
         let second = shares.mark("config");
         assert!(shares.held_here("config"));
         assert!(!shares.held_here("other"), "only the name read");
