@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use redquorum::local_cluster::LocalCluster;
-use redquorum::{Leadership, Redlock};
+use redquorum::{Leadership, Observed, Redlock};
 
 /// The storage side: write only with a term at least the highest seen.
 const WRITE: &str = r"
@@ -52,11 +52,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tokio::spawn(async move {
         while let Some(change) = observer.next().await {
             match change {
-                Some(l) => println!(
+                Observed::Leader(l) => println!(
                     "  observer: {} leads, term {}, at {:?}",
                     l.identity, l.term, l.value
                 ),
-                None => println!("  observer: no leader"),
+                Observed::Vacant => println!("  observer: no leader"),
+                Observed::Skipped { after, before } => {
+                    println!(
+                        "  observer: leaders between terms {after} and {before} may be missing"
+                    )
+                }
+                _ => {}
             }
         }
     });

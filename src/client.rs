@@ -392,7 +392,9 @@ impl Redlock {
     }
 
     /// Takes a lock of `kind` on `keys` for one call; `resource` names it
-    /// in errors and on the [`Lock`].
+    /// in errors and on the [`Lock`]. Every acquisition goes through here:
+    /// a write (`shared` false) on a name the calling task reads is refused
+    /// here, with nothing sent ([`rwlock`]'s upgrade check).
     pub(crate) async fn acquire(
         &self,
         kind: Arc<dyn Kind>,
@@ -402,6 +404,20 @@ impl Redlock {
         call: Call,
         shared: bool,
     ) -> Result<Lock, Error> {
+        if !shared && self.shares.any() {
+            // An upgrade, whatever asks for it (a lock of any kind, a set,
+            // a campaign): refused before it waits for its own reader.
+            let options = &self.engine.options;
+            let read = keys
+                .iter()
+                .filter_map(|k| options.resource(k))
+                .find(|r| self.shares.held_here(r));
+            if let Some(read) = read {
+                return Err(Error::Upgrade {
+                    resource: read.to_owned(),
+                });
+            }
+        }
         let plan = self.engine.options.plan(ttl)?;
         if let Some(key) = keys.iter().find(|k| k.len() > MAX_KEY) {
             return Err(ConfigError::KeyTooLong { bytes: key.len() }.into());
@@ -586,9 +602,13 @@ impl<'a> LockRequest<'a> {
     /// writer kept out by readers turns new readers away while it waits,
     /// so it gets in once the current readers end. A task (or, outside any
     /// task, a thread) that holds a read lock and asks this client (or a
-    /// clone) to write on the same name is refused with [`Error::Upgrade`]
-    /// before anything is sent, since the writer would wait for its own
-    /// reader: release the read lock first. Branches of one task (`join!`,
+    /// clone) to write on the same name — any lock that is not a read, a
+    /// set that names it, or a [`campaign`](Redlock::campaign) — is refused
+    /// with [`Error::Upgrade`] before anything is sent, since the writer
+    /// would wait for its own reader: release the read lock first. Such a
+    /// task's next read of the name (a nested read) goes in at once, even
+    /// while a writer waits and turns other readers away: turned away, it
+    /// would wait for its own first read. Branches of one task (`join!`,
     /// `select!`) count as one: spawn a writer that must wait for a read
     /// lock of its own task's.
     /// A downgrade (asking to read while holding the write lock) is not
@@ -672,7 +692,13 @@ impl<'a> LockRequest<'a> {
                 (_, _, true, _) => Err(ConfigError::Combination("shared and fenced")),
                 (_, _, _, Some(_)) => Err(ConfigError::Combination("shared and permits")),
                 (2.., ..) => Err(ConfigError::Combination("shared on a set")),
-                _ => Ok((rwlock::kind(), keys, resource)),
+                // A task that reads the name already is in: its read goes
+                // in past a waiting writer's intent (it would wait for its
+                // own first read otherwise, which the writer waits for).
+                _ => {
+                    let nested = self.redlock.shares.held_here(&resource);
+                    Ok((rwlock::kind(nested), keys, resource))
+                }
             };
         }
         if let Some(permits) = self.permits {
@@ -710,19 +736,6 @@ impl<'a> IntoFuture for LockRequest<'a> {
         async move {
             let (kind, keys, resource) = self.parts()?;
             self.one_slot(&keys)?;
-            if !self.shared {
-                // An upgrade: refused before it waits for itself.
-                let reads = |r: &&str| self.redlock.shares.held_here(r);
-                let read = match &self.resources {
-                    Resources::One(r) => Some(*r).filter(reads),
-                    Resources::All(names) => names.iter().map(String::as_str).find(reads),
-                };
-                if let Some(read) = read {
-                    return Err(Error::Upgrade {
-                        resource: read.to_owned(),
-                    });
-                }
-            }
             self.redlock
                 .acquire(kind, &resource, keys, self.ttl, self.call, self.shared)
                 .await

@@ -8,7 +8,9 @@
 //!   [`proclaim`](Leadership::proclaim) a new value or
 //!   [`resign`](Leadership::resign).
 //! * [`Redlock::leader`] says who leads, as a majority of nodes agrees.
-//! * [`Redlock::observe`] is a [`Stream`] of the changes of leader.
+//! * [`Redlock::observe`] is a [`Stream`](futures::Stream) of every
+//!   leadership, in term order ([`Observed`]), or of a word on the ones it
+//!   could not read (module `observe`).
 //!
 //! The guarantee and why it holds are in the election kind's doc
 //! (`kinds::election`) and the README's "Leader election". In short: a
@@ -22,17 +24,17 @@
 //! every write to what the leader controls, which refuses a term lower
 //! than the highest it has seen.
 
+mod observe;
+
 use std::fmt;
 use std::future::IntoFuture;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
+use futures::FutureExt;
 use futures::future::BoxFuture;
-use futures::{FutureExt, Stream, StreamExt};
-use tokio::sync::{Notify, mpsc};
-use tokio::task::JoinHandle;
+
+pub use observe::{Observed, Observer};
 
 use crate::client::Redlock;
 use crate::engine::acquire::Call;
@@ -75,9 +77,15 @@ impl Redlock {
     /// [`observe`](Self::observe) from the moment the campaign returns.
     /// See [`Leadership`] for what leading guarantees and what it does not.
     ///
+    /// A campaign is a write on the name: from a task that holds a read
+    /// lock on it ([`LockRequest::shared`](crate::LockRequest::shared)), it
+    /// would wait for its own reader for ever, its intent turning every
+    /// other reader away; it is refused at once instead.
+    ///
     /// # Errors
     /// As [`lock`](Self::lock) with a fenced lock (the wait deadline, if
-    /// set; bad TTLs); [`ConfigError::EmptyCandidate`],
+    /// set; bad TTLs); [`Error::Upgrade`] from a task that reads `name`,
+    /// nothing sent; [`ConfigError::EmptyCandidate`],
     /// [`ConfigError::ValueTooLong`].
     pub fn campaign<'a>(
         &'a self,
@@ -100,9 +108,15 @@ impl Redlock {
         leader(self, name).await
     }
 
-    /// The changes of leader of the election `name`, as a [`Stream`]
-    /// (`futures::Stream`): pushed by the nodes, polled as a fallback (see
-    /// [`Observer`]).
+    /// Every leadership of the election `name`, as a [`Stream`]
+    /// (`futures::Stream`) of [`Observed`] items: who leads when it
+    /// starts, then each leadership whose record reached a majority of
+    /// nodes, once, in term order — those that began and ended between two
+    /// reads too —, the current leader's new values, and no leader when a
+    /// read finds none; where it cannot rule out having missed a
+    /// leadership between two terms, it says so
+    /// ([`Observed::Skipped`]). Pushed by the nodes, polled as a fallback;
+    /// see [`Observer`] for exactly when it skips.
     ///
     /// [`Stream`]: futures::Stream
     pub fn observe(&self, name: &str) -> Observer {
@@ -336,7 +350,9 @@ pub struct Leader {
     pub term: u64,
     /// How long its key lives on a majority unless renewed: leadership
     /// ends by then at the latest (the leader itself believes in a little
-    /// less: its validity).
+    /// less: its validity). Zero for a leadership an [`Observer`] read
+    /// from the nodes' history rather than as the current leader (it may
+    /// have ended).
     pub expires_in: Duration,
     /// The number of the proclamation `value` came from (0: the value it
     /// campaigned with).
@@ -347,19 +363,33 @@ pub struct Leader {
 /// [`Redlock::leader`]).
 pub(crate) async fn leader(redlock: &Redlock, name: &str) -> Result<Option<Leader>, Error> {
     let key = redlock.key(name);
-    let engine = redlock.engine();
-    let answers = engine.gather(election::leader(&key)).await;
-    let seen: Vec<Result<Seen, NodeFailure>> = answers
+    let answers = redlock.engine().gather(election::leader(&key)).await;
+    let seen = answers
         .into_iter()
         .map(|a| {
-            a.and_then(|reply| {
-                election::read_leader(&reply).ok_or_else(|| NodeFailure::Server {
-                    code: "UNEXPECTED".into(),
-                    message: format!("a reply that is no election's: {reply:?}"),
-                })
-            })
+            a.and_then(|reply| election::read_leader(&reply).ok_or_else(|| unexpected(&reply)))
         })
         .collect();
+    judge(redlock, name, seen).0
+}
+
+/// The failure of a node whose reply is none of an election script's.
+pub(crate) fn unexpected(reply: &redis::Value) -> NodeFailure {
+    NodeFailure::Server {
+        code: "UNEXPECTED".into(),
+        message: format!("a reply that is no election's: {reply:?}"),
+    }
+}
+
+/// Who leads, from what each node showed: a restarted node's "free" is
+/// discounted first. Also says which nodes restarted lately (their
+/// history, too, may be missing what they forgot).
+pub(crate) fn judge(
+    redlock: &Redlock,
+    name: &str,
+    seen: Vec<Result<Seen, NodeFailure>>,
+) -> (Result<Option<Leader>, Error>, Vec<bool>) {
+    let engine = redlock.engine();
     // A node that restarted lately may have forgotten the leader's key: its
     // "free" says nothing while a key that lives as long as the longest
     // one seen (or our TTLs) may have been granted before its restart.
@@ -371,16 +401,21 @@ pub(crate) async fn leader(redlock: &Redlock, name: &str) -> Result<Option<Leade
         })
         .max()
         .unwrap_or_default();
+    let mut restarted = Vec::with_capacity(seen.len());
     let seen: Vec<Result<Seen, NodeFailure>> = seen
         .into_iter()
         .zip(&engine.nodes)
-        .map(|(seen, node)| match (seen, node.quarantined(life)) {
-            (Ok(Seen::Free), Some(restarted)) => Err(restarted),
-            (seen, _) => seen,
+        .map(|(seen, node)| {
+            let quarantined = node.quarantined(life);
+            restarted.push(quarantined.is_some());
+            match (seen, quarantined) {
+                (Ok(Seen::Free), Some(restarted)) => Err(restarted),
+                (seen, _) => seen,
+            }
         })
         .collect();
     let names: Vec<String> = engine.nodes.iter().map(|n| n.name().to_owned()).collect();
-    decide(name, &seen, &names, engine.quorum())
+    (decide(name, &seen, &names, engine.quorum()), restarted)
 }
 
 /// What the nodes' answers say together: a leader when a majority shows
@@ -469,234 +504,6 @@ fn decide(
     })
 }
 
-/// A [`Stream`] of the changes of leader of one election: made by
-/// [`Redlock::observe`]. Yields `Some(leader)` when a new leader is
-/// elected or the leader proclaims a new value, and `None` when the
-/// election is found without a leader; first, what it finds when it
-/// starts. A read the nodes cannot agree on (nodes down, a campaign
-/// half-way) yields nothing: the last item stands until a majority agrees.
-/// Terms never go backwards from one item to the next.
-///
-/// Pushed: each node publishes every change of its record, and the stream
-/// reads the election again when one is heard. Polled too, every
-/// [`every`](Observer::every) (a second by default), so a message that is
-/// lost, a leader whose key expires (which publishes nothing) or a node
-/// that cannot be subscribed to costs at most that long, plus one read (a
-/// node timeout at most). Reads run in a background task of the tokio
-/// runtime the stream is first polled on (it must be polled within one),
-/// stopped when the stream is dropped; each observer subscribes on every
-/// node with a connection of its own. Every change is kept for the
-/// consumer, in order (16 at most are buffered: a consumer that falls
-/// behind slows the reads down, it does not skip). Reads that fail are
-/// retried at the next poll; five in a row are logged as a warning.
-///
-/// Terms never go backwards under the guarantee's assumptions. Should the
-/// nodes lose their fencing counters (without
-/// [`fence_time_floor`](crate::Builder::fence_time_floor), or with client
-/// clocks apart), a leader of a lower term is yielded once five reads in a
-/// row have named it, with a warning, rather than hidden for ever.
-pub struct Observer {
-    redlock: Redlock,
-    name: String,
-    every: Duration,
-    running: Option<(mpsc::Receiver<Option<Leader>>, JoinHandle<()>)>,
-}
-
-impl Observer {
-    pub(crate) fn new(redlock: Redlock, name: &str) -> Observer {
-        Observer {
-            redlock,
-            name: name.to_owned(),
-            every: Duration::from_secs(1),
-            running: None,
-        }
-    }
-
-    /// How often the election is read when no change is heard (a second by
-    /// default; at least 10 ms). Takes effect if set before the first item
-    /// is asked for.
-    pub fn every(mut self, every: Duration) -> Self {
-        self.every = every.max(Duration::from_millis(10));
-        self
-    }
-
-    /// The next change, without `futures::StreamExt` in scope: the
-    /// stream's next item (`None` only if its task ended, which it does
-    /// not while the runtime runs).
-    pub async fn next(&mut self) -> Option<Option<Leader>> {
-        std::future::poll_fn(|cx| Pin::new(&mut *self).poll_next(cx)).await
-    }
-}
-
-impl Stream for Observer {
-    type Item = Option<Leader>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = self.get_mut();
-        let (rx, _) = this.running.get_or_insert_with(|| {
-            let (tx, rx) = mpsc::channel(16);
-            let task = tokio::spawn(watch(
-                this.redlock.clone(),
-                this.name.clone(),
-                this.every,
-                tx,
-            ));
-            (rx, task)
-        });
-        rx.poll_recv(cx)
-    }
-}
-
-impl Drop for Observer {
-    fn drop(&mut self) {
-        if let Some((_, task)) = &self.running {
-            task.abort();
-        }
-    }
-}
-
-impl fmt::Debug for Observer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Observer")
-            .field("name", &self.name)
-            .field("every", &self.every)
-            .finish_non_exhaustive()
-    }
-}
-
-/// The observer's task: reads the election when a change is heard or
-/// `every` has passed, and sends what changed.
-async fn watch(redlock: Redlock, name: String, every: Duration, tx: mpsc::Sender<Option<Leader>>) {
-    let heard = Arc::new(Notify::new());
-    let channel = format!("{}:leader", redlock.key(&name));
-    let listeners: Vec<AbortOnDrop> = redlock
-        .engine()
-        .nodes
-        .iter()
-        .map(|node| {
-            AbortOnDrop(tokio::spawn(listen(
-                node.endpoint().clone(),
-                node.limits().connect,
-                channel.clone(),
-                heard.clone(),
-                every,
-            )))
-        })
-        .collect();
-    let mut last: Option<Option<Leader>> = None;
-    let mut highest = 0;
-    // A leader of a lower term than one yielded, and how many reads in a
-    // row named it.
-    let mut behind: Option<(Leader, u32)> = None;
-    let mut failing = 0u32;
-    loop {
-        let notified = heard.notified();
-        match leader(&redlock, &name).await {
-            Ok(now) => {
-                failing = 0;
-                let mut news = changed(last.as_ref(), now.as_ref(), highest);
-                behind = match (&now, behind.take()) {
-                    (Some(l), Some((b, n)))
-                        if l.term < highest && (b.term, &b.identity) == (l.term, &l.identity) =>
-                    {
-                        Some((b, n + 1))
-                    }
-                    (Some(l), _) if l.term < highest => Some((l.clone(), 1)),
-                    _ => None,
-                };
-                if let Some((b, n)) = &behind
-                    && *n >= BEHIND_READS
-                {
-                    // Only when the guarantee's assumptions broke: the
-                    // nodes lost the counters (without the time floor, or
-                    // with client clocks apart). Said, not hidden for ever.
-                    tracing::warn!(
-                        election = %name,
-                        term = b.term,
-                        highest,
-                        "the leader's term went back: nodes lost their counters (see fence_time_floor)"
-                    );
-                    highest = b.term;
-                    behind = None;
-                    news = true;
-                }
-                if news {
-                    highest = highest.max(now.as_ref().map_or(0, |l| l.term));
-                    last = Some(now.clone());
-                    if tx.send(now).await.is_err() {
-                        break;
-                    }
-                }
-            }
-            Err(e) => {
-                failing += 1;
-                if failing == BEHIND_READS {
-                    tracing::warn!(election = %name, error = %e, "observer: no majority agrees on the election");
-                }
-            }
-        }
-        tokio::select! {
-            () = notified => {}
-            () = tokio::time::sleep(every) => {}
-        }
-    }
-    drop(listeners);
-}
-
-/// How many reads in a row must name a leader of a lower term than one
-/// yielded before the observer yields it (with a warning); also how many
-/// failed reads in a row are worth one.
-const BEHIND_READS: u32 = 5;
-
-/// Whether `now` is news after `last` (what was sent last, if anything),
-/// terms never going back below `highest`.
-fn changed(last: Option<&Option<Leader>>, now: Option<&Leader>, highest: u64) -> bool {
-    match (last, now) {
-        (None, _) => true,
-        (Some(None), None) => false,
-        (Some(_), Some(l)) if l.term < highest => false,
-        (Some(Some(a)), Some(b)) => (a.term, a.proclamation) < (b.term, b.proclamation),
-        (Some(_), _) => true,
-    }
-}
-
-/// A task aborted when its handle is dropped.
-struct AbortOnDrop(JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// Listens on `channel` of one node, notifying `heard` of every message,
-/// and of every (re)subscription, which may have missed one; a connection
-/// that fails or breaks is made again after `every`, a second at least.
-async fn listen(
-    endpoint: crate::net::Endpoint,
-    connect: Duration,
-    channel: String,
-    heard: Arc<Notify>,
-    every: Duration,
-) {
-    loop {
-        let subscribed = tokio::time::timeout(connect, async {
-            let mut pubsub = endpoint.pubsub().await.ok()?;
-            pubsub.subscribe(&channel).await.ok()?;
-            Some(pubsub)
-        })
-        .await;
-        if let Ok(Some(mut pubsub)) = subscribed {
-            heard.notify_one();
-            let mut messages = pubsub.on_message();
-            while messages.next().await.is_some() {
-                heard.notify_one();
-            }
-        }
-        tokio::time::sleep(every.max(Duration::from_secs(1))).await;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -780,33 +587,5 @@ mod tests {
             panic!("two free nodes of five decide nothing");
         };
         assert_eq!(report.failures().len(), 5);
-    }
-
-    fn leader(term: u64, proclamation: u64) -> Leader {
-        Leader {
-            identity: "a".into(),
-            value: String::new(),
-            term,
-            expires_in: Duration::ZERO,
-            proclamation,
-        }
-    }
-
-    #[test]
-    fn an_observer_sends_changes_and_never_a_term_going_back() {
-        // The first read is news, whatever it is.
-        assert!(changed(None, None, 0));
-        assert!(changed(None, Some(&leader(5, 0)), 0));
-        // The same again is not; a new value or a new term is.
-        let l5 = Some(leader(5, 0));
-        assert!(!changed(Some(&l5), Some(&leader(5, 0)), 5));
-        assert!(changed(Some(&l5), Some(&leader(5, 1)), 5));
-        assert!(changed(Some(&l5), Some(&leader(6, 0)), 5));
-        assert!(changed(Some(&l5), None, 5));
-        assert!(!changed(Some(&None), None, 5));
-        // An older term, or an older proclamation, never.
-        assert!(!changed(Some(&l5), Some(&leader(4, 9)), 5));
-        assert!(!changed(Some(&None), Some(&leader(4, 0)), 5));
-        assert!(!changed(Some(&Some(leader(5, 2))), Some(&leader(5, 1)), 5));
     }
 }

@@ -85,7 +85,9 @@ pub enum Error {
         resource: String,
     },
     /// A write lock was asked for (a plain, fenced or reentrant lock, a
-    /// semaphore, or a set that names the resource) from a task (or, outside
+    /// semaphore, a set that names the resource, or a
+    /// [`campaign`](crate::Redlock::campaign) for the election of that
+    /// name) from a task (or, outside
     /// any task, a thread) that holds a read lock
     /// ([`LockRequest::shared`](crate::LockRequest::shared)) on the resource
     /// through this client or a clone: the writer would wait for its own
@@ -771,7 +773,7 @@ impl fmt::Display for NodeFailure {
                 f,
                 "authentication failed ({e}): put the right credentials in the node's URL, \
                  redis://user:password@host:port (an ACL user also needs the lock keys, \
-                 their <key>:waiters queues, <key>:intent and <key>:leader keys, their \
+                 their <key>:waiters queues, <key>:intent, <key>:leader and <key>:terms keys, their \
                  <key>:wake:* and <key>:leader channels, EVALSHA, PUBLISH, SUBSCRIBE, TIME, \
                  and the hash and sorted-set commands)"
             ),
@@ -779,7 +781,7 @@ impl fmt::Display for NodeFailure {
                 f,
                 "the key holds a non-lock value ({e}): choose a key prefix that no other data uses, \
                  and no resource named like another's side keys (<name>:fence, :waiters, :intent, \
-                 :leader)"
+                 :leader, :terms)"
             ),
             NodeFailure::OutOfMemory(e) => write!(
                 f,

@@ -6,7 +6,8 @@
 //! When any node of the Redlock is a Redis Cluster, every key one lock
 //! touches on a node must hash to one slot: the lock's scripts run on one
 //! primary and read or write the side keys built from the lock key
-//! (`<key>:waiters`, `<key>:intent`, `<key>:leader`, `<key>:fence`). So the
+//! (`<key>:waiters`, `<key>:intent`, `<key>:leader`, `<key>:terms`,
+//! `<key>:fence`). So the
 //! key is then wrapped in a hash tag — `{prefix + r}` — unless `prefix + r`
 //! already holds a non-empty tag `{…}`, which then decides the slot (the
 //! user's way to put several resources of a `lock_all` in one slot:
@@ -108,7 +109,9 @@ mod tests {
         // The side keys share the key's slot.
         for name in ["a", "{order:42}:a"] {
             let k = key(p, true, name);
-            for side in [":waiters", ":intent", ":leader", ":fence", ":wake:c"] {
+            for side in [
+                ":waiters", ":intent", ":leader", ":terms", ":fence", ":wake:c",
+            ] {
                 let s = format!("{k}{side}");
                 assert_eq!(key_slot(s.as_bytes()), key_slot(k.as_bytes()), "{s}");
             }

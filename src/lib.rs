@@ -57,7 +57,7 @@
 //!   name ([`Campaign`], then a [`Leadership`] with its term),
 //!   [`leader`](Redlock::leader) to see who leads ([`Leader`]), and
 //!   [`observe`](Redlock::observe) for a [`Stream`](futures::Stream) of
-//!   changes ([`Observer`]).
+//!   every leadership ([`Observer`], [`Observed`]).
 //! * For operators: [`status`](Redlock::status), what every node holds for
 //!   a resource ([`Status`]), and [`release_token`](Redlock::release_token),
 //!   clearing a stale lock by its token.
@@ -119,7 +119,7 @@ pub mod local_redis_cluster;
 
 pub use client::{LockRequest, Redlock};
 pub use config::Builder;
-pub use election::{Campaign, Leader, Leadership, MAX_LEADER_VALUE, Observer};
+pub use election::{Campaign, Leader, Leadership, MAX_LEADER_VALUE, Observed, Observer};
 pub use error::{ConfigError, Error, GaveUp, NodeFailure, Report};
 pub use kinds::admin::{Holding, NodeState, Status};
 pub use lock::{Held, Lock};

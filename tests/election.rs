@@ -9,7 +9,9 @@ use std::future::IntoFuture;
 use std::time::{Duration, Instant};
 
 use common::*;
-use redquorum::{ConfigError, Error, Holding, Leader, MAX_LEADER_VALUE, Observer, Redlock};
+use redquorum::{
+    ConfigError, Error, Holding, Leader, MAX_LEADER_VALUE, Observed, Observer, Redlock,
+};
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -18,11 +20,19 @@ fn ms(n: u64) -> Duration {
 }
 
 /// The next item of an observer, within `limit`.
-async fn next(observer: &mut Observer, limit: Duration) -> Option<Leader> {
+async fn next(observer: &mut Observer, limit: Duration) -> Observed {
     tokio::time::timeout(limit, observer.next())
         .await
         .expect("no change observed in time")
         .expect("the stream ended")
+}
+
+/// The next item of an observer, within `limit`, which must be a leader.
+async fn next_leader(observer: &mut Observer, limit: Duration) -> Leader {
+    match next(observer, limit).await {
+        Observed::Leader(l) => l,
+        other => panic!("not a leader: {other:?}"),
+    }
 }
 
 #[tokio::test]
@@ -126,6 +136,50 @@ async fn a_proclamation_is_seen_while_leading_and_refused_once_lost() {
     );
 }
 
+/// A task that holds a read lock on a name and campaigns on it would wait
+/// for its own reader for ever (a campaign waits for ever by default),
+/// its writer's intent, renewed by every attempt, turning every other
+/// process's readers away meanwhile. It is refused at once, nothing sent;
+/// another process still reads.
+#[tokio::test]
+async fn a_campaign_from_a_task_that_reads_the_name_is_refused_at_once() {
+    let c = cluster(5);
+    let redlock = redlock(&c);
+    let read = redlock.lock("sched", TTL).shared().await.unwrap();
+    let asked = redlock.campaign("sched", "host-a", TTL).into_future();
+    let err = match tokio::time::timeout(Duration::from_secs(5), asked).await {
+        Ok(Ok(l)) => panic!("led under its own reader: {l:?}"),
+        Ok(Err(e)) => e,
+        Err(_) => panic!("the campaign waited for its own reader"),
+    };
+    match &err {
+        Error::Upgrade { resource } => assert_eq!(resource, "sched"),
+        e => panic!("not refused as an upgrade: {e}"),
+    }
+    // No intent left behind: another process's reader gets in.
+    let intent = "redquorum:sched:intent";
+    assert_eq!(holders(&c, &[0, 1, 2, 3, 4], intent), 0, "an intent left");
+    let other = common::redlock(&c);
+    other
+        .lock("sched", TTL)
+        .shared()
+        .await
+        .expect("another process's reader turned away")
+        .release()
+        .await
+        .unwrap();
+    // Once the read lock is released, the task may campaign.
+    read.release().await.unwrap();
+    let a = tokio::time::timeout(
+        Duration::from_secs(10),
+        redlock.campaign("sched", "host-a", TTL).into_future(),
+    )
+    .await
+    .expect("the campaign after the read waited")
+    .unwrap();
+    a.resign().await.unwrap();
+}
+
 /// The leader's process pauses (a thread of its own that sleeps: its
 /// runtime renews nothing, as under SIGSTOP) past its TTL. Another
 /// candidate is elected with a greater term once the key expires, an
@@ -165,8 +219,8 @@ async fn a_paused_leader_is_replaced_and_finds_it_lost_before_it_acts() {
     let paused_term = told.recv().unwrap();
     let redlock = short_ttl(&c);
     let mut observer = redlock.observe("job").every(ms(100));
-    let first = next(&mut observer, Duration::from_secs(5)).await;
-    assert_eq!(first.map(|l| l.identity).as_deref(), Some("paused"));
+    let first = next_leader(&mut observer, Duration::from_secs(5)).await;
+    assert_eq!(first.identity, "paused");
     let b = redlock
         .campaign("job", "next", short)
         .wait(Duration::from_secs(20))
@@ -175,12 +229,7 @@ async fn a_paused_leader_is_replaced_and_finds_it_lost_before_it_acts() {
     assert!(b.term() > paused_term);
     // The observer saw the key expire (polled: no message) and the next.
     let mut changes = Vec::new();
-    while changes
-        .last()
-        .and_then(|l: &Option<Leader>| l.as_ref())
-        .map(|l| l.term)
-        != Some(b.term())
-    {
+    while changes.last().and_then(Observed::leader).map(|l| l.term) != Some(b.term()) {
         changes.push(next(&mut observer, Duration::from_secs(5)).await);
     }
     println!("observed after the pause: {changes:?}");
@@ -198,18 +247,19 @@ async fn an_observer_sees_every_change_pushed() {
     let redlock = redlock(&c);
     // Polled only every minute: what it sees in time was pushed.
     let mut observer = redlock.observe("push").every(Duration::from_secs(60));
-    assert_eq!(next(&mut observer, Duration::from_secs(5)).await, None);
+    let five = Duration::from_secs(5);
+    assert_eq!(next(&mut observer, five).await, Observed::Vacant);
     let mut a = redlock.campaign("push", "a", TTL).await.unwrap();
-    let seen = next(&mut observer, Duration::from_secs(5)).await.unwrap();
+    let seen = next_leader(&mut observer, five).await;
     assert_eq!((seen.identity.as_str(), seen.term), ("a", a.term()));
     a.proclaim("new").await.unwrap();
-    let seen = next(&mut observer, Duration::from_secs(5)).await.unwrap();
+    let seen = next_leader(&mut observer, five).await;
     assert_eq!((seen.value.as_str(), seen.proclamation), ("new", 1));
     let a_term = a.term();
     a.resign().await.unwrap();
-    assert_eq!(next(&mut observer, Duration::from_secs(5)).await, None);
+    assert_eq!(next(&mut observer, five).await, Observed::Vacant);
     let b = redlock.campaign("push", "b", TTL).await.unwrap();
-    let seen = next(&mut observer, Duration::from_secs(5)).await.unwrap();
+    let seen = next_leader(&mut observer, five).await;
     assert_eq!(seen.identity, "b");
     assert!(seen.term > a_term);
     b.resign().await.unwrap();
@@ -266,4 +316,119 @@ async fn nodes_restarted_empty_are_not_taken_for_no_leader() {
         other => panic!("the restarted nodes' word was taken: {other:?}"),
     }
     drop(a);
+}
+
+/// Twenty leaderships back to back (each campaign resigns at once): an
+/// observer yields every one of them, in term order, none skipped. (Before
+/// the nodes kept a history, its reads after each notification merged the
+/// short leaderships away: it yielded 9 of 20, and then only "no leader".)
+#[tokio::test]
+async fn an_observer_yields_every_leadership_back_to_back() {
+    let c = cluster(5);
+    let redlock = redlock(&c);
+    let mut observer = redlock.observe("relay");
+    assert_eq!(
+        next(&mut observer, Duration::from_secs(5)).await,
+        Observed::Vacant
+    );
+    let mut terms = Vec::new();
+    for i in 0..20 {
+        let l = redlock
+            .campaign("relay", format!("c{i}"), TTL)
+            .await
+            .unwrap();
+        terms.push((l.term(), format!("c{i}")));
+        l.resign().await.unwrap();
+    }
+    let last = terms.last().unwrap().0;
+    let mut seen = Vec::new();
+    let start = Instant::now();
+    loop {
+        let item = tokio::time::timeout(Duration::from_secs(10), observer.next())
+            .await
+            .unwrap_or_else(|_| panic!("no item in 10 s; saw {seen:?} of {terms:?}"))
+            .unwrap();
+        match item {
+            Observed::Leader(l) => {
+                seen.push((l.term, l.identity));
+                if l.term >= last {
+                    break;
+                }
+            }
+            Observed::Vacant => {}
+            skipped => panic!("{skipped:?} on a healthy cluster; saw {seen:?}"),
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "{seen:?}");
+    }
+    assert_eq!(seen, terms, "leaderships missed");
+    // And then no leader.
+    assert_eq!(
+        next(&mut observer, Duration::from_secs(5)).await,
+        Observed::Vacant
+    );
+}
+
+/// An observer whose consumer falls behind (it reads nothing while a
+/// hundred leaderships come and go: the stream buffers 16 items, and the
+/// nodes' histories keep the latest 32) cannot yield them all, and says
+/// which it could not: every leadership is yielded, in term order, or lies
+/// inside a `Skipped` range, which the leadership it names comes after.
+#[tokio::test]
+async fn an_observer_that_falls_behind_says_which_leaderships_it_skipped() {
+    let c = cluster(3);
+    let redlock = redlock(&c);
+    let mut observer = redlock.observe("lagging");
+    assert_eq!(
+        next(&mut observer, Duration::from_secs(5)).await,
+        Observed::Vacant
+    );
+    let mut terms = Vec::new();
+    for i in 0..100 {
+        let l = redlock
+            .campaign("lagging", format!("c{i}"), TTL)
+            .await
+            .unwrap();
+        terms.push(l.term());
+        l.resign().await.unwrap();
+    }
+    let last = *terms.last().unwrap();
+    let mut items = Vec::new();
+    let start = Instant::now();
+    while items.last().and_then(Observed::leader).map(|l| l.term) != Some(last) {
+        assert!(start.elapsed() < Duration::from_secs(30), "{items:?}");
+        items.push(next(&mut observer, Duration::from_secs(10)).await);
+    }
+    let mut yielded = Vec::new();
+    let mut skips = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        match item {
+            Observed::Leader(l) => yielded.push(l.term),
+            Observed::Skipped { after, before } => {
+                skips.push((*after, *before));
+                assert_eq!(
+                    items.get(i + 1).and_then(Observed::leader).map(|l| l.term),
+                    Some(*before),
+                    "a skip is followed by the leadership it names"
+                );
+            }
+            _ => {}
+        }
+    }
+    assert!(yielded.windows(2).all(|w| w[0] < w[1]), "{yielded:?}");
+    assert!(yielded.iter().all(|t| terms.contains(t)), "{yielded:?}");
+    let unaccounted: Vec<u64> = terms
+        .iter()
+        .copied()
+        .filter(|t| !yielded.contains(t) && !skips.iter().any(|&(a, b)| a < *t && *t < b))
+        .collect();
+    assert!(
+        unaccounted.is_empty(),
+        "missed without a word: {unaccounted:?}"
+    );
+    assert!(!skips.is_empty(), "100 leaderships unread, none skipped?");
+    println!(
+        "{} of {} leaderships yielded; skipped: {skips:?}",
+        yielded.len(),
+        terms.len()
+    );
 }

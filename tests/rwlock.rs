@@ -188,6 +188,65 @@ async fn an_upgrade_is_refused_and_another_tasks_write_waits() {
         .unwrap();
 }
 
+/// A task that reads a name and reads it again while another process's
+/// writer waits (its intent turning new readers away) is let in at once:
+/// it is already in, and turned away it would wait for its own first read,
+/// which the writer waits for (a deadlock until its wait deadline). Other
+/// processes' readers are still turned away, and the writer gets in once
+/// both of the task's reads are released.
+#[tokio::test]
+async fn a_nested_read_behind_a_waiting_writer_goes_in() {
+    let c = cluster(5);
+    let redlock = redlock(&c);
+    let first = read(&redlock, "shelf").await.unwrap();
+    let writer = builder(&c).retry_count(u32::MAX).build().unwrap();
+    let waiting = tokio::spawn(async move {
+        let lock = writer
+            .lock("shelf", TTL)
+            .wait(Duration::from_secs(30))
+            .await?;
+        lock.release().await
+    });
+    let intent = format!("{}:intent", key("shelf"));
+    let start = Instant::now();
+    while holders(&c, &ALL, &intent) < 3 {
+        assert!(start.elapsed() < Duration::from_secs(5), "no intent left");
+        tokio::time::sleep(ms(20)).await;
+    }
+    // Another process's reader is turned away by the intent.
+    let other = common::redlock(&c);
+    let err = read(&other, "shelf").await.unwrap_err();
+    assert!(matches!(err, Error::NotAcquired { .. }), "{err}");
+    // This task's second read goes in at once (it would otherwise wait
+    // for its own first until its wait deadline, 5 s here).
+    let asked = Instant::now();
+    let second = redlock
+        .lock("shelf", TTL)
+        .shared()
+        .retries(u32::MAX)
+        .wait(Duration::from_secs(5))
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "the nested read waited for itself ({:?}): {e}",
+                asked.elapsed()
+            )
+        });
+    let mut seen = readers(&redlock, "shelf").await;
+    seen.sort();
+    let mut both = vec![first.token().to_owned(), second.token().to_owned()];
+    both.sort();
+    assert_eq!(seen, both);
+    assert!(!waiting.is_finished(), "the writer got in under readers");
+    first.release().await.unwrap();
+    second.release().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the writer was not let in once the reads ended")
+        .unwrap()
+        .unwrap();
+}
+
 /// Trap 2: each reader's share ends at its own TTL. A reader that vanished
 /// without a release is gone from the nodes once its TTL has passed, while
 /// another reader keeps renewing its own; when that one lets go, a writer
@@ -327,14 +386,17 @@ async fn a_writer_that_gives_up_lets_readers_in_at_once() {
         assert!(start.elapsed() < Duration::from_secs(5), "no intent left");
         tokio::time::sleep(ms(20)).await;
     }
-    let err = read(&redlock, "page").await.unwrap_err();
+    // Another process's reader (this task's would go in: it reads the
+    // name already).
+    let other = common::redlock(&c);
+    let err = read(&other, "page").await.unwrap_err();
     assert!(matches!(err, Error::NotAcquired { .. }), "{err}");
     // The writer stops waiting (its call dropped): it leaves the queues,
     // in the background, and its intent with them.
     waiting.abort();
     let start = Instant::now();
     loop {
-        match read(&redlock, "page").await {
+        match read(&other, "page").await {
             Ok(other) => {
                 other.release().await.unwrap();
                 break;

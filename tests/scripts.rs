@@ -59,7 +59,14 @@ const RESIGN: &str = script!(
     "../src/kinds/election/record.lua",
     "../src/kinds/election/resign.lua"
 );
-const LEADER: &str = script!(keys "../src/kinds/election/leader.lua");
+const LEADER: &str = script!(keys
+    "../src/kinds/election/record.lua",
+    "../src/kinds/election/leader.lua"
+);
+const OBSERVE: &str = script!(keys
+    "../src/kinds/election/record.lua",
+    "../src/kinds/election/observe.lua"
+);
 const LEAVE: &str = script!("../src/kinds/queue/leave.lua");
 const PASS_ON: &str = script!("../src/kinds/queue/pass_on.lua");
 
@@ -1368,4 +1375,75 @@ fn every_number_a_script_hands_redis_is_whole_at_any_ttl() {
         left > 4_611_686_000_000_000_000 && left <= 4_611_686_018_427_387_904,
         "the queue's PTTL is {left}"
     );
+}
+
+/// The history beside an election's record: each new leadership recorded on
+/// a node is noted there (once, however often its announcement is resent),
+/// its latest value kept with it; only the latest 32 by term are kept, and
+/// the highest term dropped is said; it has no TTL; `observe.lua` lists
+/// the leaderships above a term, with who leads.
+#[test]
+fn an_election_history_keeps_the_latest_leaderships_and_says_what_it_dropped() {
+    let c = cluster(1);
+    let token = |i: u64| format!("{i:040x}");
+    let observe = |above: &str| -> Vec<Reply> {
+        match eval(&c, OBSERVE, &["h"], &[above]) {
+            Reply::Array(Some(items)) => items,
+            other => panic!("observe.lua: {other:?}"),
+        }
+    };
+    for i in 1..=40u64 {
+        let (t, term) = (token(i), (10 * i).to_string());
+        run(&c, 0, &["SET", "h", &t, "PX", "30000"]);
+        twice(
+            &c,
+            ANNOUNCE,
+            &["h", "h:fence"],
+            &[&t, &term, &format!("c {i}"), "v 0", "0"],
+            Reply::Int(1),
+        );
+        if i == 40 {
+            // A proclamation: the history keeps the latest value.
+            twice(
+                &c,
+                LEADER_EXTEND,
+                &["h"],
+                &[&t, "30000", &format!("c {i}"), "v 1", &term, "1"],
+                Reply::Int(1),
+            );
+        }
+        run(&c, 0, &["DEL", "h"]);
+    }
+    assert_eq!(pttl(&c, 0, "h:terms"), -1, "the history has no TTL");
+    // 40 leaderships, 32 kept: terms 90..400; 80 dropped.
+    let all = observe("0");
+    assert_eq!(all[0], Reply::Int(0), "no leader now");
+    assert_eq!(all[1], Reply::Bulk(Some(b"80".to_vec())));
+    assert_eq!(all.len(), 2 + 2 * 32);
+    let above = observe("380");
+    assert_eq!(above.len(), 2 + 2 * 2, "terms 390 and 400: {above:?}");
+    let mut fields: Vec<(String, String)> = above[2..]
+        .chunks(2)
+        .map(|p| match p {
+            [Reply::Bulk(Some(f)), Reply::Bulk(Some(v))] => (
+                String::from_utf8(f.clone()).unwrap(),
+                String::from_utf8(v.clone()).unwrap(),
+            ),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    fields.sort();
+    assert_eq!(
+        fields,
+        [
+            (format!("390 {}", token(39)), "0 4 c 39v 0".to_owned()),
+            (format!("400 {}", token(40)), "1 4 c 40v 1".to_owned()),
+        ]
+    );
+    // With a leader: who leads comes first, as leader.lua says it.
+    run(&c, 0, &["SET", "h", &token(40), "PX", "30000"]);
+    let Reply::Array(Some(seen)) = &observe("400")[0] else {
+        panic!("observe.lua names the key's holder")
+    };
+    assert_eq!(seen[0], Reply::Bulk(Some(token(40).into_bytes())));
 }

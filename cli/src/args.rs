@@ -349,9 +349,12 @@ pub struct Elect {
 const LEADER_ABOUT: &str = "\
 Show who leads the election NAME, as a majority of nodes agrees: its id, term,
 published value, and how long its leadership lasts unless renewed; or that
-there is no leader. With --watch, print a line at every change (a new leader,
-a new value, no leader), pushed by the nodes and polled every --every, until
-interrupted.
+there is no leader. With --watch, print a line at every change (every new
+leadership, in term order, even one that began and ended between two reads; a
+new value; no leader), pushed by the nodes and polled every --every, until
+interrupted; and a line that says so where leaderships between two terms may
+have been missed (nodes down, or the nodes' history of them dropped): with
+--json, {\"name\": ..., \"skipped\": {\"after\": A, \"before\": B}}.
 
 Exit status: 0; 1 if no majority of nodes agrees either way (nodes down, a
 campaign half-way); 2 for usage errors.";

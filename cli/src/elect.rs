@@ -10,7 +10,7 @@
 use std::future::IntoFuture;
 use std::time::Duration;
 
-use redquorum::{Error, Leader, Leadership, Redlock};
+use redquorum::{Error, Leader, Leadership, Observed, Redlock};
 use serde_json::{Value, json};
 
 use crate::args::{Elect, LeaderArgs};
@@ -129,11 +129,28 @@ pub async fn leader(args: LeaderArgs) -> u8 {
     loop {
         tokio::select! {
             change = observer.next() => match change {
-                Some(leader) => show(&args, leader.as_ref()),
+                Some(Observed::Skipped { after, before }) => skipped(&args, after, before),
+                Some(item) => show(&args, item.leader()),
                 None => return fail(exit::FAILURE, "the observer stopped"),
             },
             _ = signals.recv() => return 0,
         }
+    }
+}
+
+/// One line for leaderships that may have been missed between the terms
+/// `after` and `before`: text, or a JSON object.
+fn skipped(args: &LeaderArgs, after: u64, before: u64) {
+    if args.json {
+        println!(
+            "{}",
+            json!({"name": args.name, "skipped": {"after": after, "before": before}})
+        );
+    } else {
+        println!(
+            "{}: leaderships between terms {after} and {before} may have been missed (their history could not be read)",
+            args.name
+        );
     }
 }
 

@@ -64,13 +64,17 @@
 //! Beside the lock key live `<key>:waiters` (the queue), `<key>:fence` (the
 //! fenced kind's counter), `<key>:intent` (a writer waiting for readers:
 //! see [`rwlock`](super::rwlock)), `<key>:leader` (an election's record of
-//! who leads, and its channel: see [`election`](super::election)) and the
+//! who leads, and its channel: see [`election`](super::election)),
+//! `<key>:terms` (an election's history of leaderships) and the
 //! channels `<key>:wake:<client>`: a resource named with one of those
 //! suffixes would collide with another's. Every one of them but the
-//! fencing counter always has an expiry: the queue lives a few seconds past
-//! the holder its last waiter saw, the intent at most eleven seconds, the
-//! record as long as its leader's key. The counter has none by design: it
-//! must outlive every lock on the name, or tokens would go back.
+//! fencing counter and an election's history always has an expiry: the
+//! queue lives a few seconds past the holder its last waiter saw, the
+//! intent at most eleven seconds, the record as long as its leader's key.
+//! The counter has none by design: it must outlive every lock on the name,
+//! or tokens would go back; nor has the history, bounded to the latest 32
+//! leaderships, which observers read to tell what they missed (one that
+//! lapsed could not say what it lost).
 //!
 //! **Numbers.** Lua 5.1's numbers are doubles, and `redis.call` hands one
 //! to Redis as `%.17g` text (Redis 6.2 and 7.0): `1e17` and above in

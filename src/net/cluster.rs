@@ -13,7 +13,7 @@
 //!
 //! * **Every key of one lock in one slot** ([`keys`](crate::keys)): a Lua script
 //!   runs on one primary and must find all its keys there. The side keys
-//!   (`:waiters`, `:intent`, `:leader`, `:fence`) are built from the lock
+//!   (`:waiters`, `:intent`, `:leader`, `:terms`, `:fence`) are built from the lock
 //!   key, so they share its hash tag.
 //!
 //! * **Nothing replayed behind our back.** redis-rs's cluster connection

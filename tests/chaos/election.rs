@@ -34,7 +34,7 @@ use std::io::Write;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use redquorum::Redlock;
+use redquorum::{Observed, Redlock};
 
 use crate::client::First;
 use crate::history::now_ns;
@@ -186,7 +186,10 @@ pub fn main(spec: Spec) {
                 let (how, seen) = if observe {
                     let mut observer = redlock.observe(NAME);
                     let first = tokio::time::timeout(Duration::from_secs(1), observer.next()).await;
-                    ("observe", first.ok().flatten().map(|l| l.is_some()))
+                    (
+                        "observe",
+                        first.ok().flatten().map(|l| l.leader().is_some()),
+                    )
                 } else {
                     (
                         "leader",
@@ -291,8 +294,12 @@ pub struct Verdict {
     pub terms_not_growing: usize,
     /// Per observer, sightings whose term is below an earlier one's.
     pub observed_backwards: usize,
-    /// (observer, term) pairs of leaderships an observer never saw.
+    /// (observer, term) pairs of leaderships an observer never saw, nor
+    /// said it skipped.
     pub unseen: usize,
+    /// Leaderships an observer did not see but said it may have missed
+    /// (`Observed::Skipped` over their term).
+    pub skipped: usize,
     /// Lags from a leadership's start to each observer's sighting, sorted.
     pub lags: Vec<Duration>,
     pub failed: BTreeMap<String, usize>,
@@ -314,7 +321,12 @@ impl Verdict {
 /// Checks the candidates' histories (one list of lines per process) and
 /// the observer's sightings (term, at; term 0: no leader), taken until
 /// `observed_until`.
-fn check(histories: &[Vec<Line>], saw: &[(u64, u64)], observed_until: u64) -> Verdict {
+fn check(
+    histories: &[Vec<Line>],
+    saw: &[(u64, u64)],
+    skips: &[(u64, u64)],
+    observed_until: u64,
+) -> Verdict {
     let mut v = Verdict::default();
     for (p, lines) in histories.iter().enumerate() {
         for line in lines {
@@ -355,6 +367,7 @@ fn check(histories: &[Vec<Line>], saw: &[(u64, u64)], observed_until: u64) -> Ve
         }
         match saw.iter().find(|&&(t, _)| t == term) {
             Some(&(_, at)) => v.lags.push(Duration::from_nanos(at.saturating_sub(start))),
+            None if skips.iter().any(|&(a, b)| a < term && term < b) => v.skipped += 1,
             None => v.unseen += 1,
         }
     }
@@ -362,8 +375,9 @@ fn check(histories: &[Vec<Line>], saw: &[(u64, u64)], observed_until: u64) -> Ve
     v
 }
 
-/// What an observer saw: (term, at), term 0 for no leader.
-type Sightings = std::sync::Arc<std::sync::Mutex<Vec<(u64, u64)>>>;
+/// What an observer saw: (term, at), term 0 for no leader; and the ranges
+/// of terms it said it skipped (after, before).
+type Sightings = std::sync::Arc<std::sync::Mutex<(Vec<(u64, u64)>, Vec<(u64, u64)>)>>;
 
 /// The candidate processes of one run.
 struct Candidates {
@@ -400,7 +414,7 @@ impl Candidates {
             first: First::Lock,
         };
         let rt = tokio::runtime::Runtime::new().expect("the observer's runtime");
-        let saw = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let saw: Sightings = std::sync::Arc::default();
         let redlock = Redlock::builder()
             .nodes(nodes)
             .key_prefix(format!("chaos:{name}:"))
@@ -412,8 +426,13 @@ impl Candidates {
             async move {
                 let mut observer = redlock.observe(NAME).every(Duration::from_millis(100));
                 while let Some(change) = observer.next().await {
-                    let term = change.map_or(0, |l| l.term);
-                    saw.lock().unwrap().push((term, now_ns()));
+                    let mut saw = saw.lock().unwrap();
+                    match change {
+                        Observed::Skipped { after, before } => saw.1.push((after, before)),
+                        change => saw
+                            .0
+                            .push((change.leader().map_or(0, |l| l.term), now_ns())),
+                    }
                 }
             }
         });
@@ -479,10 +498,10 @@ impl Candidates {
         let (rt, saw) = self.observer;
         // Until the last sighting: what began after it may not have been
         // read yet.
-        let saw = saw.lock().unwrap().clone();
+        let (saw, skips) = saw.lock().unwrap().clone();
         drop(rt);
         let until = saw.last().map_or(0, |&(_, at)| at);
-        check(&histories, &saw, until)
+        check(&histories, &saw, &skips, until)
     }
 }
 
@@ -507,11 +526,12 @@ fn report(v: &Verdict, must_see_all: bool) {
         v.failed
     );
     println!(
-        "   observers: lag from a leadership's start to its sighting p50 {:.1} ms, p99 {:.1} ms ({} sightings); leaderships never seen: {}; terms seen going back: {}",
+        "   observers: lag from a leadership's start to its sighting p50 {:.1} ms, p99 {:.1} ms ({} sightings); leaderships never seen: {} (and {} said skipped); terms seen going back: {}",
         ms(v.lag(0.5)),
         ms(v.lag(0.99)),
         v.lags.len(),
         v.unseen,
+        v.skipped,
         v.observed_backwards
     );
     println!(
@@ -740,22 +760,32 @@ pub fn self_test() {
     let ok = check(
         &[vec![led(1, 0, 10)], vec![led(2, 10, 20)]],
         &[(1, 2), (2, 12)],
+        &[],
         u64::MAX,
     );
     assert_eq!((ok.overlaps, ok.terms_not_growing, ok.unseen), (0, 0, 0));
     let bad = check(
         &[vec![led(1, 0, 10)], vec![led(1, 5, 20)]],
         &[(1, 1)],
+        &[],
         u64::MAX,
     );
     assert_eq!((bad.overlaps, bad.terms_not_growing, bad.unseen), (1, 1, 0));
     let missed = check(
         &[vec![led(1, 0, 10)], vec![led(2, 10, 20)]],
         &[(2, 11)],
+        &[],
         u64::MAX,
     );
     assert_eq!(missed.unseen, 1);
-    let back = check(&[], &[(5, 1), (4, 2)], u64::MAX);
+    let said = check(
+        &[vec![led(1, 0, 10)], vec![led(2, 10, 20)]],
+        &[(2, 11)],
+        &[(0, 2)],
+        u64::MAX,
+    );
+    assert_eq!((said.unseen, said.skipped), (0, 1));
+    let back = check(&[], &[(5, 1), (4, 2)], &[], u64::MAX);
     assert_eq!(back.observed_backwards, 1);
     println!(
         "   election checker: overlaps, terms not growing, leaders unseen and terms seen going back found"

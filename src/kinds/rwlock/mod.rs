@@ -79,9 +79,18 @@
 //! readers upgrading wait for each other). The client keeps the names each
 //! task reads ([`upgrade`]), and a write request from a task that reads the
 //! name fails at once with [`Error::Upgrade`](crate::Error::Upgrade),
-//! nothing sent; another task's write waits for the readers as any writer
-//! does. A downgrade (take the read lock while holding the write lock)
-//! waits the same way for the writer, itself; it is not detected, as that
+//! nothing sent — a campaign for an election of that name too, and a set
+//! that names it; another task's write waits for the readers as any writer
+//! does. A **nested read** (a task that reads the name asks to read it
+//! again) goes in past a waiting writer's intent (`read.lua`'s fourth
+//! argument): turned away, it would wait for its own first read, which the
+//! writer waits for; let in, it is one more share of a task the writer
+//! waits for already (a task that always holds some read of the name
+//! keeps writers out, as one read held as long would). The intent only
+//! serves liveness: safety is untouched. Go's `RWMutex` forbids recursive
+//! read locking for this deadlock; Java's `ReentrantReadWriteLock` lets a
+//! thread's nested reads past waiting writers, as here. A downgrade (take
+//! the read lock while holding the write lock) waits the same way for the writer, itself; it is not detected, as that
 //! would charge every lock a registry entry: release the write lock, then
 //! read (another writer may come in between). An atomic downgrade — each
 //! node turning our writer's string into a readers' hash with our share —
@@ -111,12 +120,18 @@ pub(crate) static EXTEND: LazyLock<Script> =
 
 /// The reader's side of the read-write lock (the writer's is the mutex).
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Shared;
+pub(crate) struct Shared {
+    /// Asked by a task that reads the name already: a waiting writer's
+    /// intent does not turn it away.
+    nested: bool,
+}
 
-/// The reader's kind, shared by every read lock.
-pub(crate) fn kind() -> Arc<dyn Kind> {
-    static KIND: LazyLock<Arc<dyn Kind>> = LazyLock::new(|| Arc::new(Shared));
-    KIND.clone()
+/// The reader's kind, shared by every read lock; `nested` for a task that
+/// reads the name already.
+pub(crate) fn kind(nested: bool) -> Arc<dyn Kind> {
+    static KIND: LazyLock<Arc<dyn Kind>> = LazyLock::new(|| Arc::new(Shared { nested: false }));
+    static NESTED: LazyLock<Arc<dyn Kind>> = LazyLock::new(|| Arc::new(Shared { nested: true }));
+    if nested { NESTED.clone() } else { KIND.clone() }
 }
 
 impl Kind for Shared {
@@ -133,6 +148,7 @@ impl Kind for Shared {
                     id.token().into(),
                     plan.ttl_ms.to_string().into_bytes(),
                     waiter.unwrap_or_default().into(),
+                    if self.nested { b"1" } else { b"0" }.to_vec(),
                 ],
             },
             effect: Effect::Grant { life: plan.life() },
@@ -169,5 +185,28 @@ impl Kind for Shared {
             },
             effect: Effect::Refresh { life: plan.life() },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn a_nested_read_asks_the_nodes_to_let_it_past_an_intent() {
+        let id = LockId::new(Arc::new(["k".into()]));
+        let plan = Plan::new(Duration::from_secs(1), 0.01).unwrap();
+        let nested = |kind: Arc<dyn Kind>| {
+            let Call::Script { script, args, .. } = kind.acquire(&id, &plan, Some("c:1")).call
+            else {
+                panic!("a read is a script")
+            };
+            assert!(std::ptr::eq(script, &*READ));
+            args[3].clone()
+        };
+        assert_eq!(nested(kind(false)), b"0");
+        assert_eq!(nested(kind(true)), b"1");
     }
 }

@@ -1,6 +1,8 @@
 -- Takes a reader's share of the lock (the readers layout: keyspace.lua).
 -- KEYS[1] = the key, ARGV[1] = our token, ARGV[2] = TTL in milliseconds,
--- ARGV[3] = the waiter ('' for none): told who keeps it out, and queued.
+-- ARGV[3] = the waiter ('' for none): told who keeps it out, and queued;
+-- ARGV[4] = '1' for a nested read (its task reads the key already: a
+-- writer's intent does not turn it away, as it waits for that task anyway).
 -- 1: our share is held, for the TTL (also when run twice: never
 -- shortened); 0: a writer (or another kind) holds the key, or a writer
 -- waits for the readers (its intent: see queue.lua's `refuse`), and
@@ -22,7 +24,7 @@ if layout then
 end
 -- A writer waits for the readers: new ones are turned away, so that it
 -- gets in once the current ones end.
-if intent_of(key) then
+if ARGV[4] ~= '1' and intent_of(key) then
   local intent = redis.call('PTTL', key .. ':intent')
   if ARGV[3] == '' then
     return 0

@@ -15,12 +15,24 @@
 //! `#[tokio::test]` or any `block_on`: a future given to `block_on` stays
 //! on its thread), the names it holds read locks on, from the moment a
 //! read lock is handed out until its [`Lock`](crate::Lock) is released or
-//! dropped. A write request (any kind that is not a read: plain, fenced,
-//! reentrant, a semaphore, or a set naming the resource) from a task with
-//! an entry for its name is refused with
-//! [`Error::Upgrade`](crate::Error::Upgrade) before anything is sent.
-//! Another task's write is not refused: it waits for the readers, as
-//! another process's writer does.
+//! dropped. A write request (any acquisition that is not a read: plain,
+//! fenced, reentrant, a semaphore, a set naming the resource, or a
+//! campaign for the election of that name) from a task with an entry for
+//! its name is refused with [`Error::Upgrade`](crate::Error::Upgrade)
+//! before anything is sent. The check sits where every acquisition passes
+//! (the client's `acquire`, which maps each key back to its name), so that
+//! no way of asking to write skips it. Another task's write is not
+//! refused: it waits for the readers, as another process's writer does.
+//!
+//! **Nested reads go in.** A task that reads a name and asks to read it
+//! again is already in: turned away by a waiting writer's intent, its
+//! second read would wait for its first, which the writer waits for. So a
+//! read from a task with an entry for its name is sent as *nested*, and
+//! the nodes let it in past an intent (never past a writer that holds the
+//! key): one more share of a task the writer waits for already. A read
+//! lock that was lost but not yet released or dropped still counts, so
+//! its task's next read is let in as nested: one share ahead of the
+//! writer, which only costs the writer that share's time.
 //!
 //! **What it does not see, and what it refuses too much.** A task is the
 //! unit, not the branch: two futures of one task run at the same time
@@ -104,6 +116,12 @@ impl Shares {
         }
     }
 
+    /// Whether any read lock is held through the client: writers look no
+    /// further when none is (one atomic load).
+    pub(crate) fn any(&self) -> bool {
+        self.live.load(Ordering::Acquire) > 0
+    }
+
     /// Whether the current task holds a read lock on `resource`.
     pub(crate) fn held_here(&self, resource: &str) -> bool {
         if self.live.load(Ordering::Acquire) == 0 {
@@ -166,8 +184,9 @@ mod tests {
     #[tokio::test]
     async fn a_task_holding_a_read_lock_is_seen_until_its_mark_ends() {
         let shares = Arc::new(Shares::default());
-        assert!(!shares.held_here("config"));
+        assert!(!shares.held_here("config") && !shares.any());
         let first = shares.mark("config");
+        assert!(shares.any());
         let second = shares.mark("config");
         assert!(shares.held_here("config"));
         assert!(!shares.held_here("other"), "only the name read");
