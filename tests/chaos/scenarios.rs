@@ -14,6 +14,7 @@
 //! | `pause` | yes | | | yes: paused holders write after the pause; the plain register loses updates, the fenced one refuses the stale writes | yes |
 //! | `partition` | yes | | | | yes: at most 2 holders of 2 permits at once, 2 seen at once |
 //! | `come_and_go` | yes | yes | | yes | yes |
+//! | `zones` | yes | | | | yes: one permit (and `rwlock_`) |
 //!
 //! The scenarios added for issue 35 look for waiters left asleep: each
 //! asserts a bound on the **idle capacity** of its run
@@ -27,6 +28,14 @@
 //! * `cancel` runs on every kind: half the calls dropped within 2 ms, no
 //!   key left behind once the clients are gone, no idle stretch over
 //!   [`IDLE_BOUND`] (the kinds it gained run 60% of the time).
+//! * `zones` gives each of three client processes (one task each) its own
+//!   way to the three nodes: its own node directly, the two others through
+//!   proxies of its own that add 40 ms each way (clients in three zones),
+//!   the library's default retry options; three contenders for one
+//!   resource, and no idle stretch over [`ZONES_IDLE_BOUND`] (a mutex's
+//!   worst is its contenders' first split). The semaphore has one permit:
+//!   its holder is named as one (`permits:1`) on every node, so
+//!   contenders that split see "a holder on a majority".
 //!
 //! `come_and_go` (see `come_and_go`) restarts two nodes empty, then two of
 //! the three others 50–200 ms later, in cycles the TTL and 1.5 s apart,
@@ -126,6 +135,10 @@ const COME_AND_GO_KINDS: &[Kind] = &[
     Kind::Rwlock,
 ];
 
+/// The kinds of `zones`: one holder (the issue-35 figures: a mutex hands
+/// over across zones in well under a second), k holders named as one on
+/// each node, readers beside writers.
+const ZONES_KINDS: &[Kind] = &[Kind::Mutex, Kind::Semaphore, Kind::Rwlock];
 /// One run of a scenario, with one kind of lock.
 pub struct Case {
     pub name: String,
@@ -271,6 +284,11 @@ pub const ALL: &[Scenario] = &[
         name: "cancel",
         about: "half the lock() calls dropped after 0-2 ms; no keys left behind, and no waiter left asleep while the lock has room (idle capacity)",
         run: Run::Kinds(EVERY_KIND, cancel),
+    },
+    Scenario {
+        name: "zones",
+        about: "three zones: three nodes, three client processes each next to one node and 40 ms (each way) from the other two through proxies of its own, default retry options, three contenders for one resource (a semaphore: of one permit, whatever its kind says below); no waiter left asleep while the lock has room for long (idle capacity)",
+        run: Run::Kinds(ZONES_KINDS, zones),
     },
     Scenario {
         name: "pause",
@@ -588,8 +606,9 @@ fn restart_after_ttl(secs: Duration, kind: Kind) {
     assert_safe(&v, &f);
 }
 
-/// The load time of the scenarios added for issue 35 (`cancel` on the
-/// kinds it gained then): 60% of the suite's time, 4 s at least.
+/// The load time of the scenarios added for issue 35 (`zones`,
+/// `long_retry`, `kinds_on_one_name`, and `cancel` on the kinds it gained
+/// then): 60% of the suite's time, 4 s at least.
 fn short_run(secs: Duration) -> Duration {
     secs.mul_f64(0.6).max(Duration::from_secs(4))
 }
@@ -625,6 +644,76 @@ fn cancel(secs: Duration, kind: Kind) {
     assert_safe_and_idle(&v, &f, IDLE_BOUND);
     assert!(v.cancelled > 0, "nothing was cancelled");
     assert_eq!(keys.left, 0, "cancelled acquisitions left keys behind");
+}
+
+/// How far a client is from a node in another zone: the proxies' added
+/// delay, each way (80 ms a round trip).
+const FAR: Duration = Duration::from_millis(40);
+
+/// The longest a resource may stay idle while a waiter waits in `zones`:
+/// a handover there is a release reaching a majority (one far node: 40
+/// ms), a wake-up (up to 40 ms) and an attempt (80 ms), and contenders
+/// that split the vote (each first at its own node) retry after a random
+/// pause of a few attempts' time, doubling with each split in a row; a
+/// plain mutex hands over within this (see the figures of `zones`).
+const ZONES_IDLE_BOUND: Duration = Duration::from_millis(1_500);
+
+/// Three zones: three nodes, and three client processes of one task (three
+/// contenders), each next to one node (directly) and 40 ms each way from
+/// the other two (through proxies of its own), contending for one resource
+/// with the library's default retry options; the semaphore has one permit.
+fn zones(secs: Duration, kind: Kind) {
+    let run = short_run(secs);
+    let c = cluster(3);
+    let urls = c.urls();
+    let mut proxies = Vec::new();
+    let nodes: Vec<Vec<String>> = (0..3)
+        .map(|p| {
+            (0..3)
+                .map(|n| {
+                    if n == p {
+                        return urls[n].clone();
+                    }
+                    let proxy = Proxy::start(c.port(n));
+                    proxy.set_delay(FAR);
+                    let url = proxy.url();
+                    proxies.push(proxy);
+                    url
+                })
+                .collect()
+        })
+        .collect();
+    let mut load = Load::of_nodes(kind, "zones", urls, run);
+    load.processes = 3;
+    load.spec.tasks = 1;
+    load.spec.resources = 1;
+    load.spec.ttl = Duration::from_secs(3);
+    load.spec.hold_ms = 100;
+    load.spec.node_timeout = Duration::from_millis(300);
+    if kind == Kind::Semaphore {
+        // One permit: its holder is named `permits:1` on each node, so
+        // contenders that split the vote each see a holder on a majority.
+        load.spec.permits = 1;
+        load.capacity = 1;
+    }
+    // The library's defaults.
+    load.spec.retry_delay = Duration::from_millis(200);
+    load.spec.retry_jitter = Duration::from_millis(100);
+    load.spec.retry_count = 10;
+    load.spec.wait = Some(Duration::from_secs(10));
+    // Each process meets the nodes (a read of the resource, `status()`)
+    // before its task locks: the first stretch is then the contenders'
+    // first split, not their connections through the proxies.
+    load.spec.first = First::Read;
+    let clients = load.start(|p| nodes[p].clone());
+    let v = clients.finish();
+    println!(
+        "   zones: 3 nodes; client process p next to node p, {} ms each way from the others ({} proxies)",
+        FAR.as_millis(),
+        proxies.len()
+    );
+    let f = load.report(&v);
+    assert_safe_and_idle(&v, &f, ZONES_IDLE_BOUND);
 }
 
 fn pause(secs: Duration, kind: Kind) {
