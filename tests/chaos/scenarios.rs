@@ -15,6 +15,7 @@
 //! | `partition` | yes | | | | yes: at most 2 holders of 2 permits at once, 2 seen at once |
 //! | `come_and_go` | yes | yes | | yes | yes |
 //! | `zones` | yes | | | | yes: one permit (and `rwlock_`) |
+//! | `long_retry` | yes | yes | | | yes (and `rwlock_`) |
 //!
 //! The scenarios added for issue 35 look for waiters left asleep: each
 //! asserts a bound on the **idle capacity** of its run
@@ -36,6 +37,10 @@
 //!   worst is its contenders' first split). The semaphore has one permit:
 //!   its holder is named as one (`permits:1`) on every node, so
 //!   contenders that split see "a holder on a majority".
+//! * `long_retry`: retry delays of 3.5 s ± 1.5 s, TTL 10 s, one call in
+//!   four dropped within 300 ms (queued, mostly): waiters get in only by
+//!   wake-ups, past the dropped ones; no idle stretch over
+//!   [`IDLE_BOUND`], no key left behind.
 //!
 //! `come_and_go` (see `come_and_go`) restarts two nodes empty, then two of
 //! the three others 50–200 ms later, in cycles the TTL and 1.5 s apart,
@@ -139,6 +144,10 @@ const COME_AND_GO_KINDS: &[Kind] = &[
 /// over across zones in well under a second), k holders named as one on
 /// each node, readers beside writers.
 const ZONES_KINDS: &[Kind] = &[Kind::Mutex, Kind::Semaphore, Kind::Rwlock];
+/// The kinds of `long_retry`: each layout whose holders a waiter waits on
+/// (a string, an owner's hash, a semaphore's slots, readers).
+const LONG_RETRY_KINDS: &[Kind] = &[Kind::Mutex, Kind::Reentrant, Kind::Semaphore, Kind::Rwlock];
+
 /// One run of a scenario, with one kind of lock.
 pub struct Case {
     pub name: String,
@@ -289,6 +298,11 @@ pub const ALL: &[Scenario] = &[
         name: "zones",
         about: "three zones: three nodes, three client processes each next to one node and 40 ms (each way) from the other two through proxies of its own, default retry options, three contenders for one resource (a semaphore: of one permit, whatever its kind says below); no waiter left asleep while the lock has room for long (idle capacity)",
         run: Run::Kinds(ZONES_KINDS, zones),
+    },
+    Scenario {
+        name: "long_retry",
+        about: "waiters that sleep 2-5 s between retries (TTL 10 s), one call in four dropped within 300 ms: only wake-ups bring waiters in; no waiter left asleep while the lock has room (idle capacity), no keys left behind",
+        run: Run::Kinds(LONG_RETRY_KINDS, long_retry),
     },
     Scenario {
         name: "pause",
@@ -714,6 +728,35 @@ fn zones(secs: Duration, kind: Kind) {
     );
     let f = load.report(&v);
     assert_safe_and_idle(&v, &f, ZONES_IDLE_BOUND);
+}
+
+/// Waiters that sleep for seconds between retries (`retry_delay` 3.5 s ±
+/// 1.5 s, TTL 10 s): only wake-ups bring a waiter in after a release, and
+/// one call in four is dropped within 300 ms (queued, mostly), so that
+/// the next waiter must be woken past it.
+fn long_retry(secs: Duration, kind: Kind) {
+    let run = short_run(secs);
+    let c = cluster(5);
+    let mut load = Load::of(kind, "long_retry", &c, run);
+    load.spec.retry_delay = Duration::from_millis(3_500);
+    load.spec.retry_jitter = Duration::from_millis(1_500);
+    load.spec.retry_count = 10;
+    load.spec.ttl = Duration::from_secs(10);
+    load.spec.wait = Some(Duration::from_secs(6));
+    load.spec.hold_ms = 30;
+    load.spec.cancel_one_in = 4;
+    load.spec.cancel_within = Duration::from_millis(300);
+    let clients = load.start_all(&c);
+    let v = clients.finish();
+    let f = load.report(&v);
+    let keys = keys_left(&c, &load.spec.prefix, load.spec.ttl);
+    println!(
+        "   keys left on the nodes after the run: {} (TTL 10 s); auxiliary keys expired after the run: {}",
+        keys.left, keys.expired
+    );
+    assert_safe_and_idle(&v, &f, IDLE_BOUND);
+    assert!(v.cancelled > 0, "nothing was cancelled");
+    assert_eq!(keys.left, 0, "keys left behind");
 }
 
 fn pause(secs: Duration, kind: Kind) {
