@@ -41,6 +41,15 @@
 //!   four dropped within 300 ms (queued, mostly): waiters get in only by
 //!   wake-ups, past the dropped ones; no idle stretch over
 //!   [`IDLE_BOUND`], no key left behind.
+//! * `kinds_on_one_name`: three processes of four tasks on two resources,
+//!   each call drawing its kind (mutex, reentrant, fenced, semaphore of 2,
+//!   read-write: `Kind::Mixed`). A key has one layout at a time, so the
+//!   kinds exclude each other: the checker allows one kind's holders at a
+//!   time on a name, each kind by its own rule (a reentrant owner beside
+//!   its own holds, readers beside readers, 2 permits), and fencing
+//!   tokens must still grow across the other kinds' holds; the figures
+//!   count how often a name passed from one kind to another. No idle
+//!   stretch over [`IDLE_BOUND`], no key left behind.
 //!
 //! `come_and_go` (see `come_and_go`) restarts two nodes empty, then two of
 //! the three others 50–200 ms later, in cycles the TTL and 1.5 s apart,
@@ -303,6 +312,11 @@ pub const ALL: &[Scenario] = &[
         name: "long_retry",
         about: "waiters that sleep 2-5 s between retries (TTL 10 s), one call in four dropped within 300 ms: only wake-ups bring waiters in; no waiter left asleep while the lock has room (idle capacity), no keys left behind",
         run: Run::Kinds(LONG_RETRY_KINDS, long_retry),
+    },
+    Scenario {
+        name: "kinds_on_one_name",
+        about: "every kind on the same two names at once (mutex, reentrant, fenced, semaphore of 2, readers and writers; one drawn per call by 3 processes x 4 tasks): one kind's holders at a time, each by its own rule; no waiter left asleep while the lock has room (idle capacity)",
+        run: Run::Once(kinds_on_one_name),
     },
     Scenario {
         name: "pause",
@@ -756,6 +770,27 @@ fn long_retry(secs: Duration, kind: Kind) {
     );
     assert_safe_and_idle(&v, &f, IDLE_BOUND);
     assert!(v.cancelled > 0, "nothing was cancelled");
+    assert_eq!(keys.left, 0, "keys left behind");
+}
+
+/// Every kind on the same names at once: three processes of four tasks
+/// on two resources, each call drawing its kind (`Kind::Mixed`).
+fn kinds_on_one_name(secs: Duration) {
+    let run = short_run(secs);
+    let c = cluster(5);
+    let mut load = Load::of(Kind::Mixed, "kinds_on_one_name", &c, run);
+    load.processes = 3;
+    load.spec.tasks = 4;
+    load.spec.resources = 2;
+    let clients = load.start_all(&c);
+    let v = clients.finish();
+    let f = load.report(&v);
+    let keys = keys_left(&c, &load.spec.prefix, load.spec.ttl);
+    println!(
+        "   keys left on the nodes after the run: {}; auxiliary keys expired after the run: {}",
+        keys.left, keys.expired
+    );
+    assert_safe_and_idle(&v, &f, IDLE_BOUND);
     assert_eq!(keys.left, 0, "keys left behind");
 }
 
