@@ -48,8 +48,10 @@
 //!   time on a name, each kind by its own rule (a reentrant owner beside
 //!   its own holds, readers beside readers, 2 permits), and fencing
 //!   tokens must still grow across the other kinds' holds; the figures
-//!   count how often a name passed from one kind to another. No idle
-//!   stretch over [`IDLE_BOUND`], no key left behind.
+//!   count how often a name passed from one kind to another. TTL and wait
+//!   3 s, retry delay 1 s ± 0.5 s: a waiter sleeps on its holder's expiry
+//!   unless woken. No idle stretch over [`IDLE_BOUND`], no key left
+//!   behind.
 //!
 //! `come_and_go` (see `come_and_go`) restarts two nodes empty, then two of
 //! the three others 50–200 ms later, in cycles the TTL and 1.5 s apart,
@@ -774,7 +776,8 @@ fn long_retry(secs: Duration, kind: Kind) {
 }
 
 /// Every kind on the same names at once: three processes of four tasks
-/// on two resources, each call drawing its kind (`Kind::Mixed`).
+/// on two resources, each call drawing its kind (`Kind::Mixed`); TTL and
+/// wait 3 s, retry delay 1 s ± 0.5 s.
 fn kinds_on_one_name(secs: Duration) {
     let run = short_run(secs);
     let c = cluster(5);
@@ -782,6 +785,13 @@ fn kinds_on_one_name(secs: Duration) {
     load.processes = 3;
     load.spec.tasks = 4;
     load.spec.resources = 2;
+    // Waiters that sleep on a holder's expiry (a PTTL of up to 3 s: ten
+    // retry delays are longer) unless a wake-up comes: a turn lost between
+    // kinds costs seconds, well over the bound, and not a capped second.
+    load.spec.ttl = Duration::from_secs(3);
+    load.spec.retry_delay = Duration::from_millis(1_000);
+    load.spec.retry_jitter = Duration::from_millis(500);
+    load.spec.retry_count = 10;
     let clients = load.start_all(&c);
     let v = clients.finish();
     let f = load.report(&v);
@@ -1716,7 +1726,8 @@ fn explain_stretch(v: &Verdict, (key, from, to): &(String, u64, u64)) {
         let after = intervals.iter().find(|i| i.start >= *to);
         let show = |i: Option<&crate::history::Interval>| {
             i.map_or("none".to_owned(), |i| {
-                format!("{} {:.3}-{:.3} s", i.owner, at(i.start), at(i.end))
+                let fenced = if i.fence.is_some() { " (fenced)" } else { "" };
+                format!("{}{fenced} {:.3}-{:.3} s", i.owner, at(i.start), at(i.end))
             })
         };
         println!(
