@@ -43,10 +43,23 @@
 //!   checker lets readers overlap), one in four write (the plain lock).
 //! * `semaphore`: `lock().permits(k)` on one random resource; the section
 //!   holds (sometimes extending) without the register, which several
-//!   holders at once would race on by design.
+//!   holders at once would race on by design. Its intervals' owner is
+//!   `<task>/s` (a reentrant owner's, `<task>/o`): the checker tells the
+//!   kinds apart by it (`history::Class`).
+//! * `mixed`: each call draws one of the mutex, the reentrant lock, the
+//!   fenced lock, the semaphore and the read-write lock, on the same
+//!   resources as every other call: kinds that exclude each other.
 //!
 //! One `lock()` call in `cancel_one_in` (inner holds included) is dropped
-//! after a random 0–2 ms instead of awaited.
+//! after a random time below `cancel_within` (2 ms in most runs: mostly in
+//! its first attempt) instead of awaited. Every call but a reentrant
+//! owner's inner take logs its wait (`Event::Waited`): from the call to its
+//! return or drop, on which resources, for which kind of hold; the checker
+//! measures the idle capacity from them.
+//!
+//! The options of the `Redlock` (retry delay, jitter and count, wait
+//! timeout, waking on release) come with the spec: 20 ± 15 ms, 3 retries,
+//! the TTL in most runs.
 //!
 //! What a process does before its tasks start is its `first` step (see
 //! [`First`]): nothing, a read of every resource (`status()`), or a read,
@@ -60,7 +73,7 @@ use std::time::{Duration, Instant};
 use redis::AsyncCommands;
 use redquorum::{Error, Lock, LockRequest, NodeFailure, Redlock};
 
-use crate::history::{Access, Event, Interval, now_ns};
+use crate::history::{Access, Class, Event, Interval, now_ns};
 
 /// What one client process does; handed over in one environment variable.
 #[derive(Debug, Clone)]
@@ -79,10 +92,19 @@ pub struct Spec {
     /// 0: never.
     pub pause_one_in: u32,
     pub cancel_one_in: u32,
+    /// A cancelled call is dropped after a random time below this.
+    pub cancel_within: Duration,
     pub extend_one_in: u32,
     pub restart_guard: bool,
-    /// Off: waiters poll every 20 ± 15 ms, as most Redlock clients do.
+    /// Off: waiters poll every `retry_delay` ± `retry_jitter`, as most
+    /// Redlock clients do.
     pub wake_on_release: bool,
+    /// `Builder::retry_delay`, `retry_jitter` and `retry_count`.
+    pub retry_delay: Duration,
+    pub retry_jitter: Duration,
+    pub retry_count: u32,
+    /// `Builder::wait_timeout`: `None` waits up to the TTL.
+    pub wait: Option<Duration>,
     /// `Builder::fence_time_floor`: off, tokens are plain counts.
     pub fence_floor: bool,
     /// The permits a semaphore's holders ask for.
@@ -111,9 +133,14 @@ impl Spec {
             format!("hold_ms={}", self.hold_ms),
             format!("pause_one_in={}", self.pause_one_in),
             format!("cancel_one_in={}", self.cancel_one_in),
+            format!("cancel_within_us={}", self.cancel_within.as_micros()),
             format!("extend_one_in={}", self.extend_one_in),
             format!("restart_guard={}", self.restart_guard),
             format!("wake_on_release={}", self.wake_on_release),
+            format!("retry_delay_ms={}", self.retry_delay.as_millis()),
+            format!("retry_jitter_ms={}", self.retry_jitter.as_millis()),
+            format!("retry_count={}", self.retry_count),
+            format!("wait_ms={}", self.wait.map_or(0, |w| w.as_millis())),
             format!("fence_floor={}", self.fence_floor),
             format!("permits={}", self.permits),
             format!("first={}", self.first.name()),
@@ -144,9 +171,16 @@ impl Spec {
             hold_ms: n("hold_ms"),
             pause_one_in: n("pause_one_in") as u32,
             cancel_one_in: n("cancel_one_in") as u32,
+            cancel_within: Duration::from_micros(n("cancel_within_us")),
             extend_one_in: n("extend_one_in") as u32,
             restart_guard: get("restart_guard") == "true",
             wake_on_release: get("wake_on_release") == "true",
+            retry_delay: Duration::from_millis(n("retry_delay_ms")),
+            retry_jitter: Duration::from_millis(n("retry_jitter_ms")),
+            retry_count: n("retry_count") as u32,
+            wait: Some(n("wait_ms"))
+                .filter(|&ms| ms > 0)
+                .map(Duration::from_millis),
             fence_floor: get("fence_floor") == "true",
             permits: n("permits") as u32,
             first: First::parse(&get("first")),
@@ -166,10 +200,10 @@ pub fn main(spec: Spec) {
             .nodes(&spec.nodes)
             .key_prefix(spec.prefix.clone())
             .node_timeout(spec.node_timeout)
-            .retry_count(3)
-            .retry_delay(Duration::from_millis(20))
-            .retry_jitter(Duration::from_millis(15))
-            .wait_timeout(spec.ttl)
+            .retry_count(spec.retry_count)
+            .retry_delay(spec.retry_delay)
+            .retry_jitter(spec.retry_jitter)
+            .wait_timeout(spec.wait.unwrap_or(spec.ttl))
             .restart_guard(spec.restart_guard)
             .wake_on_release(spec.wake_on_release)
             .fence_time_floor(spec.fence_floor)
@@ -300,6 +334,10 @@ pub enum Kind {
     /// writing the register, their intervals' owner `<task>/r`), one in
     /// four writes (the plain lock, writing the register).
     Rwlock,
+    /// Each call draws one of [`Kind::MIXED`]: every kind on the same
+    /// names at once (semaphores of `permits` permits), which exclude
+    /// each other.
+    Mixed,
 }
 
 impl Kind {
@@ -312,8 +350,19 @@ impl Kind {
         Kind::Rwlock,
     ];
 
+    /// The kinds a mixed load draws from, one per call: a writer is the
+    /// plain lock.
+    pub const MIXED: [Kind; 5] = [
+        Kind::Mutex,
+        Kind::Reentrant,
+        Kind::Fenced,
+        Kind::Semaphore,
+        Kind::Rwlock,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
+            Kind::Mixed => "mixed",
             Kind::Mutex => "mutex",
             Kind::Reentrant => "reentrant",
             Kind::Multi => "multi",
@@ -342,6 +391,9 @@ impl Kind {
             Kind::Rwlock => {
                 "read-write locks, 3 reads in 4: no writer overlaps anyone, readers seen to overlap, writers get in"
             }
+            Kind::Mixed => {
+                "every kind on the same names at once, one drawn per call (mutex, reentrant, fenced, semaphore of 2, read-write): one kind's holders at a time, each by its own rule"
+            }
         }
     }
 
@@ -357,6 +409,7 @@ impl Kind {
     fn parse(s: &str) -> Kind {
         Kind::ALL
             .into_iter()
+            .chain([Kind::Mixed])
             .find(|k| k.name() == s)
             .unwrap_or_else(|| panic!("no lock kind {s:?}"))
     }
@@ -379,17 +432,17 @@ struct Holding {
     lock: Lock,
     begin: u64,
     deadline: u64,
-    /// A reader's share of a read-write lock.
-    shared: bool,
+    /// How it shares the resource: its interval's owner says it.
+    class: Class,
 }
 
 impl Holding {
-    fn new(lock: Lock) -> Holding {
+    fn new(lock: Lock, begin: u64, class: Class) -> Holding {
         Holding {
-            begin: now_ns(),
+            begin,
             deadline: deadline(&lock),
             lock,
-            shared: false,
+            class,
         }
     }
 
@@ -415,39 +468,45 @@ impl Task {
 
     async fn run(self, end: Instant) {
         while Instant::now() < end {
-            match self.spec.kind {
-                kind @ (Kind::Mutex | Kind::Fenced) => {
-                    let resource = self.resource();
-                    let mut request = self.redlock.lock(&resource, self.spec.ttl);
+            let kind = match self.spec.kind {
+                Kind::Mixed => Kind::MIXED[rand::random_range(0..Kind::MIXED.len())],
+                kind => kind,
+            };
+            match kind {
+                Kind::Mutex | Kind::Fenced => {
+                    let on = [self.resource()];
+                    let mut request = self.redlock.lock(&on[0], self.spec.ttl);
                     if kind == Kind::Fenced {
                         request = request.fenced();
                     }
-                    if let Some(holding) = self.take(request, false).await {
-                        self.hold(holding, &[resource]).await;
+                    if let Some(holding) = self.take(request, &on, Class::Exclusive).await {
+                        self.hold(holding, &on).await;
                     }
                 }
                 Kind::Reentrant => self.reentrant().await,
                 Kind::Multi => self.multi().await,
                 Kind::Rwlock => {
-                    let resource = self.resource();
+                    let on = [self.resource()];
                     let shared = !Self::one_in(4);
-                    let mut request = self.redlock.lock(&resource, self.spec.ttl);
+                    let mut request = self.redlock.lock(&on[0], self.spec.ttl);
+                    let mut class = Class::Exclusive;
                     if shared {
                         request = request.shared();
+                        class = Class::Reader;
                     }
-                    if let Some(mut holding) = self.take(request, false).await {
-                        holding.shared = shared;
-                        self.hold(holding, &[resource]).await;
+                    if let Some(holding) = self.take(request, &on, class).await {
+                        self.hold(holding, &on).await;
                     }
                 }
                 Kind::Semaphore => {
-                    let resource = self.resource();
-                    let request = self.redlock.lock(&resource, self.spec.ttl);
+                    let on = [self.resource()];
+                    let request = self.redlock.lock(&on[0], self.spec.ttl);
                     let request = request.permits(self.spec.permits);
-                    if let Some(holding) = self.take(request, false).await {
-                        self.hold(holding, &[resource]).await;
+                    if let Some(holding) = self.take(request, &on, Class::Permit).await {
+                        self.hold(holding, &on).await;
                     }
                 }
+                Kind::Mixed => unreachable!("a mixed load draws a kind per call"),
             }
         }
     }
@@ -457,16 +516,43 @@ impl Task {
         format!("r{}", rand::random_range(0..self.spec.resources))
     }
 
-    /// Awaits one `lock()` or `lock_all()` call (or drops it after 0–2 ms,
-    /// one in `cancel_one_in`) and logs how it ended; the cause of a failed
-    /// `inner` take (a reentrant owner's nested hold) says `inner/`.
-    async fn take(&self, request: LockRequest<'_>, inner: bool) -> Option<Holding> {
+    /// Awaits one `lock()` or `lock_all()` call on `on`, for a hold of
+    /// `class` (or drops it after a random time below `cancel_within`, one
+    /// in `cancel_one_in`), and logs how it ended and its wait.
+    async fn take(&self, request: LockRequest<'_>, on: &[String], class: Class) -> Option<Holding> {
+        self.take_as(request, Some(on), class).await
+    }
+
+    /// `take`; `on` is `None` for a reentrant owner's inner take, which
+    /// never waits for another: its wait is not logged, and the cause of
+    /// its failure says `inner/`.
+    async fn take_as(
+        &self,
+        request: LockRequest<'_>,
+        on: Option<&[String]>,
+        class: Class,
+    ) -> Option<Holding> {
         let start = now_ns();
+        let waited = |outcome: &str| {
+            let end = now_ns();
+            if let Some(on) = on {
+                self.log(Event::Waited {
+                    resources: on.join(","),
+                    class,
+                    start,
+                    end,
+                    outcome: outcome.to_owned(),
+                });
+            }
+            end
+        };
         let result = if Self::one_in(self.spec.cancel_one_in) {
-            let after = Duration::from_micros(rand::random_range(0..2_000));
+            let within = self.spec.cancel_within.as_micros().max(1) as u64;
+            let after = Duration::from_micros(rand::random_range(0..within));
             match tokio::time::timeout(after, request).await {
                 Ok(result) => result,
                 Err(_) => {
+                    waited("cancelled");
                     self.log(Event::Cancelled);
                     return None;
                 }
@@ -474,11 +560,13 @@ impl Task {
         } else {
             request.await
         };
-        let latency_us = (now_ns() - start) / 1_000;
+        let end = waited(if result.is_ok() { "acquired" } else { "failed" });
+        let latency_us = (end - start) / 1_000;
+        let inner = on.is_none();
         match result {
             Ok(lock) => {
                 self.log(Event::Acquired { latency_us });
-                Some(Holding::new(lock))
+                Some(Holding::new(lock, end, class))
             }
             Err(e) => {
                 let cause = cause(&e);
@@ -513,7 +601,9 @@ impl Task {
     async fn reentrant(&self) {
         let resource = self.resource();
         let request = self.redlock.lock(&resource, self.spec.ttl);
-        let Some(mut outer) = self.take(request.reentrant(&self.name), false).await else {
+        let on = [resource.clone()];
+        let request = request.reentrant(&self.name);
+        let Some(mut outer) = self.take(request, &on, Class::Reentrant).await else {
             return;
         };
         if !Self::one_in(2) {
@@ -539,7 +629,8 @@ impl Task {
     async fn nested(self, resource: String, outer: Holding, inner_last: bool) {
         let resources = [resource];
         let request = self.redlock.lock(&resources[0], self.spec.ttl);
-        let Some(inner) = self.take(request.reentrant(&self.name), true).await else {
+        let request = request.reentrant(&self.name);
+        let Some(inner) = self.take_as(request, None, Class::Reentrant).await else {
             return self.hold(outer, &resources).await;
         };
         if inner_last {
@@ -567,7 +658,7 @@ impl Task {
             names.push(names[rand::random_range(0..k)].clone());
         }
         let request = self.redlock.lock_all(&names, self.spec.ttl);
-        if let Some(holding) = self.take(request, false).await {
+        if let Some(holding) = self.take(request, &set, Class::Exclusive).await {
             assert_eq!(holding.lock.resource(), set.join(","), "named {names:?}");
             self.hold(holding, &set).await;
         }
@@ -588,7 +679,7 @@ impl Task {
             tokio::time::sleep(ttl + ttl / 4).await;
             return true;
         }
-        if self.spec.kind == Kind::Semaphore || holding.shared {
+        if matches!(holding.class, Class::Permit | Class::Reader) {
             // Held, extended now and then; no register (see `Kind`).
             let hold = rand::random_range(0..=self.spec.hold_ms);
             tokio::time::sleep(Duration::from_millis(hold)).await;
@@ -696,13 +787,9 @@ impl Task {
             lock,
             begin,
             deadline,
-            shared,
+            class,
         } = holding;
-        let owner = if shared {
-            format!("{}/r", self.name)
-        } else {
-            self.name.clone()
-        };
+        let owner = format!("{}{}", self.name, class.suffix());
         let fence = lock.fence();
         let released = now_ns();
         let outcome = match lock.release().await {

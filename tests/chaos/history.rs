@@ -28,6 +28,24 @@
 //! with a lower one (see `client`); its accepted writes against its final
 //! value give its lost updates, which fencing must keep at zero even when
 //! holders pause past their validity.
+//!
+//! Kinds of lock share a name's key, which has one layout at a time, so
+//! they exclude each other; an interval's owner says how its holder shared
+//! the resource ([`Class`]: `<task>` alone, `<task>/o` a reentrant owner,
+//! `<task>/r` a reader, `<task>/s` a semaphore's permit), and the rule is
+//! one: on a resource, two intervals that overlap are one owner's nested
+//! holds, two readers, or two permits (at most `capacity` permits at an
+//! instant); any other overlap is a violation.
+//!
+//! Every `lock()` call also logs its wait: from the call to its return (or
+//! its drop), on which resources, for which class of hold. The **idle
+//! capacity** of a run ([`Verdict::idle`]) is the time in which some waiter
+//! waited while its resource had room for it: no holder, for an exclusive
+//! hold; no writer or permit holding and no writer waiting (whose intent
+//! turns readers away by design), for a reader; fewer permits held than the
+//! semaphore has and no other kind, for a permit. A handover always costs
+//! a little of it (the release, the wake-up, the next attempt); a waiter
+//! that sleeps through its turn costs its whole sleep.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -84,6 +102,60 @@ pub enum Event {
     /// (`Redlock::status`): what a majority of nodes said, `free`, `held`
     /// or `unclear`.
     Read { outcome: String },
+    /// One `lock()` (or `lock_all()`) call, from when it was made to when
+    /// it returned or was dropped: a waiter of `class` on `resources` (a
+    /// set's names joined by `,`), and how it ended (`acquired`, `failed`
+    /// or `cancelled`). A reentrant owner's inner takes, which never wait
+    /// for another, are not logged.
+    Waited {
+        resources: String,
+        class: Class,
+        start: u64,
+        end: u64,
+        outcome: String,
+    },
+}
+
+/// How a holder shares a resource (its interval's owner says it: see
+/// [`Interval::class`]), and what a waiter waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Class {
+    /// A mutex, a fenced lock, a set, a writer: alone.
+    Exclusive,
+    /// A reentrant owner's hold: alone, but for the owner's other holds.
+    Reentrant,
+    /// A reader of a read-write lock: beside other readers.
+    Reader,
+    /// A semaphore's permit: beside the holders of the others.
+    Permit,
+}
+
+impl Class {
+    pub const ALL: [Class; 4] = [
+        Class::Exclusive,
+        Class::Reentrant,
+        Class::Reader,
+        Class::Permit,
+    ];
+
+    /// What an interval's owner ends with (the task's name before it).
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Class::Exclusive => "",
+            Class::Reentrant => "/o",
+            Class::Reader => "/r",
+            Class::Permit => "/s",
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Class::Exclusive => "exclusive",
+            Class::Reentrant => "reentrant",
+            Class::Reader => "reader",
+            Class::Permit => "permit",
+        }
+    }
 }
 
 /// What the fenced register did with an access (see `Event::Fenced`).
@@ -144,6 +216,17 @@ impl fmt::Display for Event {
                 access,
             } => write!(f, "fenced {resource} {token} {}", access.name()),
             Event::Read { outcome } => write!(f, "read {outcome}"),
+            Event::Waited {
+                resources,
+                class,
+                start,
+                end,
+                outcome,
+            } => write!(
+                f,
+                "waited {resources} {} {start} {end} {outcome}",
+                class.name()
+            ),
         }
     }
 }
@@ -195,6 +278,16 @@ impl Event {
                     .ok_or_else(|| format!("bad history line {line:?}"))?,
             },
             Some("read") => Event::Read { outcome: s(1)? },
+            Some("waited") => Event::Waited {
+                resources: s(1)?,
+                class: Class::ALL
+                    .into_iter()
+                    .find(|c| w.get(2) == Some(&c.name()))
+                    .ok_or_else(|| format!("bad history line {line:?}"))?,
+                start: n(3)?,
+                end: n(4)?,
+                outcome: s(5)?,
+            },
             _ => return Err(format!("bad history line {line:?}")),
         })
     }
@@ -217,7 +310,18 @@ pub struct Interval {
 impl Interval {
     /// A reader's share of a read-write lock: its owner is `<task>/r`.
     pub fn is_shared(&self) -> bool {
-        self.owner.ends_with("/r")
+        self.class() == Class::Reader
+    }
+
+    /// How the holder shared the resource, by its owner's suffix
+    /// ([`Class::suffix`]): `/r` a reader, `/s` a semaphore's permit, `/o`
+    /// a reentrant owner, none an exclusive holder.
+    pub fn class(&self) -> Class {
+        Class::ALL
+            .into_iter()
+            .rev()
+            .find(|c| self.owner.ends_with(c.suffix()))
+            .unwrap_or(Class::Exclusive)
     }
 }
 
@@ -292,6 +396,23 @@ pub struct Verdict {
     pub paused: usize,
     /// When the load ran, on the history's clock.
     pub window: (u64, u64),
+    /// Every `lock()` call's wait (`Event::Waited`).
+    pub waits: Vec<Wait>,
+    /// How many semaphore permits may be held at once (the capacity
+    /// checked).
+    pub permits: usize,
+}
+
+/// One `lock()` call's wait: on which resources, for which class of hold,
+/// from when to when.
+#[derive(Debug, Clone)]
+pub struct Wait {
+    pub resources: Vec<String>,
+    pub class: Class,
+    pub start: u64,
+    pub end: u64,
+    /// `acquired`, `failed` or `cancelled`.
+    pub outcome: String,
 }
 
 impl Verdict {
@@ -301,10 +422,12 @@ impl Verdict {
         Verdict::check_at_most(events, 1)
     }
 
-    /// Checks the events of all clients of a run: at most `capacity`
-    /// holders of a resource at a time (a semaphore's permits). With a
-    /// capacity above one, a violation is an interval that began while
-    /// `capacity` others were held, paired with one of them.
+    /// Checks the events of all clients of a run: on each resource, at most
+    /// one kind of holder at a time (see [`Class`]); exclusive holders
+    /// alone (a reentrant owner beside its own holds), readers beside
+    /// readers, and at most `capacity` semaphore permits at once (a
+    /// permit that began while `capacity` others were held is a violation,
+    /// paired with one of them).
     pub fn check_at_most(events: impl IntoIterator<Item = Event>, capacity: usize) -> Verdict {
         let mut v = Verdict::default();
         for event in events {
@@ -348,34 +471,49 @@ impl Verdict {
                     Access::ReadRefused => v.refused_reads += 1,
                 },
                 Event::Read { outcome } => *v.reads.entry(outcome).or_default() += 1,
+                Event::Waited {
+                    resources,
+                    class,
+                    start,
+                    end,
+                    outcome,
+                } => v.waits.push(Wait {
+                    resources: resources.split(',').map(str::to_owned).collect(),
+                    class,
+                    start,
+                    end,
+                    outcome,
+                }),
             }
         }
+        v.permits = capacity;
         v.latencies_us.sort_unstable();
         for (resource, intervals) in &mut v.intervals {
             intervals.sort_by_key(|i| i.start);
-            if capacity == 1 {
-                for (a, b) in overlaps(intervals) {
-                    if a.owner == b.owner {
-                        v.nested += 1;
-                    } else if a.is_shared() && b.is_shared() {
-                        v.shared_overlaps += 1;
-                    } else {
-                        v.violations.push(Violation {
-                            resource: resource.clone(),
-                            first: a.clone(),
-                            second: b.clone(),
-                        });
-                    }
+            for (a, b) in overlaps(intervals) {
+                if a.owner == b.owner {
+                    v.nested += 1;
+                } else if a.is_shared() && b.is_shared() {
+                    v.shared_overlaps += 1;
+                } else if a.class() == Class::Permit && b.class() == Class::Permit {
+                    // Up to `capacity` at once: the sweep below.
+                } else {
+                    v.violations.push(Violation {
+                        resource: resource.clone(),
+                        first: a.clone(),
+                        second: b.clone(),
+                    });
                 }
             }
             // A sweep in the order of the starts: who holds at each start.
             let mut active: Vec<&Interval> = Vec::new();
             for b in intervals.iter() {
                 active.retain(|a| a.end > b.start);
-                if capacity > 1 && active.len() >= capacity {
+                let permits = || active.iter().filter(|a| a.class() == Class::Permit);
+                if b.class() == Class::Permit && permits().count() >= capacity {
                     v.violations.push(Violation {
                         resource: resource.clone(),
-                        first: active[0].clone(),
+                        first: (*permits().next().unwrap()).clone(),
                         second: b.clone(),
                     });
                 }
@@ -451,6 +589,198 @@ impl Verdict {
     }
 }
 
+/// The idle capacity of a run: the stretches in which some waiter was
+/// waiting (had called `lock()` and not yet returned) while its resource
+/// had room for it, as its holders' intervals tell (see
+/// [`Verdict::idle`]).
+#[derive(Debug, Default)]
+pub struct Idle {
+    /// Per resource (or set of resources a waiter waited on, named as in
+    /// `Event::Waited`), the stretches merged over all its waiters: `(key,
+    /// from, to)`, in the order of the keys, then of the starts.
+    pub stretches: Vec<(String, u64, u64)>,
+    /// The calls' waits in all, and how many calls.
+    pub waited: Duration,
+    pub waits: usize,
+}
+
+impl Idle {
+    /// The idle time in all, summed over the resources.
+    pub fn total(&self) -> Duration {
+        Duration::from_nanos(self.stretches.iter().map(|(_, a, b)| b - a).sum())
+    }
+
+    /// The longest stretch.
+    pub fn longest(&self) -> Option<&(String, u64, u64)> {
+        self.stretches.iter().max_by_key(|(_, a, b)| b - a)
+    }
+
+    /// The `q`-quantile of the stretches' lengths.
+    pub fn quantile(&self, q: f64) -> Duration {
+        let mut lengths: Vec<u64> = self.stretches.iter().map(|(_, a, b)| b - a).collect();
+        if lengths.is_empty() {
+            return Duration::ZERO;
+        }
+        lengths.sort_unstable();
+        let i = ((lengths.len() - 1) as f64 * q).round() as usize;
+        Duration::from_nanos(lengths[i])
+    }
+
+    /// How many stretches were longer than `d`.
+    pub fn longer_than(&self, d: Duration) -> usize {
+        let d = d.as_nanos() as u64;
+        self.stretches.iter().filter(|(_, a, b)| b - a > d).count()
+    }
+}
+
+/// A change of a resource's occupancy: at an instant, one more (1) or one
+/// fewer (-1) holder of a class, or waiter for anything but a reader's
+/// share (`None`).
+type Delta = (u64, i64, Option<Class>);
+
+/// Who holds a resource, and who waits for it, between two instants.
+#[derive(Debug, Default, Clone, Copy)]
+struct Occupancy {
+    /// Exclusive holders and reentrant owners' holds.
+    exclusive: i64,
+    readers: i64,
+    permits: i64,
+    /// Waiters for anything but a reader's share: a writer that waits
+    /// turns new readers away, by design.
+    others_waiting: i64,
+}
+
+impl Occupancy {
+    /// Whether a waiter of `class` has room: nobody holds for an exclusive
+    /// hold; no writer or permit holds and no writer waits, for a reader;
+    /// fewer than `permits` permits and no other kind holds, for a permit.
+    fn room(&self, class: Class, permits: usize) -> bool {
+        match class {
+            Class::Exclusive | Class::Reentrant => {
+                self.exclusive + self.readers + self.permits == 0
+            }
+            Class::Reader => self.exclusive + self.permits + self.others_waiting == 0,
+            Class::Permit => {
+                self.exclusive + self.readers == 0 && (self.permits as usize) < permits
+            }
+        }
+    }
+}
+
+impl Verdict {
+    /// The idle capacity of the run ([`Idle`]). Each call's wait, from its
+    /// call to its return (or its drop), is matched against the holders'
+    /// intervals of its resources: where they left room for it (see
+    /// `Occupancy::room`), the resource was idle while it waited. A
+    /// handover always costs a little (the release reaching the nodes, the
+    /// wake-up, the next attempt's round trip), and a call's first attempt
+    /// on a free resource counts too; a lost wake-up, or contenders that
+    /// keep splitting the vote, cost the whole sleep.
+    pub fn idle(&self) -> Idle {
+        // Per resource: the steps of its occupancy, from each instant on.
+        let mut deltas: BTreeMap<&str, Vec<Delta>> = BTreeMap::new();
+        for (resource, intervals) in &self.intervals {
+            let d = deltas.entry(resource).or_default();
+            for i in intervals {
+                d.push((i.start, 1, Some(i.class())));
+                d.push((i.end, -1, Some(i.class())));
+            }
+        }
+        for w in &self.waits {
+            for r in &w.resources {
+                let d = deltas.entry(r).or_default();
+                if w.class != Class::Reader {
+                    d.push((w.start, 1, None));
+                    d.push((w.end, -1, None));
+                }
+            }
+        }
+        // Per resource and class: the stretches with room, sorted.
+        let mut room: BTreeMap<(&str, Class), Vec<(u64, u64)>> = BTreeMap::new();
+        for (resource, mut d) in deltas {
+            d.sort_by_key(|&(t, change, _)| (t, change));
+            let mut steps: Vec<(u64, Occupancy)> = vec![(0, Occupancy::default())];
+            for (t, change, class) in d {
+                let mut o = steps.last().unwrap().1;
+                match class {
+                    Some(Class::Exclusive | Class::Reentrant) => o.exclusive += change,
+                    Some(Class::Reader) => o.readers += change,
+                    Some(Class::Permit) => o.permits += change,
+                    None => o.others_waiting += change,
+                }
+                match steps.last_mut() {
+                    Some(last) if last.0 == t => last.1 = o,
+                    _ => steps.push((t, o)),
+                }
+            }
+            for class in Class::ALL {
+                let mut free: Vec<(u64, u64)> = Vec::new();
+                for (k, &(t, o)) in steps.iter().enumerate() {
+                    if !o.room(class, self.permits) {
+                        continue;
+                    }
+                    let until = steps.get(k + 1).map_or(u64::MAX, |s| s.0);
+                    match free.last_mut() {
+                        Some(last) if last.1 == t => last.1 = until,
+                        _ => free.push((t, until)),
+                    }
+                }
+                room.insert((resource, class), free);
+            }
+        }
+        let mut idle = Idle::default();
+        let mut per_key: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
+        for w in &self.waits {
+            idle.waits += 1;
+            idle.waited += Duration::from_nanos(w.end.saturating_sub(w.start));
+            let mut within = vec![(w.start, w.end)];
+            for r in &w.resources {
+                let free = &room[&(r.as_str(), w.class)];
+                // Only the stretches that reach into the wait.
+                let from = free.partition_point(|&(_, to)| to <= w.start);
+                let to = free.partition_point(|&(from, _)| from < w.end);
+                within = intersect(&within, &free[from..to.max(from)]);
+            }
+            per_key
+                .entry(w.resources.join(","))
+                .or_default()
+                .extend(within.into_iter().filter(|(a, b)| a < b));
+        }
+        for (key, mut spans) in per_key {
+            spans.sort_unstable();
+            let mut merged: Vec<(u64, u64)> = Vec::new();
+            for (a, b) in spans {
+                match merged.last_mut() {
+                    Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                    _ => merged.push((a, b)),
+                }
+            }
+            idle.stretches
+                .extend(merged.into_iter().map(|(a, b)| (key.clone(), a, b)));
+        }
+        idle
+    }
+}
+
+/// The common parts of two sorted lists of disjoint stretches.
+fn intersect(x: &[(u64, u64)], y: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let (mut i, mut j) = (0, 0);
+    let mut both = Vec::new();
+    while i < x.len() && j < y.len() {
+        let from = x[i].0.max(y[j].0);
+        let to = x[i].1.min(y[j].1);
+        if from < to {
+            both.push((from, to));
+        }
+        if x[i].1 < y[j].1 {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    both
+}
+
 /// Every overlapping pair among `intervals`, sorted by start. An interval
 /// overlaps the ones after it that start before it ends.
 fn overlaps(intervals: &[Interval]) -> Vec<(&Interval, &Interval)> {
@@ -479,6 +809,8 @@ pub mod self_test {
         counts_latency_gaps_and_paused_holders_that_were_taken_over();
         more_than_capacity_at_once_is_a_violation_and_up_to_it_is_not();
         readers_overlap_and_a_writer_with_anyone_is_a_violation();
+        kinds_on_one_name_exclude_each_other();
+        idle_capacity_is_a_waiters_time_with_room();
     }
 
     /// Readers (`<task>/r`) may overlap each other; a writer that overlaps
@@ -495,35 +827,159 @@ pub mod self_test {
         assert!(v.violations.is_empty());
     }
 
-    /// A semaphore of two: two overlapping holders pass, a third while
+    /// A semaphore of two: two overlapping permits pass, a third while
     /// both hold is a violation; the most at once is counted.
     fn more_than_capacity_at_once_is_a_violation_and_up_to_it_is_not() {
         let two = [
-            held("a", "x", 0, 10),
-            held("a", "y", 5, 15),
-            held("a", "z", 12, 20),
+            held("a", "x/s", 0, 10),
+            held("a", "y/s", 5, 15),
+            held("a", "z/s", 12, 20),
         ];
         let v = Verdict::check_at_most(two.clone(), 2);
         assert!(v.violations.is_empty(), "{:?}", v.violations);
         assert_eq!(v.most_at_once, 2);
         let three = [
-            held("a", "x", 0, 10),
-            held("a", "y", 5, 15),
-            held("a", "z", 8, 20),
+            held("a", "x/s", 0, 10),
+            held("a", "y/s", 5, 15),
+            held("a", "z/s", 8, 20),
         ];
         let v = Verdict::check_at_most(three.clone(), 2);
         assert_eq!(v.violations.len(), 1, "{:?}", v.violations);
-        assert_eq!(v.violations[0].second.owner, "z");
+        assert_eq!(v.violations[0].second.owner, "z/s");
         assert_eq!(v.most_at_once, 3);
         // Other resources do not count together.
         let apart = [
-            held("a", "x", 0, 10),
-            held("a", "y", 5, 15),
-            held("b", "z", 8, 20),
+            held("a", "x/s", 0, 10),
+            held("a", "y/s", 5, 15),
+            held("b", "z/s", 8, 20),
         ];
         assert!(Verdict::check_at_most(apart, 2).violations.is_empty());
-        // The mutex check sees each pair of two at once: x-y and y-z.
+        // A semaphore of one: each pair of two at once, x-y and y-z.
         assert_eq!(Verdict::check(two).violations.len(), 2);
+    }
+
+    /// Kinds on one name exclude each other: a permit beside an exclusive
+    /// holder, a reader or a reentrant owner is a violation, as is a
+    /// reader beside a reentrant owner; each kind beside its own follows
+    /// its own rule.
+    fn kinds_on_one_name_exclude_each_other() {
+        let pairs = [("x/s", "y"), ("x/s", "y/r"), ("x/s", "y/o"), ("x/r", "y/o")];
+        for (a, b) in pairs {
+            let v = Verdict::check_at_most([held("a", a, 0, 10), held("a", b, 5, 15)], 2);
+            assert_eq!(v.violations.len(), 1, "{a} beside {b}");
+        }
+        let v = Verdict::check_at_most(
+            [
+                held("a", "x/o", 0, 10),
+                held("a", "x/o", 2, 12), // the owner's nested hold
+                held("a", "y/s", 12, 20),
+                held("a", "z/s", 13, 20),
+                held("a", "w/r", 20, 30),
+                held("a", "v/r", 21, 30),
+                held("a", "u", 30, 40),
+            ],
+            2,
+        );
+        assert!(v.violations.is_empty(), "{:?}", v.violations);
+        assert_eq!((v.nested, v.shared_overlaps), (1, 1));
+    }
+
+    /// A waiter's time with room for it is idle: a mutex free after its
+    /// holder let go, a free permit beside a held one, a reader beside
+    /// readers unless a writer waits; the stretches of two waiters of a
+    /// resource merge; a set has room only where all its resources have.
+    fn idle_capacity_is_a_waiters_time_with_room() {
+        let stretches = |events: Vec<Event>, permits: usize| {
+            let idle = Verdict::check_at_most(events, permits).idle();
+            let s: Vec<(String, u64, u64)> = idle.stretches.clone();
+            (s, idle.total().as_nanos() as u64)
+        };
+        let at = |k: &str, a: u64, b: u64| (k.to_owned(), a, b);
+        // The mutex: free from 10 to 14 while y waited.
+        let (s, total) = stretches(
+            vec![
+                held("a", "x", 0, 10),
+                waited("a", Class::Exclusive, 5, 14),
+                held("a", "y", 14, 20),
+            ],
+            1,
+        );
+        assert_eq!((s, total), (vec![at("a", 10, 14)], 4));
+        // A waiter that got in at once on a busy resource: none.
+        let (s, _) = stretches(
+            vec![held("a", "x", 0, 10), waited("a", Class::Exclusive, 2, 9)],
+            1,
+        );
+        assert!(s.is_empty(), "{s:?}");
+        // Two permits: one held leaves room; both held, none until 10.
+        let (s, _) = stretches(
+            vec![held("a", "x/s", 0, 10), waited("a", Class::Permit, 2, 6)],
+            2,
+        );
+        assert_eq!(s, vec![at("a", 2, 6)]);
+        let (s, _) = stretches(
+            vec![
+                held("a", "x/s", 0, 10),
+                held("a", "y/s", 0, 10),
+                waited("a", Class::Permit, 2, 12),
+            ],
+            2,
+        );
+        assert_eq!(s, vec![at("a", 10, 12)]);
+        // A permit waiter beside a mutex holder has no room.
+        let (s, _) = stretches(
+            vec![held("a", "x", 0, 10), waited("a", Class::Permit, 2, 10)],
+            2,
+        );
+        assert!(s.is_empty(), "{s:?}");
+        // A reader beside readers: room, unless a writer waits.
+        let (s, _) = stretches(
+            vec![held("a", "x/r", 0, 10), waited("a", Class::Reader, 2, 6)],
+            1,
+        );
+        assert_eq!(s, vec![at("a", 2, 6)]);
+        let (s, _) = stretches(
+            vec![
+                held("a", "x/r", 0, 10),
+                waited("a", Class::Exclusive, 1, 11),
+                waited("a", Class::Reader, 2, 12),
+            ],
+            1,
+        );
+        // From 10 the writer (until 11) has room, then the reader.
+        assert_eq!(s, vec![at("a", 10, 12)]);
+        // Two waiters' stretches merge; other resources apart.
+        let (s, total) = stretches(
+            vec![
+                held("a", "x", 0, 10),
+                waited("a", Class::Exclusive, 5, 12),
+                waited("a", Class::Exclusive, 11, 15),
+                waited("b", Class::Exclusive, 0, 3),
+            ],
+            1,
+        );
+        assert_eq!(s, vec![at("a", 10, 15), at("b", 0, 3)]);
+        assert_eq!(total, 8);
+        // A set: room where both are free.
+        let (s, _) = stretches(
+            vec![
+                held("a", "x", 0, 10),
+                held("b", "y", 5, 20),
+                waited("a,b", Class::Exclusive, 0, 30),
+            ],
+            1,
+        );
+        assert_eq!(s, vec![at("a,b", 20, 30)]);
+    }
+
+    fn waited(resources: &str, class: Class, start: u64, end: u64) -> Event {
+        Event::Waited {
+            resources: resources.into(),
+            class,
+            start,
+            end,
+            outcome: "acquired".into(),
+        }
     }
 
     fn held(resource: &str, owner: &str, start: u64, end: u64) -> Event {
@@ -581,6 +1037,8 @@ pub mod self_test {
             Event::Read {
                 outcome: "free".into(),
             },
+            waited("r0,r2", Class::Permit, 3, 9),
+            waited("r1", Class::Reader, 3, 9),
         ];
         for e in events {
             assert_eq!(Event::parse(&e.to_string()), Ok(e));

@@ -24,11 +24,22 @@
 //! negative control with it off (`control_come_and_go_unguarded`). Each
 //! loads the cluster for 60% of the usual time.
 //!
+//! The scenarios added for issue 35 look for waiters left asleep while the
+//! lock has room for them: `<kind>_cancel` on every kind, `zones` (each
+//! client process next to one node and 40 ms from the others, through
+//! proxies of its own), `long_retry` (retry delays of 2-5 s, so that only
+//! wake-ups bring waiters in) and `kinds_on_one_name` (every kind on the
+//! same names at once, which exclude each other). Each asserts a bound on
+//! the run's idle capacity: how long a resource (a permit, the lock) had
+//! room for a waiter that was waiting (see `history::Verdict::idle`); every
+//! scenario prints it.
+//!
 //! ```text
 //! cargo test --test chaos                     # every scenario, ~10 s each
 //! cargo test --test chaos -- kill freeze     # those whose name contains a word
 //! cargo test --test chaos -- come_and_go     # clients that come and go (7 runs)
 //! cargo test --test chaos -- reentrant multi fenced # the other lock kinds
+//! cargo test --test chaos -- cancel zones long_retry kinds_on_one_name # issue 35
 //! cargo test --test chaos -- kill --skip election   # all but those with a word
 //! REDQUORUM_CHAOS_SECS=60 cargo test --test chaos   # longer runs
 //! ```

@@ -10,10 +10,48 @@
 //! | `control_one_node_quorum` | yes | | | yes: tokens without the time floor, which must go backwards | |
 //! | `kill`, `freeze` | yes | yes | yes | yes | yes: at most 2 holders of 2 permits at once, 2 seen at once |
 //! | `restart_after_ttl` | yes | | | yes | |
-//! | `cancel` | yes | yes | yes | | |
+//! | `cancel` | yes | yes | yes | yes | yes (and `rwlock_`) |
 //! | `pause` | yes | | | yes: paused holders write after the pause; the plain register loses updates, the fenced one refuses the stale writes | yes |
 //! | `partition` | yes | | | | yes: at most 2 holders of 2 permits at once, 2 seen at once |
 //! | `come_and_go` | yes | yes | | yes | yes |
+//! | `zones` | yes | | | | yes: one permit (and `rwlock_`) |
+//! | `long_retry` | yes | yes | | | yes (and `rwlock_`) |
+//!
+//! The scenarios added for issue 35 look for waiters left asleep: each
+//! asserts a bound on the **idle capacity** of its run
+//! (`Verdict::idle`: a stretch in which a waiter had called `lock()` and
+//! not yet returned while its resource had room for it, as the holders'
+//! intervals tell), besides the checks of every run; every run prints
+//! the figure. No node fault is injected in them, so a long stretch is a
+//! waiter that slept through its turn: a lost wake-up, or contenders that
+//! keep splitting the vote in step.
+//!
+//! * `cancel` runs on every kind: half the calls dropped within 2 ms, no
+//!   key left behind once the clients are gone, no idle stretch over
+//!   [`IDLE_BOUND`] (the kinds it gained run 60% of the time).
+//! * `zones` gives each of three client processes (one task each) its own
+//!   way to the three nodes: its own node directly, the two others through
+//!   proxies of its own that add 40 ms each way (clients in three zones),
+//!   the library's default retry options; three contenders for one
+//!   resource, and no idle stretch over [`ZONES_IDLE_BOUND`] (a mutex's
+//!   worst is its contenders' first split). The semaphore has one permit:
+//!   its holder is named as one (`permits:1`) on every node, so
+//!   contenders that split see "a holder on a majority".
+//! * `long_retry`: retry delays of 3.5 s ± 1.5 s, TTL 10 s, one call in
+//!   four dropped within 300 ms (queued, mostly): waiters get in only by
+//!   wake-ups, past the dropped ones; no idle stretch over
+//!   [`IDLE_BOUND`], no key left behind.
+//! * `kinds_on_one_name`: three processes of four tasks on two resources,
+//!   each call drawing its kind (mutex, reentrant, fenced, semaphore of 2,
+//!   read-write: `Kind::Mixed`). A key has one layout at a time, so the
+//!   kinds exclude each other: the checker allows one kind's holders at a
+//!   time on a name, each kind by its own rule (a reentrant owner beside
+//!   its own holds, readers beside readers, 2 permits), and fencing
+//!   tokens must still grow across the other kinds' holds; the figures
+//!   count how often a name passed from one kind to another. TTL and wait
+//!   3 s, retry delay 1 s ± 0.5 s: a waiter sleeps on its holder's expiry
+//!   unless woken. No idle stretch over [`IDLE_BOUND`], no key left
+//!   behind.
 //!
 //! `come_and_go` (see `come_and_go`) restarts two nodes empty, then two of
 //! the three others 50–200 ms later, in cycles the TTL and 1.5 s apart,
@@ -66,7 +104,7 @@ use redquorum::local_cluster::{LocalCluster, Reply, command};
 use redquorum::local_sentinel::LocalSentinels;
 
 use crate::client::{self, First, Kind, Spec};
-use crate::history::{Event, Verdict, now_ns};
+use crate::history::{Class, Event, Verdict, now_ns};
 use crate::{CLIENT, pick};
 
 use crate::common;
@@ -112,6 +150,14 @@ const COME_AND_GO_KINDS: &[Kind] = &[
     Kind::Semaphore,
     Kind::Rwlock,
 ];
+
+/// The kinds of `zones`: one holder (the issue-35 figures: a mutex hands
+/// over across zones in well under a second), k holders named as one on
+/// each node, readers beside writers.
+const ZONES_KINDS: &[Kind] = &[Kind::Mutex, Kind::Semaphore, Kind::Rwlock];
+/// The kinds of `long_retry`: each layout whose holders a waiter waits on
+/// (a string, an owner's hash, a semaphore's slots, readers).
+const LONG_RETRY_KINDS: &[Kind] = &[Kind::Mutex, Kind::Reentrant, Kind::Semaphore, Kind::Rwlock];
 
 /// One run of a scenario, with one kind of lock.
 pub struct Case {
@@ -256,8 +302,23 @@ pub const ALL: &[Scenario] = &[
     },
     Scenario {
         name: "cancel",
-        about: "half the lock() calls dropped after 0-2 ms; no keys left behind",
-        run: Run::Kinds(&[Kind::Mutex, Kind::Reentrant, Kind::Multi], cancel),
+        about: "half the lock() calls dropped after 0-2 ms; no keys left behind, and no waiter left asleep while the lock has room (idle capacity)",
+        run: Run::Kinds(EVERY_KIND, cancel),
+    },
+    Scenario {
+        name: "zones",
+        about: "three zones: three nodes, three client processes each next to one node and 40 ms (each way) from the other two through proxies of its own, default retry options, three contenders for one resource (a semaphore: of one permit, whatever its kind says below); no waiter left asleep while the lock has room for long (idle capacity)",
+        run: Run::Kinds(ZONES_KINDS, zones),
+    },
+    Scenario {
+        name: "long_retry",
+        about: "waiters that sleep 2-5 s between retries (TTL 10 s), one call in four dropped within 300 ms: only wake-ups bring waiters in; no waiter left asleep while the lock has room (idle capacity), no keys left behind",
+        run: Run::Kinds(LONG_RETRY_KINDS, long_retry),
+    },
+    Scenario {
+        name: "kinds_on_one_name",
+        about: "every kind on the same two names at once (mutex, reentrant, fenced, semaphore of 2, readers and writers; one drawn per call by 3 processes x 4 tasks): one kind's holders at a time, each by its own rule; no waiter left asleep while the lock has room (idle capacity)",
+        run: Run::Once(kinds_on_one_name),
     },
     Scenario {
         name: "pause",
@@ -575,22 +636,172 @@ fn restart_after_ttl(secs: Duration, kind: Kind) {
     assert_safe(&v, &f);
 }
 
+/// The load time of the scenarios added for issue 35 (`zones`,
+/// `long_retry`, `kinds_on_one_name`, and `cancel` on the kinds it gained
+/// then): 60% of the suite's time, 4 s at least.
+fn short_run(secs: Duration) -> Duration {
+    secs.mul_f64(0.6).max(Duration::from_secs(4))
+}
+
+/// The longest a resource may stay idle (`Verdict::idle`) while a waiter
+/// waits, with every node and client on this machine and no fault: a
+/// handover is a release, a wake-up and an attempt, a few ms each, and a
+/// split vote among waiters is settled within a few attempts' time. A lost
+/// wake-up costs the waiter's whole sleep: up to the holder's PTTL, capped
+/// at ten retry delays and at least 1 s, which is why the scenarios that
+/// look for it wait seconds between retries. The rest of the bound is for
+/// a loaded machine (two cores, five nodes, several client processes).
+const IDLE_BOUND: Duration = Duration::from_millis(500);
+
 fn cancel(secs: Duration, kind: Kind) {
+    // The kinds the scenario gained with issue 35 run for less time.
+    let run = match kind {
+        Kind::Mutex | Kind::Reentrant | Kind::Multi => secs,
+        _ => short_run(secs),
+    };
     let c = cluster(5);
-    let mut load = Load::of(kind, "cancel", &c, secs);
+    let mut load = Load::of(kind, "cancel", &c, run);
     load.spec.cancel_one_in = 2;
     load.spec.ttl = Duration::from_secs(10);
     let clients = load.start_all(&c);
     let v = clients.finish();
     let f = load.report(&v);
-    assert_safe(&v, &f);
-    assert!(v.cancelled > 0, "nothing was cancelled");
     let keys = keys_left(&c, &load.spec.prefix, load.spec.ttl);
     println!(
         "   keys left on the nodes after the run: {} (TTL 10 s); auxiliary keys expired after the run: {}",
         keys.left, keys.expired
     );
+    assert_safe_and_idle(&v, &f, IDLE_BOUND);
+    assert!(v.cancelled > 0, "nothing was cancelled");
     assert_eq!(keys.left, 0, "cancelled acquisitions left keys behind");
+}
+
+/// How far a client is from a node in another zone: the proxies' added
+/// delay, each way (80 ms a round trip).
+const FAR: Duration = Duration::from_millis(40);
+
+/// The longest a resource may stay idle while a waiter waits in `zones`:
+/// a handover there is a release reaching a majority (one far node: 40
+/// ms), a wake-up (up to 40 ms) and an attempt (80 ms), and contenders
+/// that split the vote (each first at its own node) retry after a random
+/// pause of a few attempts' time, doubling with each split in a row; a
+/// plain mutex hands over within this (see the figures of `zones`).
+const ZONES_IDLE_BOUND: Duration = Duration::from_millis(1_500);
+
+/// Three zones: three nodes, and three client processes of one task (three
+/// contenders), each next to one node (directly) and 40 ms each way from
+/// the other two (through proxies of its own), contending for one resource
+/// with the library's default retry options; the semaphore has one permit.
+fn zones(secs: Duration, kind: Kind) {
+    let run = short_run(secs);
+    let c = cluster(3);
+    let urls = c.urls();
+    let mut proxies = Vec::new();
+    let nodes: Vec<Vec<String>> = (0..3)
+        .map(|p| {
+            (0..3)
+                .map(|n| {
+                    if n == p {
+                        return urls[n].clone();
+                    }
+                    let proxy = Proxy::start(c.port(n));
+                    proxy.set_delay(FAR);
+                    let url = proxy.url();
+                    proxies.push(proxy);
+                    url
+                })
+                .collect()
+        })
+        .collect();
+    let mut load = Load::of_nodes(kind, "zones", urls, run);
+    load.processes = 3;
+    load.spec.tasks = 1;
+    load.spec.resources = 1;
+    load.spec.ttl = Duration::from_secs(3);
+    load.spec.hold_ms = 100;
+    load.spec.node_timeout = Duration::from_millis(300);
+    if kind == Kind::Semaphore {
+        // One permit: its holder is named `permits:1` on each node, so
+        // contenders that split the vote each see a holder on a majority.
+        load.spec.permits = 1;
+        load.capacity = 1;
+    }
+    // The library's defaults.
+    load.spec.retry_delay = Duration::from_millis(200);
+    load.spec.retry_jitter = Duration::from_millis(100);
+    load.spec.retry_count = 10;
+    load.spec.wait = Some(Duration::from_secs(10));
+    // Each process meets the nodes (a read of the resource, `status()`)
+    // before its task locks: the first stretch is then the contenders'
+    // first split, not their connections through the proxies.
+    load.spec.first = First::Read;
+    let clients = load.start(|p| nodes[p].clone());
+    let v = clients.finish();
+    println!(
+        "   zones: 3 nodes; client process p next to node p, {} ms each way from the others ({} proxies)",
+        FAR.as_millis(),
+        proxies.len()
+    );
+    let f = load.report(&v);
+    assert_safe_and_idle(&v, &f, ZONES_IDLE_BOUND);
+}
+
+/// Waiters that sleep for seconds between retries (`retry_delay` 3.5 s ±
+/// 1.5 s, TTL 10 s): only wake-ups bring a waiter in after a release, and
+/// one call in four is dropped within 300 ms (queued, mostly), so that
+/// the next waiter must be woken past it.
+fn long_retry(secs: Duration, kind: Kind) {
+    let run = short_run(secs);
+    let c = cluster(5);
+    let mut load = Load::of(kind, "long_retry", &c, run);
+    load.spec.retry_delay = Duration::from_millis(3_500);
+    load.spec.retry_jitter = Duration::from_millis(1_500);
+    load.spec.retry_count = 10;
+    load.spec.ttl = Duration::from_secs(10);
+    load.spec.wait = Some(Duration::from_secs(6));
+    load.spec.hold_ms = 30;
+    load.spec.cancel_one_in = 4;
+    load.spec.cancel_within = Duration::from_millis(300);
+    let clients = load.start_all(&c);
+    let v = clients.finish();
+    let f = load.report(&v);
+    let keys = keys_left(&c, &load.spec.prefix, load.spec.ttl);
+    println!(
+        "   keys left on the nodes after the run: {} (TTL 10 s); auxiliary keys expired after the run: {}",
+        keys.left, keys.expired
+    );
+    assert_safe_and_idle(&v, &f, IDLE_BOUND);
+    assert!(v.cancelled > 0, "nothing was cancelled");
+    assert_eq!(keys.left, 0, "keys left behind");
+}
+
+/// Every kind on the same names at once: three processes of four tasks
+/// on two resources, each call drawing its kind (`Kind::Mixed`); TTL and
+/// wait 3 s, retry delay 1 s ± 0.5 s.
+fn kinds_on_one_name(secs: Duration) {
+    let run = short_run(secs);
+    let c = cluster(5);
+    let mut load = Load::of(Kind::Mixed, "kinds_on_one_name", &c, run);
+    load.processes = 3;
+    load.spec.tasks = 4;
+    load.spec.resources = 2;
+    // Waiters that sleep on a holder's expiry (a PTTL of up to 3 s: ten
+    // retry delays are longer) unless a wake-up comes: a turn lost between
+    // kinds costs seconds, well over the bound, and not a capped second.
+    load.spec.ttl = Duration::from_secs(3);
+    load.spec.retry_delay = Duration::from_millis(1_000);
+    load.spec.retry_jitter = Duration::from_millis(500);
+    load.spec.retry_count = 10;
+    let clients = load.start_all(&c);
+    let v = clients.finish();
+    let f = load.report(&v);
+    let keys = keys_left(&c, &load.spec.prefix, load.spec.ttl);
+    println!(
+        "   keys left on the nodes after the run: {}; auxiliary keys expired after the run: {}",
+        keys.left, keys.expired
+    );
+    assert_safe_and_idle(&v, &f, IDLE_BOUND);
+    assert_eq!(keys.left, 0, "keys left behind");
 }
 
 fn pause(secs: Duration, kind: Kind) {
@@ -954,7 +1165,7 @@ impl Load {
         if kind == Kind::Multi {
             load.spec.resources = 5;
         }
-        if kind == Kind::Semaphore {
+        if matches!(kind, Kind::Semaphore | Kind::Mixed) {
             load.capacity = load.spec.permits as usize;
         }
         load
@@ -974,9 +1185,14 @@ impl Load {
                 hold_ms: 5,
                 pause_one_in: 0,
                 cancel_one_in: 0,
+                cancel_within: Duration::from_millis(2),
                 extend_one_in: 4,
                 restart_guard: true,
                 wake_on_release: true,
+                retry_delay: Duration::from_millis(20),
+                retry_jitter: Duration::from_millis(15),
+                retry_count: 3,
+                wait: None,
                 fence_floor: true,
                 permits: 2,
                 first: First::Lock,
@@ -1127,7 +1343,14 @@ impl Load {
                 ms(x.overlap())
             );
         }
-        if s.kind == Kind::Fenced {
+        if s.kind == Kind::Mixed {
+            let (held, changes) = kinds_held(v);
+            println!(
+                "   kinds on one name: holds by kind {held:?}; a name held by one kind, then another: {changes} times"
+            );
+        }
+        print_idle(v, s.resources);
+        if matches!(s.kind, Kind::Fenced | Kind::Mixed) {
             println!(
                 "   fenced register: {fenced_writes} writes accepted, {fenced_lost_updates} lost updates; stale tokens refused: {} writes, {} reads",
                 v.refused_writes, v.refused_reads
@@ -1307,10 +1530,21 @@ pub(crate) fn assert_safe(v: &Verdict, f: &Figures) {
             assert_eq!(v.nested, 0, "a task overlapped its own non-reentrant lock")
         }
         Kind::Semaphore => assert!(
-            v.most_at_once >= 2,
-            "never two holders of a semaphore at once ({} at most)",
+            v.most_at_once >= v.permits.min(2),
+            "never {} holders of a semaphore at once ({} at most)",
+            v.permits.min(2),
             v.most_at_once
         ),
+        Kind::Mixed => {
+            let (held, changes) = kinds_held(v);
+            for kind in ["exclusive", "fenced", "reentrant", "reader", "permit"] {
+                assert!(
+                    held.contains_key(kind),
+                    "no {kind} holder in the mixed load"
+                );
+            }
+            assert!(changes > 0, "no name changed kind between holders");
+        }
         Kind::Rwlock => {
             assert_eq!(v.nested, 0, "a task overlapped its own lock");
             assert!(v.shared_overlaps > 0, "readers never overlapped");
@@ -1325,6 +1559,8 @@ pub(crate) fn assert_safe(v: &Verdict, f: &Figures) {
     }
     if f.kind == Kind::Fenced {
         assert_eq!(v.fenced, f.intervals, "fenced locks without a token");
+    }
+    if matches!(f.kind, Kind::Fenced | Kind::Mixed) {
         assert!(
             v.fence_violations.is_empty(),
             "{} fence violations",
@@ -1353,6 +1589,153 @@ pub(crate) fn assert_safe(v: &Verdict, f: &Figures) {
         "{} lost updates with no two holders at once and no late write",
         f.lost_updates
     );
+}
+
+/// The holds of a run by kind (`exclusive`: a mutex or a writer;
+/// `fenced`; `reentrant`; `reader`; `permit`: a semaphore's), and how
+/// often a resource's next holder (in the order of the starts) was of
+/// another kind than the one before.
+fn kinds_held(v: &Verdict) -> (BTreeMap<&'static str, usize>, usize) {
+    let kind = |i: &crate::history::Interval| match (i.fence, i.class()) {
+        (Some(_), _) => "fenced",
+        (None, Class::Exclusive) => "exclusive",
+        (None, Class::Reentrant) => "reentrant",
+        (None, Class::Reader) => "reader",
+        (None, Class::Permit) => "permit",
+    };
+    let mut held = BTreeMap::new();
+    let mut changes = 0;
+    for intervals in v.intervals.values() {
+        for i in intervals {
+            *held.entry(kind(i)).or_default() += 1;
+        }
+        changes += intervals
+            .windows(2)
+            .filter(|w| kind(&w[0]) != kind(&w[1]))
+            .count();
+    }
+    (held, changes)
+}
+
+/// Prints the idle capacity of a run (`Verdict::idle`) over `resources`.
+fn print_idle(v: &Verdict, resources: usize) {
+    let idle = v.idle();
+    let run = v.window.1.saturating_sub(v.window.0) as f64;
+    let total = idle.total();
+    let longest = idle.longest().map_or(String::new(), |(key, a, b)| {
+        format!(
+            ", longest {:.0} ms (on {key}, {:.1} s into the run)",
+            ms(Duration::from_nanos(b - a)),
+            a.saturating_sub(v.window.0) as f64 / 1e9
+        )
+    });
+    println!(
+        "   idle capacity: room for a waiter while it waited, {:.0} ms in all ({:.1}% of the run per resource; {:.1}% of the {:.1} s waited by {} calls), {} stretches, p50 {:.1} ms, p99 {:.0} ms, {} over 250 ms{longest}",
+        ms(total),
+        100.0 * total.as_nanos() as f64 / (run * resources.max(1) as f64).max(1.0),
+        100.0 * total.as_secs_f64() / idle.waited.as_secs_f64().max(1e-9),
+        idle.waited.as_secs_f64(),
+        idle.waits,
+        idle.stretches.len(),
+        ms(idle.quantile(0.5)),
+        ms(idle.quantile(0.99)),
+        idle.longer_than(Duration::from_millis(250)),
+    );
+}
+
+/// No violation first (safety before liveness), then no stretch of idle
+/// capacity over `bound` (`assert_idle`), then the rest of `assert_safe`.
+pub(crate) fn assert_safe_and_idle(v: &Verdict, f: &Figures, bound: Duration) {
+    assert!(
+        v.violations.is_empty(),
+        "{} safety violations",
+        v.violations.len()
+    );
+    assert_idle(v, bound);
+    assert_safe(v, f);
+}
+
+/// No stretch of idle capacity (`Verdict::idle`) longer than `bound`: a
+/// waiter never sleeps for long while its resource has room for it.
+pub(crate) fn assert_idle(v: &Verdict, bound: Duration) {
+    let idle = v.idle();
+    let over: Vec<String> = idle
+        .stretches
+        .iter()
+        .filter(|(_, a, b)| b - a > bound.as_nanos() as u64)
+        .map(|(key, a, b)| {
+            format!(
+                "{key} {:.0} ms at {:.1} s",
+                ms(Duration::from_nanos(b - a)),
+                a.saturating_sub(v.window.0) as f64 / 1e9
+            )
+        })
+        .collect();
+    if !over.is_empty() {
+        println!(
+            "   IDLE: {} stretches over the bound of {} ms: {}",
+            over.len(),
+            bound.as_millis(),
+            over.iter().take(8).cloned().collect::<Vec<_>>().join(", ")
+        );
+        let longest = idle.longest().expect("a stretch");
+        explain_stretch(v, longest);
+    }
+    assert!(
+        over.is_empty(),
+        "{} stretches of idle capacity over {} ms",
+        over.len(),
+        bound.as_millis()
+    );
+}
+
+/// Prints who waited during the idle stretch `(key, from, to)`, and the
+/// holders of its resources just before and after it: what a reader of a
+/// failed run needs to tell a lost wake-up from a slow machine.
+fn explain_stretch(v: &Verdict, (key, from, to): &(String, u64, u64)) {
+    let at = |ns: u64| ns.saturating_sub(v.window.0) as f64 / 1e3 / 1e6;
+    let names: Vec<&str> = key.split(',').collect();
+    let waiters: Vec<String> = v
+        .waits
+        .iter()
+        .filter(|w| w.resources.iter().any(|r| names.contains(&r.as_str())))
+        .filter(|w| w.start < *to && w.end > *from)
+        .take(8)
+        .map(|w| {
+            format!(
+                "{} on {} {:.3}-{:.3} s {}",
+                w.class.name(),
+                w.resources.join(","),
+                at(w.start),
+                at(w.end),
+                w.outcome
+            )
+        })
+        .collect();
+    println!(
+        "     the longest, {key} {:.3}-{:.3} s: waiters {waiters:?}",
+        at(*from),
+        at(*to)
+    );
+    for name in names {
+        let intervals = v.intervals.get(name).map_or(&[][..], Vec::as_slice);
+        let before = intervals
+            .iter()
+            .filter(|i| i.start <= *from)
+            .max_by_key(|i| i.end);
+        let after = intervals.iter().find(|i| i.start >= *to);
+        let show = |i: Option<&crate::history::Interval>| {
+            i.map_or("none".to_owned(), |i| {
+                let fenced = if i.fence.is_some() { " (fenced)" } else { "" };
+                format!("{}{fenced} {:.3}-{:.3} s", i.owner, at(i.start), at(i.end))
+            })
+        };
+        println!(
+            "     {name}: the last holder before it {}, the next after it {}",
+            show(before),
+            show(after)
+        );
+    }
 }
 
 /// One step of a partition scenario, `left` ms before its faults stop:
@@ -1438,6 +1821,9 @@ fn keys_left(c: &LocalCluster, prefix: &str, ttl: Duration) -> KeysLeft {
                 Reply::Bulk(Some(b)) => (i, String::from_utf8_lossy(&b).into_owned()),
                 other => panic!("KEYS: {other:?}"),
             })
+            // A fenced resource's counter is kept on purpose, without a
+            // TTL (see `kinds::fenced`): no lock.
+            .filter(|(_, k)| !k.ends_with(":fence"))
             .collect();
         let bounds: Vec<Option<Duration>> =
             names.iter().map(|(_, k)| expires_within(k, ttl)).collect();
