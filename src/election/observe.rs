@@ -40,8 +40,15 @@
 //! leader's record is there (a campaign's second round held in the
 //! network for longer than the next leadership) is not waited for: the
 //! node counts as a witness that lacks it. A node restarted without
-//! persistence has lost its history; the restart guard discounts it while
-//! it quarantines the node (a node it never saw restart is believed).
+//! persistence (or failed over to a lagging replica, or whose history was
+//! evicted) has lost its history; the restart guard discounts it only
+//! while it quarantines the node, for as long as the TTLs this client uses
+//! or the longest key life the read shows. An observer that takes no lock
+//! itself, reading a vacant election, so discounts it for no time: with
+//! three nodes, a leadership recorded on two, one of which then restarts
+//! empty, followed by another recorded on all three, all between two
+//! reads, is taken as never having reached a majority, and no `Skipped`
+//! says so.
 //! The histories are read as the nodes answer: a consumer that falls more
 //! than `HISTORY_KEEP` leaderships behind (the stream buffers 16 items,
 //! and a full buffer pauses the reads) gets a

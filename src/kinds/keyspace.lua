@@ -192,7 +192,8 @@ end
 -- names it by its number of permits alone, with no read of its slots).
 local function waited_for(key, layout, id, token)
   if layout == 'semaphore' then
-    local k = tonumber(id)
+    -- A `k` that is no number (a foreign hash) reads as none held.
+    local k = tonumber(id) or 0
     return semaphore_name(k, (semaphore_slots(key, k)))
   end
   return token

@@ -232,6 +232,25 @@ impl Tally {
     /// soonest, `r` being how many of them are missing; `None` if they
     /// cannot, however long one waits.
     fn quarantine_wait(&self) -> Option<Duration> {
+        // Nodes that did not answer, or failed for now (a timeout, a lost
+        // connection), may vote on the next try: with them, it is no wait.
+        let maybe = self
+            .votes
+            .iter()
+            .zip(&self.named)
+            .filter(|(v, named)| {
+                !**named
+                    && !matches!(
+                        v,
+                        Some(Ok(_))
+                            | Some(Err(NodeFailure::Restarted { .. }))
+                            | Some(Err(NodeFailure::Held))
+                    )
+            })
+            .count();
+        if self.yes + maybe >= self.needed {
+            return None;
+        }
         let mut ends: Vec<Duration> = self
             .votes
             .iter()
@@ -864,6 +883,14 @@ mod tests {
             (ms(5_000)..=ms(5_050)).contains(&p.sleep) && !p.counted,
             "{p:?}"
         );
+        // Nodes that may answer on the next try would do without the
+        // quarantined one: no wait (one yes, one timeout, one out for an
+        // hour, of three).
+        let mut t = Tally::new(3);
+        t.record(0, YES.into());
+        t.record(1, Answer::from(Err(NodeFailure::Timeout)));
+        t.record(2, restarted(3_600).into());
+        assert_eq!(t.seen(), Seen::Unreachable);
         // Too few of them to make a majority: nothing to wait for.
         let mut t = Tally::new(5);
         t.record(0, restarted(1).into());

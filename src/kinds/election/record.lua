@@ -60,8 +60,10 @@ local function write_record(key, token, identity, value, term, seq)
   if t == token and tonumber(s) and tonumber(s) >= tonumber(seq) then
     return false
   end
-  redis.call('HSET', record, 't', token, 'n', identity, 'v', value, 'f', term, 's', seq)
+  -- The history first: a `<key>:terms` that is no hash fails the script
+  -- before the record is written.
   log_leader(key, token, identity, value, term, seq)
+  redis.call('HSET', record, 't', token, 'n', identity, 'v', value, 'f', term, 's', seq)
   -- Best effort: an ACL that forbids it costs observers their poll.
   redis.pcall('PUBLISH', record, term .. ' ' .. seq)
   return true
@@ -73,6 +75,9 @@ local function keep_record(key)
   local left = redis.call('PTTL', key)
   if left > 0 then
     redis.call('PEXPIRE', key .. ':leader', lifespan(left))
+  elseif left == 0 then
+    -- Under a millisecond left: the record goes with the key.
+    redis.call('PEXPIRE', key .. ':leader', 1)
   end
 end
 
