@@ -103,7 +103,8 @@ local function look(key, strings)
       -- Waiters wait for any permit: one name for them all.
       return 'semaphore', permits, 'permits:' .. permits
     elseif readers then
-      -- And for every reader to go: one name for them all.
+      -- And for every reader to go: one name for them all (the name a
+      -- waiter is told says which readers, see `waited_for`).
       return 'readers', 'readers', 'readers'
     end
   end
@@ -187,18 +188,6 @@ local function semaphore_name(k, slots)
   return 'permits:' .. k .. ':' .. redis.sha1hex(table.concat(tokens, ','))
 end
 
--- The name waiters wait for of `key`, which `look` found in `layout`, with
--- `id` and `token`: `token`, but for a semaphore (`semaphore_name`: `look`
--- names it by its number of permits alone, with no read of its slots).
-local function waited_for(key, layout, id, token)
-  if layout == 'semaphore' then
-    -- A `k` that is no number (a foreign hash) reads as none held.
-    local k = tonumber(id) or 0
-    return semaphore_name(k, (semaphore_slots(key, k)))
-  end
-  return token
-end
-
 -- A readers key's shares held now: {token = expiry}, the node's time, and
 -- the latest expiry (0 for none). With `purge`, the shares that have
 -- expired (their readers gone without a release) are deleted on the way.
@@ -218,6 +207,40 @@ local function reader_shares(key, purge)
     end
   end
   return shares, now, latest
+end
+
+-- The name waiters wait for on a readers key whose shares held now are
+-- `shares` (from `reader_shares`): 'readers:' and a digest of their
+-- tokens, sorted, so that nodes with the same readers name the key alike;
+-- and a new name for every new set of readers, so that the last reader's
+-- release, announced by the name of the readers it ended, never stands for
+-- later readers (see `remove`). Nil where no share is held.
+local function readers_name(shares)
+  local tokens = {}
+  for token in pairs(shares) do
+    tokens[#tokens + 1] = token
+  end
+  if #tokens == 0 then
+    return nil
+  end
+  table.sort(tokens)
+  return 'readers:' .. redis.sha1hex(table.concat(tokens, ','))
+end
+
+-- The name waiters wait for of `key`, which `look` found in `layout`, with
+-- `id` and `token`: `token`, but for a semaphore (`semaphore_name`: `look`
+-- names it by its number of permits alone, with no read of its slots) and
+-- for readers (`readers_name`: `look` names them all 'readers'). A
+-- release announces the holder by this name (see `remove`).
+local function waited_for(key, layout, id, token)
+  if layout == 'semaphore' then
+    -- A `k` that is no number (a foreign hash) reads as none held.
+    local k = tonumber(id) or 0
+    return semaphore_name(k, (semaphore_slots(key, k)))
+  elseif layout == 'readers' then
+    return readers_name((reader_shares(key))) or token
+  end
+  return token
 end
 
 -- Keeps `key` exactly as long as its latest share or slot (`latest`, ms of
@@ -264,7 +287,16 @@ end
 -- `token`: from `look`), as the key's own kind would. Nil if the key has no
 -- such hold; false if it is removed and nothing was freed that a waiter
 -- could take (a reentrant owner's other holds are left); else the token to
--- announce to waiters: the one they saw.
+-- announce to waiters: the name they were told (`waited_for`) of the holds
+-- as they were just before. A waiter whose attempt raced the release (it
+-- reached some nodes before the release did, and was told that name there)
+-- knows by it that the holder it saw is going, and tries again at once
+-- (engine/acquire.rs); announced by another name, it slept out the
+-- holder's PTTL with the lock free, its turn spent. (A semaphore's slot
+-- and the last reader were announced by the hold's own token, their
+-- waiters told `permits:<k>:<digest>` and `readers`.) Where no hold is
+-- held any more (all expired, the key about to), the hold's own token,
+-- unique as a holder's.
 local function remove(key, layout, id, token, hold)
   if layout == 'exclusive' then
     if id ~= hold then
@@ -277,6 +309,9 @@ local function remove(key, layout, id, token, hold)
     -- nodes granted it different slots left it others, see
     -- kinds/semaphore), held or expired.
     local k = tonumber(id)
+    -- The name of the slots as waiters saw them, before this one goes.
+    local before = semaphore_slots(key, k)
+    local name = next(before) and semaphore_name(k, before) or hold
     local found = false
     for i = 0, k - 1 do
       if redis.call('HGET', key, 't' .. i) == hold then
@@ -295,16 +330,20 @@ local function remove(key, layout, id, token, hold)
       latest = math.max(latest, slot.expires)
     end
     fit_life(key, latest, now)
-    return hold
+    return name
   elseif layout == 'readers' then
-    if hold == 'R' or redis.call('HDEL', key, hold) == 0 then
+    if hold == 'R' then
+      return nil
+    end
+    -- The name of the readers as waiters saw them, before this one goes.
+    local name = readers_name((reader_shares(key))) or hold
+    if redis.call('HDEL', key, hold) == 0 then
       return nil
     end
     local _, now, latest = reader_shares(key, true)
     fit_life(key, latest, now)
-    -- Only the last reader's going frees the key for what waits (writers);
-    -- announced with its own token, unique as a holder's.
-    return latest == 0 and hold or false
+    -- Only the last reader's going frees the key for what waits (writers).
+    return latest == 0 and name or false
   end
   if hold == 'o' or hold == 'i' or redis.call('HDEL', key, hold) == 0 then
     return nil

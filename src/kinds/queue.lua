@@ -155,7 +155,7 @@ local function refuse(key, waiter, layout, id, token)
   token = waited_for(key, layout, id, token)
   local pttl = redis.call('PTTL', key)
   enqueue(key, waiter, math.max(pttl, 0) + QUEUE_SLACK)
-  if token == 'readers' then
+  if layout == 'readers' then
     local intent = key .. ':intent'
     local life = math.min(math.max(pttl, 0), 10000) + 1000
     local current = intent_of(key)

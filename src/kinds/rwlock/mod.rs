@@ -62,10 +62,12 @@
 //! goes, so the hash does not grow with them. Two things keep a writer and
 //! readers from sleeping on a free key: a failed read's rollback that
 //! frees the key wakes the first waiter (to a writer, failing reads look
-//! like one holder named `readers`, whose release it waits for:
-//! [`Kind::announce_rollback`]; readers stay one name, unlike a
-//! semaphore's holders, since readers never contend with each other and a
-//! writer waits for all of them), and a writer's leaving of the queues —
+//! like the holder `readers:<digest of their tokens>`, whose release it
+//! waits for: [`Kind::announce_rollback`]; readers are named as a set,
+//! like a semaphore's holders, and the last one's release is announced by
+//! that name, so that a writer whose attempt raced it and still found them
+//! on some nodes knows that they are going and tries again at once), and a
+//! writer's leaving of the queues —
 //! its intent with them — that a node did not answer (cut off) is sent
 //! again until the intent would have lapsed, so that a writer that got
 //! the lock during a partition leaves no intent behind to turn readers
@@ -170,8 +172,9 @@ impl Kind for Shared {
     }
 
     /// A failed read's rollback that frees the key wakes the first waiter
-    /// (a writer, most often): to it, every share is `readers`, and the
-    /// failing reads looked like a holder whose release it waits for.
+    /// (a writer, most often): to it, the shares are one holder (named
+    /// `readers:<digest>` by their set), and the failing reads looked like
+    /// a holder whose release it waits for.
     fn announce_rollback(&self) -> bool {
         true
     }
