@@ -509,3 +509,75 @@ async fn the_free_permit_is_taken_across_zones_while_the_other_is_held() {
     assert!(!held.is_lost());
     kept.release().await.unwrap();
 }
+
+/// A release that reaches one node before the others: its wake-up from
+/// that node brings the first waiter in at once, while the other nodes
+/// still count the releasing holder, so the waiter's attempt is refused
+/// there and it sleeps on the holder it saw (a semaphore's holders are
+/// named by a digest, `permits:<k>:…`, never by the token whose release
+/// was announced). The release then reaches the other nodes, which take
+/// the waiter out of their queues and wake it again: that later copy of
+/// the same wake-up must wake it again. Taken for a copy of the first one
+/// and ignored, it left the waiter out of every queue, asleep on the
+/// released holder's PTTL while the permit stayed free (`long_retry` in
+/// the chaos suite: 1.4 to 5.8 s of idle capacity in every run; here the
+/// whole TTL).
+#[tokio::test]
+async fn a_release_that_reaches_the_nodes_one_by_one_still_lets_the_waiter_in() {
+    let c = cluster(3);
+    // The other permit of two, held throughout: the waiter waits for the
+    // second one.
+    let mut kept = redlock(&c).lock("staggered", TTL).permits(2).await.unwrap();
+    let held = kept.keep_alive();
+    // The holder reaches node 0 directly and nodes 1 and 2 through proxies.
+    let proxies = in_front_of(&c);
+    let urls: Vec<String> = (0..3)
+        .map(|i| {
+            if i == 0 {
+                c.urls()[0].clone()
+            } else {
+                proxies[i].url()
+            }
+        })
+        .collect();
+    let holder = Redlock::builder()
+        .nodes(urls)
+        .node_timeout(Duration::from_secs(3))
+        .build()
+        .unwrap();
+    let lock = permit(&holder, "staggered", 2).await.unwrap();
+    // A waiter that retries far less often than the test lasts: only
+    // wake-ups bring it in.
+    let patient = builder(&c)
+        .retry_count(u32::MAX)
+        .retry_delay(Duration::from_secs(2))
+        .retry_jitter(Duration::ZERO)
+        .build()
+        .unwrap();
+    let waiter = tokio::spawn(async move {
+        let lock = patient
+            .lock("staggered", TTL)
+            .permits(2)
+            .wait(Duration::from_secs(20))
+            .await;
+        (Instant::now(), lock, patient)
+    });
+    // Queued on every node, asleep on the holders it saw.
+    tokio::time::sleep(ms(500)).await;
+    assert!(!waiter.is_finished(), "got a permit of a full semaphore");
+    // The release reaches node 0 at once and the others 400 ms later.
+    proxies[1].set_delay(ms(400));
+    proxies[2].set_delay(ms(400));
+    let released = Instant::now();
+    lock.release().await.unwrap();
+    let (got, lock, _patient) = waiter.await.unwrap();
+    let lock = lock.unwrap();
+    let waited = got.duration_since(released);
+    assert!(
+        waited < Duration::from_secs(3),
+        "the waiter got the free permit {waited:?} after the release"
+    );
+    lock.release().await.unwrap();
+    assert!(!held.is_lost());
+    kept.release().await.unwrap();
+}

@@ -81,7 +81,10 @@
 //! generation.
 //!
 //! One release wakes the same waiter on every node it reached; the channel
-//! counts it once.
+//! counts the copies heard before the waiter's next attempt once. A copy
+//! heard after that attempt began wakes it again: that node may have let
+//! go only after the attempt reached it, refused it there and then taken
+//! it out of its queue (see [`Channel::announce`]).
 //!
 //! **Hot channels stay subscribed for a while.** When a channel's last
 //! waiter goes, its subscriptions are kept for [`LINGER`] before they are
@@ -622,10 +625,27 @@ impl Channel {
         });
     }
 
-    /// Wakes `wait` for a release of the holder `token`, once per release
-    /// (every node it reached that has `wait` first in its queue says so).
-    /// False if the wake-up is to be passed on: `wait` has ended and the
-    /// release woke no wait of ours.
+    /// Wakes `wait` for a release of the holder `token` (every node it
+    /// reached that has `wait` first in its queue says so). False if the
+    /// wake-up is to be passed on: `wait` has ended and the release woke no
+    /// wait of ours.
+    ///
+    /// A copy of a release heard before (from another node) is
+    /// remembered anew, as of now: it wakes `wait` again if the wait has
+    /// begun an attempt since the copy it acted on ([`Channel::wake`] looks
+    /// only at what came after its mark). A release can reach the nodes
+    /// one by one: the first node's wake-up brings the waiter in at once,
+    /// the others still count the releasing holder and refuse it, and each
+    /// of them, when the release reaches it, takes the waiter out of its
+    /// queue and wakes it. Taken for a mere copy of the first wake-up and
+    /// ignored, it left the waiter out of every queue, asleep on the holder
+    /// its attempt saw. (A mutex's waiter saw the very token whose release
+    /// was announced, and so retried soon; a semaphore's waiter sees its
+    /// holders by a digest of theirs, `permits:<k>:…`, and slept out the
+    /// soonest permit's PTTL while a permit was free: `long_retry` in the
+    /// chaos suite.) A copy that comes before the next attempt wakes
+    /// nothing more; one that comes during it may cost an attempt that
+    /// finds what the first did, at most one per node per release.
     fn announce(&self, wait: u64, token: &[u8]) -> bool {
         let mut recent = lock(&self.recent);
         let waits = lock(&self.waits);
@@ -639,13 +659,10 @@ impl Channel {
                 .any(|(_, w, t)| **t == *token && waits.contains(w));
         }
         drop(waits);
-        if recent
+        // One entry per wait and release: the latest copy's.
+        recent
             .tokens
-            .iter()
-            .any(|(_, w, t)| *w == wait && **t == *token)
-        {
-            return true;
-        }
+            .retain(|(_, w, t)| !(*w == wait && **t == *token));
         recent.count += 1;
         let n = recent.count;
         recent.tokens.push_back((n, wait, token.into()));
@@ -903,9 +920,12 @@ mod tests {
     /// A wake-up that names a wait wakes it, even when its last attempt
     /// saw no one holder (a split vote, too few answers): the nodes took it
     /// out of their queues, and ignoring it lost the turn (the waiters
-    /// behind slept out the holder's PTTL). A second copy of the same
-    /// release wakes nothing more; one for an ended wait is passed on
-    /// unless the same release woke a wait that still waits.
+    /// behind slept out the holder's PTTL). A copy of the same release
+    /// (another node's) heard before the wait's next mark wakes nothing
+    /// more; one heard after it wakes the wait again (that node let go only
+    /// then, and took the wait out of its queue: see `Channel::announce`).
+    /// One for an ended wait is passed on unless the same release woke a
+    /// wait that still waits.
     #[tokio::test]
     async fn a_wake_up_that_names_a_wait_wakes_it_whatever_its_attempt_saw() {
         let waiters = waiters();
@@ -922,12 +942,27 @@ mod tests {
             Some(Wake::Released),
             "a taken wake-up was ignored"
         );
-        let marks = listener.mark();
+        // A copy before the next attempt's mark: nothing more.
         assert!(channel.announce(listener.wait, b"tok"), "a copy: taken");
+        let marks = listener.mark();
         let woke = tokio::time::timeout(Duration::from_millis(100), listener.wake(&marks)).await;
         assert!(
             woke.is_err(),
-            "a copy of the same release woke the wait again"
+            "a copy heard before the attempt woke the wait after it"
+        );
+        // A copy after it: the release reached that node only after the
+        // attempt did, and the node took the wait out of its queue.
+        assert!(channel.announce(listener.wait, b"tok"), "a copy: taken");
+        let woke = tokio::time::timeout(Duration::from_millis(200), listener.wake(&marks)).await;
+        assert_eq!(
+            woke.ok(),
+            Some(Wake::Released),
+            "a copy heard after the attempt was ignored"
+        );
+        assert_eq!(
+            lock(&channel.recent).tokens.len(),
+            1,
+            "one entry per wait and release"
         );
         // An ended wait (never registered here): passed on, unless the same
         // release woke a live one.
