@@ -585,6 +585,17 @@ async fn a_slow_node_learns_the_scripts_it_lacked() {
 }
 
 /// The member names on node `i`'s queue of resource "r".
+/// The client id of the one waiter queued for "r", from the first node
+/// whose queue holds it (a node that timed its attempt out, on a loaded
+/// machine, may not have queued it).
+fn queued_client(c: &LocalCluster) -> String {
+    let member = ALL
+        .iter()
+        .find_map(|&i| queued(c, i).into_iter().next())
+        .expect("the waiter is queued on no node");
+    member.split(':').nth(1).unwrap().to_owned()
+}
+
 fn queued(c: &LocalCluster, i: usize) -> Vec<String> {
     match run(
         c,
@@ -619,7 +630,7 @@ async fn a_wake_up_for_an_ended_wait_is_passed_on_to_the_next_waiter() {
     let b = waiter(&c, Duration::from_secs(3));
     let task = start_waiting(&b).await;
     // b's client id, from its place in the queue; a's, from the channels.
-    let b_client = queued(&c, 0)[0].split(':').nth(1).unwrap().to_owned();
+    let b_client = queued_client(&c);
     let channels = match run(
         &c,
         0,
@@ -682,7 +693,7 @@ async fn a_wake_up_for_an_ended_wait_on_a_semaphore_is_passed_on_to_the_next_wai
     let lock = permit().await.unwrap();
     let b = waiter(&c, Duration::from_secs(3));
     let task = start_waiting_for_a_permit(&b, 2).await;
-    let b_client = queued(&c, 0)[0].split(':').nth(1).unwrap().to_owned();
+    let b_client = queued_client(&c);
     let channels = match run(
         &c,
         0,
