@@ -81,7 +81,10 @@
 //! generation.
 //!
 //! One release wakes the same waiter on every node it reached; the channel
-//! counts it once.
+//! counts it once per attempt: a copy heard after the waiter's next
+//! attempt began wakes it again, since its node may have refused that
+//! attempt (the release had not reached it yet), queued the waiter again
+//! and then taken it out to wake it ([`Channel::announce`]).
 //!
 //! **Hot channels stay subscribed for a while.** When a channel's last
 //! waiter goes, its subscriptions are kept for [`LINGER`] before they are
@@ -207,6 +210,11 @@ struct Recent {
     /// The last few: their numbers, the wait each woke, and the token of
     /// the holder that let go.
     tokens: VecDeque<(u64, u64, Box<[u8]>)>,
+    /// Per live wait, `count` when it last took its mark (before an
+    /// attempt): a copy of a wake-up heard since then may come from a node
+    /// that took the wait out of its queue after that attempt queued it
+    /// there (see [`Channel::announce`]).
+    marked: HashMap<u64, u64>,
 }
 
 /// How many wake-ups a channel remembers.
@@ -339,6 +347,7 @@ impl Drop for Listener {
     fn drop(&mut self) {
         for channel in &self.channels {
             lock(&channel.waits).remove(&self.wait);
+            lock(&channel.recent).marked.remove(&self.wait);
         }
         if self.used.load(Ordering::Acquire) {
             for channel in &self.channels {
@@ -381,7 +390,7 @@ impl Listener {
 
     /// See [`Channel::mark`].
     pub(crate) fn mark(&self) -> Marks {
-        Marks(self.channels.iter().map(|c| c.mark()).collect())
+        Marks(self.channels.iter().map(|c| c.mark(self.wait)).collect())
     }
 
     /// Whether `token`'s release was announced on any of the channels.
@@ -421,12 +430,18 @@ impl Listener {
 }
 
 impl Channel {
-    /// What has happened on the channel so far: take it before an attempt;
-    /// [`wake`](Self::wake) and [`heard_since`](Self::heard_since) look
-    /// only at what happens after.
-    pub(crate) fn mark(&self) -> Mark {
+    /// What has happened on the channel so far: `wait` takes it before an
+    /// attempt; [`wake`](Self::wake) and [`heard_since`](Self::heard_since)
+    /// look only at what happens after.
+    pub(crate) fn mark(&self, wait: u64) -> Mark {
+        let releases = {
+            let mut recent = lock(&self.recent);
+            let count = recent.count;
+            recent.marked.insert(wait, count);
+            count
+        };
         Mark {
-            releases: lock(&self.recent).count,
+            releases,
             drops: self.inner.drops.load(Ordering::Acquire),
             subscribed: (0..self.inner.nodes.len())
                 .map(|i| {
@@ -622,8 +637,18 @@ impl Channel {
         });
     }
 
-    /// Wakes `wait` for a release of the holder `token`, once per release
-    /// (every node it reached that has `wait` first in its queue says so).
+    /// Wakes `wait` for a release of the holder `token` (every node it
+    /// reached that has `wait` first in its queue says so), once per
+    /// release and attempt: a copy heard before the wait's next attempt
+    /// began is one wake-up with the first, which that attempt follows.
+    /// A copy heard after it began wakes the wait again: its node may have
+    /// run that attempt before the release (refused it, and queued the
+    /// wait again), and then took the wait out of its queue to wake it.
+    /// Counted once, that turn was lost: the wait slept out the holder's
+    /// PTTL, and a writer whose intent turned readers away (kinds/rwlock)
+    /// was woken by no later release, the nodes that held its intent no
+    /// longer queueing it, while the lock stood free. The extra attempt is
+    /// at most one per node and release, and not counted as a retry.
     /// False if the wake-up is to be passed on: `wait` has ended and the
     /// release woke no wait of ours.
     fn announce(&self, wait: u64, token: &[u8]) -> bool {
@@ -639,11 +664,16 @@ impl Channel {
                 .any(|(_, w, t)| **t == *token && waits.contains(w));
         }
         drop(waits);
-        if recent
+        let copy = recent
             .tokens
             .iter()
-            .any(|(_, w, t)| *w == wait && **t == *token)
+            .rev()
+            .find(|(_, w, t)| *w == wait && **t == *token)
+            .map(|&(n, ..)| n);
+        if let Some(n) = copy
+            && recent.marked.get(&wait).is_none_or(|&marked| marked < n)
         {
+            // No attempt has begun since the first copy: it follows both.
             return true;
         }
         recent.count += 1;
@@ -904,8 +934,11 @@ mod tests {
     /// saw no one holder (a split vote, too few answers): the nodes took it
     /// out of their queues, and ignoring it lost the turn (the waiters
     /// behind slept out the holder's PTTL). A second copy of the same
-    /// release wakes nothing more; one for an ended wait is passed on
-    /// unless the same release woke a wait that still waits.
+    /// release heard before the wait's next attempt began wakes nothing
+    /// more; one heard after it began wakes it again (its node may have
+    /// queued that attempt and then taken it out of its queue). One for an
+    /// ended wait is passed on unless the same release woke a wait that
+    /// still waits.
     #[tokio::test]
     async fn a_wake_up_that_names_a_wait_wakes_it_whatever_its_attempt_saw() {
         let waiters = waiters();
@@ -922,13 +955,29 @@ mod tests {
             Some(Wake::Released),
             "a taken wake-up was ignored"
         );
-        let marks = listener.mark();
+        // A copy heard before the next attempt's mark: one wake-up with the
+        // first, which that attempt follows.
         assert!(channel.announce(listener.wait, b"tok"), "a copy: taken");
+        let marks = listener.mark();
         let woke = tokio::time::timeout(Duration::from_millis(100), listener.wake(&marks)).await;
         assert!(
             woke.is_err(),
-            "a copy of the same release woke the wait again"
+            "a copy heard before the attempt woke the wait again"
         );
+        // A copy heard after it: its node may have refused that attempt,
+        // queued the wait again and then taken it out to wake it. The wait
+        // tries again; a further copy before its next mark does not.
+        assert!(channel.announce(listener.wait, b"tok"), "a copy: taken");
+        assert!(channel.announce(listener.wait, b"tok"), "a copy: taken");
+        let woke = tokio::time::timeout(Duration::from_millis(200), listener.wake(&marks)).await;
+        assert_eq!(
+            woke.ok(),
+            Some(Wake::Released),
+            "a copy heard during the attempt was lost"
+        );
+        let marks = listener.mark();
+        let woke = tokio::time::timeout(Duration::from_millis(100), listener.wake(&marks)).await;
+        assert!(woke.is_err(), "two copies during one attempt woke it twice");
         // An ended wait (never registered here): passed on, unless the same
         // release woke a live one.
         assert!(!channel.announce(999, b"other"));
