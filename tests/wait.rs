@@ -872,3 +872,98 @@ async fn every_kind_held_for_max_ttl_queues_its_waiter_and_wakes_it() {
         next.release().await;
     }
 }
+
+/// Runs, on node `i` alone, what a release of "r" there does: deletes the
+/// key (a holder's string, or the readers' hash) and wakes the first
+/// waiter of its queue with the token the node's release would announce
+/// (the holder's, or the reader's own). The other nodes keep the key: a
+/// release that has reached one node so far.
+fn release_on_one_node(c: &LocalCluster, i: usize) {
+    const SCRIPT: &str = r"
+local key = KEYS[1]
+local token
+if redis.call('TYPE', key).ok == 'string' then
+  token = redis.call('GET', key)
+else
+  for _, f in ipairs(redis.call('HKEYS', key)) do
+    if f ~= 'R' then token = f end
+  end
+end
+redis.call('DEL', key)
+local member = redis.call('ZRANGE', key .. ':waiters', 0, 0)[1]
+redis.call('ZREM', key .. ':waiters', member)
+local client = string.match(member, '^[^:]*:([^:]*):')
+return redis.call('PUBLISH', key .. ':wake:' .. client, member .. ' ' .. token)
+";
+    let heard = run(c, i, &["EVAL", SCRIPT, "1", &key("r")]);
+    assert!(matches!(heard, Reply::Int(1)), "nobody heard: {heard:?}");
+}
+
+/// A release that reaches one node first wakes the waiter, whose attempt
+/// then reaches the other nodes before the release does: they refuse it
+/// (the holder's key is still there) and queue it again, then the release
+/// comes, takes it out of their queues and wakes it with the same token.
+/// Those copies were once counted as one wake-up with the first, which
+/// had already been acted on: the waiter slept out its timer (here 30 s,
+/// past its deadline) while the lock stood free, and no later release
+/// woke it, since no node queued it any more. A writer waiting for readers
+/// (`shared` holder) was worse off: its intent, still on those nodes,
+/// turned every reader away meanwhile (the idle stretches of the chaos
+/// scenario `rwlock_long_retry`).
+async fn a_release_heard_during_the_woken_attempt_wakes_it_again(shared: bool) {
+    let c = cluster(5);
+    let holder = redlock(&c);
+    let waiting = waiter(&c, Duration::from_secs(3));
+    let lock = if shared {
+        holder.lock("r", LONG_TTL).shared().await.unwrap()
+    } else {
+        holder.lock("r", LONG_TTL).await.unwrap()
+    };
+    let task = start_waiting(&waiting).await;
+    // Queued on a majority (its second attempt, once subscribed; a node
+    // whose connection was not made yet when the attempt was decided may
+    // not have seen it).
+    let until = Instant::now() + Duration::from_secs(5);
+    let first = loop {
+        let on: Vec<usize> = ALL
+            .into_iter()
+            .filter(|&i| queued(&c, i).len() == 1)
+            .collect();
+        if on.len() >= 3 {
+            break on[0];
+        }
+        assert!(Instant::now() < until, "the waiter is not queued: {on:?}");
+        tokio::time::sleep(ms(20)).await;
+    };
+    // The release reaches that node first: the waiter wakes, takes it, is
+    // refused by the others (queued there again) and goes back to sleep,
+    // rolling that node back.
+    release_on_one_node(&c, first);
+    tokio::time::sleep(ms(500)).await;
+    assert!(!task.is_finished(), "the waiter got the lock from one node");
+    let requeued = ALL
+        .into_iter()
+        .filter(|&i| i != first && queued(&c, i).len() == 1)
+        .count();
+    assert!(
+        requeued >= 3,
+        "the waiter is queued on {requeued} other nodes"
+    );
+    // The release reaches the others: each wakes the waiter, with the
+    // token the first node woke it with.
+    let gap = hand_over(lock, task).await;
+    println!(
+        "release to next holder, the release's copies heard during the woken attempt: {gap:?}"
+    );
+    assert!(gap < ms(1_000), "took {gap:?} after the release");
+}
+
+#[tokio::test]
+async fn a_release_heard_during_the_woken_attempt_wakes_it_again_mutex() {
+    a_release_heard_during_the_woken_attempt_wakes_it_again(false).await;
+}
+
+#[tokio::test]
+async fn a_release_heard_during_the_woken_attempt_wakes_a_writer_again() {
+    a_release_heard_during_the_woken_attempt_wakes_it_again(true).await;
+}
