@@ -204,8 +204,16 @@ impl Tally {
     /// What a failed acquisition that observed the key saw of its other
     /// owners.
     pub(crate) fn seen(&self) -> Seen {
+        // Readers are one holder however the nodes name their set
+        // (`readers:<digest>`: a share granted on a majority but not on
+        // every node, a rollback that missed one): they never contend with
+        // each other, and a writer waits for all of them.
         for h in &self.holders {
-            let same = || self.holders.iter().filter(|o| o.token == h.token);
+            let same = || {
+                self.holders
+                    .iter()
+                    .filter(|o| holder_group(&o.token) == holder_group(&h.token))
+            };
             if same().count() >= self.needed {
                 // The soonest expiry among its keys; `None` only if none expires.
                 let ttl = same()
@@ -517,6 +525,15 @@ fn uniform(low: Duration, high: Duration) -> Duration {
     let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
     let (low, high) = (micros(low), micros(high));
     Duration::from_micros(rand::random_range(low..=high.max(low)))
+}
+
+/// What a holder's name counts as when the nodes' answers are compared:
+/// itself, but readers are one group whatever their set's digest.
+fn holder_group(token: &str) -> &str {
+    match token.starts_with("readers:") {
+        true => "readers:",
+        false => token,
+    }
 }
 
 /// What a failed acquisition saw of the key's other owners.
@@ -898,6 +915,40 @@ mod tests {
             t.record(i, Answer::from(Err(NodeFailure::Timeout)));
         }
         assert_eq!(t.seen(), Seen::Unreachable);
+    }
+
+    #[test]
+    fn readers_are_one_holder_whatever_each_node_names_their_set() {
+        // Five nodes, three reader sets (a share missing here and there):
+        // one holder, the readers, with their soonest expiry.
+        let t = tally(
+            3,
+            0,
+            &[
+                ("readers:aa", Some(900)),
+                ("readers:bb", Some(700)),
+                ("readers:cc", Some(800)),
+                ("readers:aa", Some(900)),
+            ],
+        );
+        match t.seen() {
+            Seen::Holder { ttl, token } => {
+                assert_eq!(ttl, Some(ms(700)));
+                assert!(token.starts_with("readers:"));
+            }
+            other => panic!("{other:?}"),
+        }
+        // Semaphore holders named differently are contenders, as before.
+        let t = tally(
+            3,
+            0,
+            &[
+                ("permits:1:aa", Some(900)),
+                ("permits:1:bb", Some(900)),
+                ("permits:1:cc", Some(900)),
+            ],
+        );
+        assert_eq!(t.seen(), Seen::Contended);
     }
 
     #[test]

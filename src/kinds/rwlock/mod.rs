@@ -66,7 +66,10 @@
 //! waits for: [`Kind::announce_rollback`]; readers are named as a set,
 //! like a semaphore's holders, and the last one's release is announced by
 //! that name, so that a writer whose attempt raced it and still found them
-//! on some nodes knows that they are going and tries again at once), and a
+//! on some nodes knows that they are going and tries again at once; nodes
+//! whose reader sets differ — a share granted on a majority but not on
+//! every node — still count as one holder, the readers, in the writer's
+//! tally (`proto::quorum`), so it waits for them rather than polling), and a
 //! writer's leaving of the queues —
 //! its intent with them — that a node did not answer (cut off) is sent
 //! again until the intent would have lapsed, so that a writer that got
