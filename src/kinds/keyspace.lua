@@ -309,9 +309,15 @@ local function remove(key, layout, id, token, hold)
     -- nodes granted it different slots left it others, see
     -- kinds/semaphore), held or expired.
     local k = tonumber(id)
-    -- The name of the slots as waiters saw them, before this one goes.
+    -- The name of the slots as waiters saw them, before this one goes; its
+    -- own token if none of its slots was live (the live set, and so its
+    -- name, stays: a later release must not be announced by the same).
     local before = semaphore_slots(key, k)
-    local name = next(before) and semaphore_name(k, before) or hold
+    local live = false
+    for _, slot in pairs(before) do
+      live = live or slot.token == hold
+    end
+    local name = live and semaphore_name(k, before) or hold
     local found = false
     for i = 0, k - 1 do
       if redis.call('HGET', key, 't' .. i) == hold then
