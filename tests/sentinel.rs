@@ -898,6 +898,36 @@ fn uptime(port: u16) -> Duration {
     Duration::from_secs(secs.parse().expect("a number of seconds"))
 }
 
+/// `client`'s lock on `name`, tried until it is granted (within [`BOUND`]).
+async fn lock_within_bound(client: &Redlock, name: &str, ttl: Duration) -> redquorum::Lock {
+    let start = Instant::now();
+    loop {
+        match client.try_lock(name, ttl).await {
+            Ok(held) => return held,
+            Err(err) => assert!(start.elapsed() < BOUND, "no lock on {name}: {err}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Asks the first sentinel for a failover of each of `nodes`, again until
+/// it agrees (within [`BOUND`]; it refuses one while a failover of that
+/// master is under way).
+async fn ask_for_failovers(s: &LocalSentinels, nodes: &[usize]) {
+    let sentinel = s.sentinel_ports()[0];
+    for &i in nodes {
+        let name = s.master_name(i);
+        let start = Instant::now();
+        loop {
+            match command(sentinel, &["SENTINEL", "FAILOVER", &name]).unwrap() {
+                Reply::Status(_) => break,
+                refused => assert!(start.elapsed() < BOUND, "failover refused: {refused:?}"),
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
 /// A failback the client slept through. Client A connects to every
 /// node's primary P and idles; nodes 0 and 1 fail over to their replicas
 /// R, and the sentinels make each P a replica of its R. P's replication
@@ -988,14 +1018,7 @@ async fn a_failback_slept_through_gives_no_second_holder() {
     // and node 2 (a fresh process's guard would keep the promoted replicas
     // out for a TTL from the switch, and the failback needs B's key there).
     let b = builder(&s).restart_guard(false).build().unwrap();
-    let start = Instant::now();
-    let held = loop {
-        match b.try_lock("fb", ttl).await {
-            Ok(held) => break held,
-            Err(err) => assert!(start.elapsed() < BOUND, "B got no lock: {err}"),
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let held = lock_within_bound(&b, "fb", ttl).await;
     for &port in news.iter().chain([&third]) {
         eventually("B's key written", || get(port, &fb).is_some()).await;
     }
@@ -1004,18 +1027,7 @@ async fn a_failback_slept_through_gives_no_second_holder() {
     }
 
     // Failback, both nodes at once (within the 10 s P's link may be down).
-    let sentinel = s.sentinel_ports()[0];
-    for &i in &nodes {
-        let name = s.master_name(i);
-        let start = Instant::now();
-        loop {
-            match command(sentinel, &["SENTINEL", "FAILOVER", &name]).unwrap() {
-                Reply::Status(_) => break,
-                refused => assert!(start.elapsed() < BOUND, "failback refused: {refused:?}"),
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
+    ask_for_failovers(&s, &nodes).await;
     for ((&i, &old), &new) in nodes.iter().zip(&olds).zip(&news) {
         assert_eq!(s.wait_for_new_primary(i, new).unwrap(), old);
     }
@@ -1108,27 +1120,9 @@ async fn a_failover_before_a_process_first_connects_gives_no_second_holder() {
         .await;
     }
     let b = builder(&s).build().unwrap();
-    let start = Instant::now();
-    let held = loop {
-        match b.try_lock("fo", ttl).await {
-            Ok(held) => break held,
-            Err(err) => assert!(start.elapsed() < BOUND, "B got no lock: {err}"),
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let held = lock_within_bound(&b, "fo", ttl).await;
     // Both fail over to the replicas that lack B's key.
-    let sentinel = s.sentinel_ports()[0];
-    for &i in &nodes {
-        let name = s.master_name(i);
-        let start = Instant::now();
-        loop {
-            match command(sentinel, &["SENTINEL", "FAILOVER", &name]).unwrap() {
-                Reply::Status(_) => break,
-                refused => assert!(start.elapsed() < BOUND, "failover refused: {refused:?}"),
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
+    ask_for_failovers(&s, &nodes).await;
     for ((&i, &old), &replica) in nodes.iter().zip(&olds).zip(&replicas) {
         assert_eq!(s.wait_for_new_primary(i, old).unwrap(), replica);
         assert_eq!(get(replica, &fo), None, "B's key on the promoted replica");

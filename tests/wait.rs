@@ -585,6 +585,40 @@ async fn a_slow_node_learns_the_scripts_it_lacked() {
 }
 
 /// The member names on node `i`'s queue of resource "r".
+/// Puts a made-up wait of the client whose channel for "r" is still
+/// subscribed but that waits no more (`a`), first in every node's queue,
+/// ahead of the one waiter queued now (`b`): b's client id is read from its
+/// place in the queue, a's from the channels.
+fn queue_an_ended_wait_first(c: &LocalCluster) {
+    let b_client = queued_client(c);
+    let channels = match run(
+        c,
+        0,
+        &["PUBSUB", "CHANNELS", &format!("{}:wake:*", key("r"))],
+    ) {
+        Reply::Array(Some(names)) => names,
+        other => panic!("{other:?}"),
+    };
+    let a_client = channels
+        .iter()
+        .filter_map(|n| match n {
+            Reply::Bulk(Some(b)) => String::from_utf8(b.clone()).ok(),
+            _ => None,
+        })
+        .map(|n| n.rsplit(':').next().unwrap().to_owned())
+        .find(|id| *id != b_client)
+        .expect("a's channel no longer subscribed");
+    let stale = format!("0000000000000001:{a_client}:999999");
+    for i in ALL {
+        run(
+            c,
+            i,
+            &["ZADD", &format!("{}:waiters", key("r")), "0", &stale],
+        );
+        assert_eq!(queued(c, i)[0], stale);
+    }
+}
+
 /// The client id of the one waiter queued for "r", from the first node
 /// whose queue holds it (a node that timed its attempt out, on a loaded
 /// machine, may not have queued it).
@@ -629,34 +663,7 @@ async fn a_wake_up_for_an_ended_wait_is_passed_on_to_the_next_waiter() {
     let lock = holder.lock("r", LONG_TTL).await.unwrap();
     let b = waiter(&c, Duration::from_secs(3));
     let task = start_waiting(&b).await;
-    // b's client id, from its place in the queue; a's, from the channels.
-    let b_client = queued_client(&c);
-    let channels = match run(
-        &c,
-        0,
-        &["PUBSUB", "CHANNELS", &format!("{}:wake:*", key("r"))],
-    ) {
-        Reply::Array(Some(names)) => names,
-        other => panic!("{other:?}"),
-    };
-    let a_client = channels
-        .iter()
-        .filter_map(|n| match n {
-            Reply::Bulk(Some(b)) => String::from_utf8(b.clone()).ok(),
-            _ => None,
-        })
-        .map(|n| n.rsplit(':').next().unwrap().to_owned())
-        .find(|id| *id != b_client)
-        .expect("a's channel no longer subscribed");
-    let stale = format!("0000000000000001:{a_client}:999999");
-    for i in ALL {
-        run(
-            &c,
-            i,
-            &["ZADD", &format!("{}:waiters", key("r")), "0", &stale],
-        );
-        assert_eq!(queued(&c, i)[0], stale);
-    }
+    queue_an_ended_wait_first(&c);
     let gap = hand_over(lock, task).await;
     println!("release to next holder past an ended wait: {gap:?}");
     assert!(gap < Duration::from_secs(2), "took {gap:?}");
@@ -693,33 +700,7 @@ async fn a_wake_up_for_an_ended_wait_on_a_semaphore_is_passed_on_to_the_next_wai
     let lock = permit().await.unwrap();
     let b = waiter(&c, Duration::from_secs(3));
     let task = start_waiting_for_a_permit(&b, 2).await;
-    let b_client = queued_client(&c);
-    let channels = match run(
-        &c,
-        0,
-        &["PUBSUB", "CHANNELS", &format!("{}:wake:*", key("r"))],
-    ) {
-        Reply::Array(Some(names)) => names,
-        other => panic!("{other:?}"),
-    };
-    let a_client = channels
-        .iter()
-        .filter_map(|n| match n {
-            Reply::Bulk(Some(b)) => String::from_utf8(b.clone()).ok(),
-            _ => None,
-        })
-        .map(|n| n.rsplit(':').next().unwrap().to_owned())
-        .find(|id| *id != b_client)
-        .expect("a's channel no longer subscribed");
-    let stale = format!("0000000000000001:{a_client}:999999");
-    for i in ALL {
-        run(
-            &c,
-            i,
-            &["ZADD", &format!("{}:waiters", key("r")), "0", &stale],
-        );
-        assert_eq!(queued(&c, i)[0], stale);
-    }
+    queue_an_ended_wait_first(&c);
     let gap = hand_over(lock, task).await;
     println!("release of a permit to the next holder past an ended wait: {gap:?}");
     assert!(gap < Duration::from_secs(2), "took {gap:?}");
