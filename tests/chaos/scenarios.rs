@@ -663,17 +663,7 @@ fn cancel(secs: Duration, kind: Kind) {
     let mut load = Load::of(kind, "cancel", &c, run);
     load.spec.cancel_one_in = 2;
     load.spec.ttl = Duration::from_secs(10);
-    let clients = load.start_all(&c);
-    let v = clients.finish();
-    let f = load.report(&v);
-    let keys = keys_left(&c, &load.spec.prefix, load.spec.ttl);
-    println!(
-        "   keys left on the nodes after the run: {} (TTL 10 s); auxiliary keys expired after the run: {}",
-        keys.left, keys.expired
-    );
-    assert_safe_and_idle(&v, &f, IDLE_BOUND);
-    assert!(v.cancelled > 0, "nothing was cancelled");
-    assert_eq!(keys.left, 0, "cancelled acquisitions left keys behind");
+    run_cancelling(&load, &c);
 }
 
 /// How far a client is from a node in another zone: the proxies' added
@@ -762,17 +752,26 @@ fn long_retry(secs: Duration, kind: Kind) {
     load.spec.hold_ms = 30;
     load.spec.cancel_one_in = 4;
     load.spec.cancel_within = Duration::from_millis(300);
-    let clients = load.start_all(&c);
+    run_cancelling(&load, &c);
+}
+
+/// Runs `load`, whose calls are cancelled now and then, on `c`: safe, no
+/// waiter left asleep on room for longer than [`IDLE_BOUND`], something
+/// cancelled, and no key left behind.
+fn run_cancelling(load: &Load, c: &LocalCluster) {
+    let clients = load.start_all(c);
     let v = clients.finish();
     let f = load.report(&v);
-    let keys = keys_left(&c, &load.spec.prefix, load.spec.ttl);
+    let keys = keys_left(c, &load.spec.prefix, load.spec.ttl);
     println!(
-        "   keys left on the nodes after the run: {} (TTL 10 s); auxiliary keys expired after the run: {}",
-        keys.left, keys.expired
+        "   keys left on the nodes after the run: {} (TTL {} s); auxiliary keys expired after the run: {}",
+        keys.left,
+        load.spec.ttl.as_secs(),
+        keys.expired
     );
     assert_safe_and_idle(&v, &f, IDLE_BOUND);
     assert!(v.cancelled > 0, "nothing was cancelled");
-    assert_eq!(keys.left, 0, "keys left behind");
+    assert_eq!(keys.left, 0, "calls left keys behind");
 }
 
 /// Every kind on the same names at once: three processes of four tasks
