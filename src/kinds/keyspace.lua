@@ -341,15 +341,22 @@ local function remove(key, layout, id, token, hold)
     if hold == 'R' then
       return nil
     end
-    -- The name of the readers as waiters saw them, before this one goes.
-    local name = readers_name((reader_shares(key))) or hold
+    local expires = tonumber(redis.call('HGET', key, hold))
     if redis.call('HDEL', key, hold) == 0 then
       return nil
     end
     local _, now, latest = reader_shares(key, true)
     fit_life(key, latest, now)
-    -- Only the last reader's going frees the key for what waits (writers).
-    return latest == 0 and name or false
+    -- Only the last reader's going frees the key for what waits (writers),
+    -- announced by the name of the readers as waiters saw them before it
+    -- went: this one alone, if it was live (none other is), else its token.
+    if latest ~= 0 then
+      return false
+    end
+    if expires and expires > now then
+      return readers_name({ [hold] = expires })
+    end
+    return hold
   end
   if hold == 'o' or hold == 'i' or redis.call('HDEL', key, hold) == 0 then
     return nil
