@@ -214,10 +214,13 @@ async fn many_waiters_cost_the_nodes_per_acquisition_what_few_do() {
     assert!(acquisitions >= ACQUISITIONS, "only {acquisitions} in 60 s");
     // An attempt and a release are one request to each node; a waiter's
     // attempt that gets the key is also a `SET` inside the script. Timer
-    // retries and the few split votes add a little; a herd adds a round
-    // per waiter.
+    // retries and the few split votes add a little, and so does a wait
+    // woken again by a release that reached a node after its attempt did
+    // (about half an attempt per acquisition here: 26.6-27.8 requests
+    // before that wake-up, 29.2-30.8 with it); a herd adds a round per
+    // waiter, 64 here.
     assert!(
-        per <= 6.0 * 5.0,
+        per <= 7.0 * 5.0,
         "{per:.1} node requests per acquisition with {WAITERS} waiters"
     );
     assert!(
