@@ -898,6 +898,42 @@ fn uptime(port: u16) -> Duration {
     Duration::from_secs(secs.parse().expect("a number of seconds"))
 }
 
+/// Waits (within [`BOUND`]) until every server of `s` has run for longer
+/// than `age`.
+async fn every_server_older_than(s: &LocalSentinels, age: Duration) {
+    let servers: Vec<u16> = (0..s.len()).flat_map(|i| s.server_ports(i)).collect();
+    eventually("every server up longer than the TTL", || {
+        servers.iter().all(|&p| uptime(p) > age)
+    })
+    .await;
+}
+
+/// Breaks each `(replica, primary)` replication link: the replica still
+/// names its primary but cannot sync (refused at AUTH when it reconnects),
+/// as a partition between the data servers would; waits until each says
+/// its link is down.
+async fn cut_replication(links: &[(u16, u16)]) {
+    for &(replica, primary) in links {
+        let set = command(
+            replica,
+            &["CONFIG", "SET", "masterauth", "no-such-password"],
+        )
+        .unwrap();
+        assert_eq!(set, Reply::Status("OK".into()));
+        assert_eq!(
+            command(primary, &["CLIENT", "KILL", "TYPE", "replica"]).unwrap(),
+            Reply::Int(1)
+        );
+    }
+    for &(replica, _) in links {
+        eventually("the replication link down", || {
+            info_field(&info(replica, "replication"), "master_link_status").as_deref()
+                == Some("down")
+        })
+        .await;
+    }
+}
+
 /// `client`'s lock on `name`, tried until it is granted (within [`BOUND`]).
 async fn lock_within_bound(client: &Redlock, name: &str, ttl: Duration) -> redquorum::Lock {
     let start = Instant::now();
@@ -985,32 +1021,14 @@ async fn a_failback_slept_through_gives_no_second_holder() {
     // Every server has run longer than a TTL (and a margin): no rule about
     // a node younger than a TTL can explain a refusal below, only the
     // failback can. (They have run some 20 s by now: a short wait at most.)
-    let servers: Vec<u16> = (0..3).flat_map(|i| s.server_ports(i)).collect();
-    eventually("every server up longer than the TTL", || {
-        servers
-            .iter()
-            .all(|&p| uptime(p) > ttl + Duration::from_secs(2))
-    })
-    .await;
+    every_server_older_than(&s, ttl + Duration::from_secs(2)).await;
 
     // P's replication link to R breaks: P still names R as its primary
     // but cannot sync (refused at AUTH). Sentinel still promotes such a
     // replica if its link has been down less than ten times
     // `down-after-milliseconds` (10 s here).
-    for (&old, &new) in olds.iter().zip(&news) {
-        let set = command(old, &["CONFIG", "SET", "masterauth", "no-such-password"]).unwrap();
-        assert_eq!(set, Reply::Status("OK".into()));
-        assert_eq!(
-            command(new, &["CLIENT", "KILL", "TYPE", "replica"]).unwrap(),
-            Reply::Int(1)
-        );
-    }
-    for &old in &olds {
-        eventually("the replication link down", || {
-            info_field(&info(old, "replication"), "master_link_status").as_deref() == Some("down")
-        })
-        .await;
-    }
+    let links: Vec<(u16, u16)> = olds.iter().copied().zip(news.iter().copied()).collect();
+    cut_replication(&links).await;
 
     // B locks `fb` on R, R and node 2's primary; P does not get it.
     let third = s.primary(2).unwrap();
@@ -1092,33 +1110,10 @@ async fn a_failover_before_a_process_first_connects_gives_no_second_holder() {
         .map(|(&i, &old)| s.server_ports(i).into_iter().find(|&p| p != old).unwrap())
         .collect();
     // No rule about a node younger than the TTL can explain a refusal.
-    let servers: Vec<u16> = (0..3).flat_map(|i| s.server_ports(i)).collect();
-    eventually("every server up longer than the TTL", || {
-        servers
-            .iter()
-            .all(|&p| uptime(p) > ttl + Duration::from_secs(2))
-    })
-    .await;
+    every_server_older_than(&s, ttl + Duration::from_secs(2)).await;
     // Each replica's link breaks (refused at AUTH when it reconnects).
-    for (&old, &replica) in olds.iter().zip(&replicas) {
-        let set = command(
-            replica,
-            &["CONFIG", "SET", "masterauth", "no-such-password"],
-        )
-        .unwrap();
-        assert_eq!(set, Reply::Status("OK".into()));
-        assert_eq!(
-            command(old, &["CLIENT", "KILL", "TYPE", "replica"]).unwrap(),
-            Reply::Int(1)
-        );
-    }
-    for &replica in &replicas {
-        eventually("the replication link down", || {
-            info_field(&info(replica, "replication"), "master_link_status").as_deref()
-                == Some("down")
-        })
-        .await;
-    }
+    let links: Vec<(u16, u16)> = replicas.iter().copied().zip(olds.iter().copied()).collect();
+    cut_replication(&links).await;
     let b = builder(&s).build().unwrap();
     let held = lock_within_bound(&b, "fo", ttl).await;
     // Both fail over to the replicas that lack B's key.
