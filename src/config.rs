@@ -474,8 +474,8 @@ impl Builder {
     ///   this `Redlock` first connected (a promoted replica's uptime is not
     ///   the time since its promotion; a Sentinel-managed node's is timed
     ///   by its sentinels); after one it does see, it counts the whole
-    ///   longest TTL from that moment. See the README's "What the restart
-    ///   guard sees".
+    ///   longest TTL from that moment. See docs/SAFETY.md, "Restarts the
+    ///   guard cannot see".
     /// * A node whose ACL forbids `INFO`, or that renamed it, from the
     ///   start: it cannot be watched; a warning is logged once per node and
     ///   it votes as usual. (One that answered `INFO` before and stops

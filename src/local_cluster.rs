@@ -418,7 +418,7 @@ pub fn run_id(port: u16) -> io::Result<String> {
 /// Declares the servers on `ports` born empty: each was just started, with
 /// no data, as a new node that never granted a lock before, so the
 /// restart guard does not hold its young uptime against it when a client
-/// first meets it (see the README's "Restarts"). Adds their `run_id`s to
+/// first meets it (see docs/SAFETY.md's restart guard table). Adds their `run_id`s to
 /// the set `redquorum-born-empty` on the server on `on` (for a plain
 /// server, itself; for a Redis Cluster, the primary of that key's slot).
 /// A restart draws a new `run_id`, which the set does not name: declare

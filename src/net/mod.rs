@@ -752,7 +752,7 @@ impl Inner {
 /// may write to the old primary past the quarantine of a client with a
 /// shorter one. (A partition that cuts the old primary and its clients off
 /// from the sentinels leaves those clients without the node; for clients
-/// that never re-check, see the README's "Sentinel-managed nodes".)
+/// that never re-check, see docs/SAFETY.md, "One Sentinel set alone".)
 #[cfg_attr(not(feature = "sentinel"), allow(dead_code))]
 fn failover_margin(limits: Limits) -> Duration {
     #[cfg(feature = "sentinel")]
