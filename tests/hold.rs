@@ -1,5 +1,7 @@
 //! Holding a lock for longer than its TTL: the watchdog of `keep_alive` and
-//! `with_lock`, and the lost signal, against a real five-node cluster.
+//! `with_lock`, the lost signal (from the clock too, whether or not the
+//! watchdog runs), and `extend` racing the watchdog, against a real
+//! five-node cluster.
 
 mod common;
 
@@ -290,4 +292,174 @@ async fn a_lock_of_a_thousand_years_is_held_and_extends() {
     assert!(lock.remaining() > years(500), "{:?}", lock.remaining());
     lock.release().await.unwrap();
     assert!(held.is_lost());
+}
+
+/// Found in review: a `Held` must not outlive its lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_held_clone_says_lost_once_the_lock_is_released_or_dropped() {
+    let c = cluster(5);
+    let redlock = keeper(&c);
+    for release in [true, false] {
+        let how = if release { "released" } else { "dropped" };
+        let mut lock = redlock.lock("r", ms(2_000)).await.unwrap();
+        let held = lock.keep_alive();
+        let clones = [held.clone(), held.clone(), held.clone(), lock.keep_alive()];
+        // A task that was already waiting for the signal.
+        let waiting = {
+            let held = held.clone();
+            tokio::spawn(async move { held.lost().await })
+        };
+        tokio::time::sleep(ms(50)).await;
+        for h in &clones {
+            assert!(!h.is_lost(), "lost while held");
+            assert!(h.remaining() > Duration::ZERO);
+        }
+        assert!(!waiting.is_finished(), "lost() resolved while held");
+        if release {
+            lock.release().await.unwrap();
+        } else {
+            drop(lock);
+        }
+        for (n, h) in clones.iter().enumerate() {
+            assert!(h.is_lost(), "clone {n}: not lost after the lock was {how}");
+            assert_eq!(
+                h.remaining(),
+                Duration::ZERO,
+                "clone {n}: validity left after the lock was {how}"
+            );
+            tokio::time::timeout(ms(1_000), h.lost())
+                .await
+                .unwrap_or_else(|_| panic!("clone {n}: lost() pending after the lock was {how}"));
+        }
+        tokio::time::timeout(ms(1_000), waiting)
+            .await
+            .unwrap_or_else(|_| panic!("a waiting lost() did not resolve once {how}"))
+            .unwrap();
+        drop(held);
+        await_gone(&c, &ALL, &key("r"), ms(5_000)).await;
+    }
+}
+
+/// Found in review: a `Held` must not trust the watchdog alone: the clock
+/// says when the validity is over, whether or not the watchdog got to run.
+#[tokio::test(flavor = "current_thread")]
+async fn held_reports_lost_at_the_deadline_even_if_the_watchdog_never_runs() {
+    let mut c = cluster(5);
+    let redlock = builder(&c)
+        .node_timeout(ms(80))
+        .retry_count(10)
+        .build()
+        .unwrap();
+
+    // The runtime's only thread is blocked past the TTL: the watchdog
+    // cannot run, but the time is up all the same.
+    let mut lock = redlock.lock("a", ms(300)).await.unwrap();
+    let held = lock.keep_alive();
+    assert!(!held.is_lost());
+    std::thread::sleep(ms(400));
+    assert!(lock.is_expired());
+    assert_eq!(held.remaining(), Duration::ZERO);
+    assert!(
+        held.is_lost(),
+        "validity ran out, yet the handle is not lost"
+    );
+    assert!(lock.is_lost(), "validity ran out, yet the lock is not lost");
+    drop(lock);
+
+    // A `lost()` awaited elsewhere resolves at the deadline while the
+    // watchdog's runtime is blocked (and a frozen majority would refuse its
+    // extensions anyway).
+    let mut lock = redlock.lock("b", ms(600)).await.unwrap();
+    let held = lock.keep_alive();
+    let deadline = Instant::now() + held.remaining();
+    assert!(!held.is_lost());
+    for i in [0, 1, 2] {
+        c.freeze(i);
+    }
+    let watcher = {
+        let held = held.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                tokio::time::timeout(ms(3_000), held.lost())
+                    .await
+                    .ok()
+                    .map(|()| Instant::now())
+            })
+        })
+    };
+    // Joining blocks this runtime (and its watchdog) until the watcher ends.
+    let lost_at = watcher.join().unwrap();
+    for i in [0, 1, 2] {
+        c.thaw(i);
+    }
+    let lost_at = lost_at.expect("lost() still pending 3 s after a 600 ms lock's deadline");
+    println!(
+        "lost() resolved {:?} after the deadline",
+        lost_at.saturating_duration_since(deadline)
+    );
+    assert!(
+        lost_at <= deadline + ms(150),
+        "lost() resolved {:?} after the deadline",
+        lost_at - deadline
+    );
+    assert!(held.is_lost());
+    assert!(lock.is_lost());
+    drop(lock);
+}
+
+/// Checks that `lock.remaining()` ends no later than the key's expiry on a
+/// majority of nodes (the third-largest PTTL of five), allowing for the time
+/// the check itself takes.
+fn assert_not_beyond_majority(c: &LocalCluster, lock: &Lock, key: &str, what: &str) {
+    let started = Instant::now();
+    let remaining = lock.remaining();
+    let mut pttls: Vec<i64> = ALL.iter().map(|&i| pttl(c, i, key)).collect();
+    let spent = started.elapsed();
+    pttls.sort_unstable_by(|a, b| b.cmp(a));
+    let majority = pttls[2];
+    let bound = majority + (spent + ms(30)).as_millis() as i64;
+    assert!(
+        (remaining.as_millis() as i64) <= bound,
+        "{what}: the lock says {remaining:?} left, a majority holds the key for {majority} ms \
+         (PTTLs {pttls:?}, check took {spent:?})"
+    );
+}
+
+/// Found in review: `extend` racing the watchdog must never leave the lock
+/// believing in more validity than a majority of nodes holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extend_racing_the_watchdog_never_overstates_the_validity() {
+    let c = cluster(5);
+    // The watchdog extends by the lock's TTL nearly all the time.
+    let redlock = builder(&c)
+        .node_timeout(ms(300))
+        .keep_alive_fraction(0.002)
+        .build()
+        .unwrap();
+    let k = key("r");
+    let mut lock = redlock.lock("r", ms(2_000)).await.unwrap();
+    let held = lock.keep_alive();
+    // Shorter than the watchdog's TTL (an extension of the watchdog that
+    // completes after ours would claim its longer validity), the same, and
+    // longer (a watchdog that renewed with a stale, shorter TTL would have
+    // shortened the keys; now no extension shortens a key).
+    let ttls = [ms(600), ms(2_000), ms(600), ms(3_000)];
+    let started = Instant::now();
+    let mut rounds = 0;
+    while rounds < 4_000 && started.elapsed() < Duration::from_secs(8) {
+        let ttl = ttls[rounds % ttls.len()];
+        tokio::time::timeout(Duration::from_secs(5), lock.extend(ttl))
+            .await
+            .expect("extend hung")
+            .unwrap_or_else(|e| panic!("round {rounds}: extend({ttl:?}): {e}"));
+        assert_not_beyond_majority(&c, &lock, &k, &format!("round {rounds}, extend({ttl:?})"));
+        rounds += 1;
+    }
+    println!("{rounds} extensions raced the watchdog");
+    assert!(!held.is_lost());
+    lock.release().await.unwrap();
 }

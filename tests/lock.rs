@@ -7,7 +7,7 @@ mod common;
 use std::future::IntoFuture;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 use redquorum::local_cluster::Reply;
@@ -662,4 +662,111 @@ async fn drain_waits_for_background_releases() {
     assert_eq!(holders(&c, &ALL, &key("r")), 0, "drained with a key left");
     // Nothing in the background: at once.
     assert!(redlock.drain(Duration::ZERO).await);
+}
+
+/// Found in review: a `min_validity` that no acquisition with this TTL can
+/// meet is a configuration error, found before any I/O.
+#[tokio::test]
+async fn a_min_validity_no_acquisition_can_meet_fails_before_any_io() {
+    // Nothing listens on port 1: any I/O would fail differently.
+    let redlock = Redlock::builder()
+        .node("redis://127.0.0.1:1")
+        .min_validity(ms(995))
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let err = tokio::time::timeout(ms(5_000), redlock.lock("r", ms(1_000)))
+        .await
+        .expect("lock() hung")
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Config(ConfigError::MinValidityTooLong { .. })),
+        "lock(): {err}"
+    );
+    let err = tokio::time::timeout(ms(5_000), redlock.try_lock("r", ms(1_000)))
+        .await
+        .expect("try_lock() hung")
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Config(ConfigError::MinValidityTooLong { .. })),
+        "try_lock(): {err}"
+    );
+    assert!(started.elapsed() < ms(500), "took {:?}", started.elapsed());
+
+    // Comfortably below the validity: it works.
+    let c = cluster(3);
+    let redlock = builder(&c)
+        .node_timeout(ms(200))
+        .min_validity(ms(500))
+        .build()
+        .unwrap();
+    let lock = redlock.lock("r", ms(1_000)).await.unwrap();
+    assert!(lock.remaining() > ms(500), "{:?}", lock.remaining());
+    lock.release().await.unwrap();
+}
+
+/// Found in review: a release after the validity ran out, keys still there,
+/// is not the same as a release that found the keys gone.
+#[tokio::test]
+async fn release_tells_a_late_release_from_keys_that_were_gone() {
+    let c = cluster(5);
+    let redlock = builder(&c)
+        .node_timeout(ms(100))
+        .retry_count(10)
+        .build()
+        .unwrap();
+
+    // Late: the validity runs out here while the nodes keep the keys.
+    let lock = redlock.lock("late", ms(500)).await.unwrap();
+    await_holders(&c, &ALL, &key("late"), 5, ms(5_000)).await;
+    for i in ALL {
+        run(&c, i, &["PEXPIRE", &key("late"), "10000"]);
+    }
+    tokio::time::sleep(lock.remaining() + ms(20)).await;
+    assert!(lock.is_expired());
+    assert_eq!(holders(&c, &ALL, &key("late")), 5);
+    let late = lock.release().await.unwrap_err();
+    assert!(matches!(late, Error::ReleasedLate { .. }), "late: {late}");
+    // It did release.
+    await_gone(&c, &ALL, &key("late"), ms(5_000)).await;
+
+    // Gone: the keys were deleted beneath a valid lock.
+    let lock = redlock.lock("gone", ms(2_000)).await.unwrap();
+    await_holders(&c, &ALL, &key("gone"), 5, ms(5_000)).await;
+    for i in ALL {
+        run(&c, i, &["DEL", &key("gone")]);
+    }
+    assert!(!lock.is_expired());
+    let gone = lock.release().await.unwrap_err();
+    assert!(matches!(gone, Error::Expired { .. }), "gone: {gone}");
+}
+
+/// Found in review: two extensions of one lock can reach a node out of
+/// order (one waits for a connection that the other overtakes), and a late
+/// shorter one cut the key below the deadline the newer one set — a second
+/// holder, reproduced. An extension therefore never shortens a key, and the
+/// lock's deadline never moves back: after `extend(3 s)` on a 30 s lock, a
+/// majority still holds the key for about 30 s and the lock says so.
+#[tokio::test]
+async fn an_extension_never_shortens_a_key_nor_the_validity() {
+    let c = cluster(5);
+    let redlock = redlock(&c);
+    let mut lock = redlock.lock("r", Duration::from_secs(30)).await.unwrap();
+    await_holders(&c, &ALL, &key("r"), 5, Duration::from_secs(5)).await;
+    lock.extend(Duration::from_secs(3)).await.unwrap();
+    // Every node answers before the test reads them.
+    tokio::time::sleep(ms(100)).await;
+    let mut pttls: Vec<i64> = ALL.iter().map(|&i| pttl(&c, i, &key("r"))).collect();
+    pttls.sort_unstable();
+    assert!(pttls[0] > 25_000, "a key was shortened: {pttls:?}");
+    let remaining = lock.remaining();
+    assert!(remaining > Duration::from_secs(25), "{remaining:?}");
+    assert!(
+        remaining <= Duration::from_millis(pttls[2] as u64 + 30),
+        "the lock says {remaining:?}, a majority holds {pttls:?}"
+    );
+    // A longer one still extends both.
+    lock.extend(Duration::from_secs(60)).await.unwrap();
+    assert!(lock.remaining() > Duration::from_secs(55));
+    lock.release().await.unwrap();
 }

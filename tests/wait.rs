@@ -1,14 +1,18 @@
 //! Waiting for a busy lock against a real five-node cluster: waiters are
 //! woken by the release instead of polling, notice an expiry without a
-//! release by timer, and survive their subscriptions being killed.
+//! release by timer, and survive their subscriptions being killed; a wait
+//! ends at its deadline however many releases are announced, and one that
+//! hears no release still looks again soon.
 
 mod common;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::proxy::Proxy;
 use common::*;
-use redquorum::local_cluster::{LocalCluster, Reply};
+use redquorum::local_cluster::{LocalCluster, Reply, command};
 use redquorum::{Error, GaveUp, Lock, Redlock};
 
 const ALL: [usize; 5] = [0, 1, 2, 3, 4];
@@ -947,4 +951,163 @@ async fn a_release_heard_during_the_woken_attempt_wakes_it_again_mutex() {
 #[tokio::test]
 async fn a_release_heard_during_the_woken_attempt_wakes_a_writer_again() {
     a_release_heard_during_the_woken_attempt_wakes_it_again(true).await;
+}
+
+/// Keeps resource `r` always held on every node, while announcing a release
+/// of the previous holder every ~20 ms to the first waiter queued, as a
+/// release does (see `kinds::queue`); stops on drop (and after 40 s).
+struct Hog {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<u64>>,
+}
+
+const HOG: &str = r#"local old = redis.call('GET', KEYS[1])
+redis.call('DEL', KEYS[1])
+local queue = KEYS[1] .. ':waiters'
+local first = redis.call('ZRANGE', queue, 0, 0)[1]
+if old and first then
+  redis.call('ZREM', queue, first)
+  local client = string.match(first, '^[^:]*:([^:]*):')
+  redis.call('PUBLISH', KEYS[1] .. ':wake:' .. client, first .. ' ' .. old)
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1"#;
+
+impl Hog {
+    fn start(c: &LocalCluster) -> Hog {
+        let ports: Vec<u16> = (0..c.len()).map(|i| c.port(i)).collect();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let k = key("r");
+            let started = Instant::now();
+            let mut ticks = 0u64;
+            while !stopped.load(Ordering::SeqCst) && started.elapsed() < Duration::from_secs(40) {
+                // 40 hex digits, like a real token, and a new one per turn.
+                let token = format!("{ticks:040x}");
+                for &port in &ports {
+                    let _ = command(port, &["EVAL", HOG, "1", &k, &token, "5000"]);
+                }
+                ticks += 1;
+                std::thread::sleep(ms(20));
+            }
+            ticks
+        });
+        // Held from the start.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while (0..c.len()).any(|i| get(c, i, &key("r")).is_none()) {
+            assert!(Instant::now() < deadline, "the hog never took the key");
+            std::thread::sleep(ms(5));
+        }
+        Hog {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Hog {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let ticks = thread.join().unwrap_or(0);
+            println!("the hog changed hands {ticks} times");
+        }
+    }
+}
+
+/// Found in review: `lock()` is bounded by default: releases that keep being
+/// announced do not buy free retries for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_gives_up_at_the_default_deadline_under_endless_announced_releases() {
+    let c = cluster(5);
+    let hog = Hog::start(&c);
+    let waiter = Redlock::builder()
+        .nodes(c.urls())
+        .node_timeout(ms(300))
+        .build()
+        .unwrap();
+
+    let started = Instant::now();
+    let result = tokio::time::timeout(Duration::from_secs(20), waiter.lock("r", ms(2_000)))
+        .await
+        .expect("lock() still waiting after 20 s (default wait_timeout is 10 s)");
+    let took = started.elapsed();
+    println!("default wait: gave up after {took:?}");
+    match &result {
+        Err(Error::NotAcquired {
+            gave_up: GaveUp::Deadline,
+            ..
+        }) => {}
+        Err(e) => panic!("after {took:?}: {e}"),
+        Ok(lock) => panic!("after {took:?}: acquired a hogged lock: {lock:?}"),
+    }
+    assert!(
+        (Duration::from_secs(8)..Duration::from_secs(15)).contains(&took),
+        "gave up after {took:?}, not about 10 s"
+    );
+
+    // A deadline of the call's own.
+    let started = Instant::now();
+    let result = tokio::time::timeout(
+        Duration::from_secs(10),
+        waiter.lock("r", ms(2_000)).wait(Duration::from_secs(1)),
+    )
+    .await
+    .expect("lock().wait(1 s) still waiting after 10 s");
+    let took = started.elapsed();
+    println!("wait(1 s): gave up after {took:?}");
+    assert!(
+        matches!(
+            result,
+            Err(Error::NotAcquired {
+                gave_up: GaveUp::Deadline,
+                ..
+            })
+        ),
+        "after {took:?}: {result:?}"
+    );
+    assert!(
+        (ms(400)..ms(2_500)).contains(&took),
+        "wait(1 s) gave up after {took:?}"
+    );
+    drop(hog);
+}
+
+/// Found in review: a waiter that hears no release still looks again soon:
+/// it does not sleep through the holder's whole TTL.
+#[tokio::test]
+async fn an_unannounced_release_does_not_leave_the_waiter_asleep_for_the_holders_ttl() {
+    let c = cluster(5);
+    let holder = redlock(&c);
+    let lock = holder.lock("r", Duration::from_secs(30)).await.unwrap();
+    await_holders(&c, &ALL, &key("r"), 5, ms(5_000)).await;
+    let waiter = Redlock::builder()
+        .nodes(c.urls())
+        .node_timeout(ms(300))
+        .build()
+        .unwrap();
+    let task = tokio::spawn(async move {
+        let result = waiter.lock("r", ms(5_000)).await;
+        (result, Instant::now())
+    });
+    // Failed, subscribed, and settled into its wait.
+    tokio::time::sleep(ms(600)).await;
+    assert!(!task.is_finished(), "the waiter did not wait");
+    // The holder's keys vanish without an announcement (a release through
+    // some other client, an operator's DEL): nobody publishes anything.
+    let released = Instant::now();
+    for i in ALL {
+        run(&c, i, &["DEL", &key("r")]);
+    }
+    std::mem::forget(lock);
+    let (result, got_at) = tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("the waiter still sleeps 10 s after the keys were deleted (holder TTL 30 s)")
+        .unwrap();
+    let lock = result.unwrap();
+    let gap = got_at - released;
+    println!("unannounced release to next holder: {gap:?}");
+    assert!(gap < Duration::from_secs(5), "took {gap:?}");
+    lock.release().await.unwrap();
 }

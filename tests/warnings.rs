@@ -1,6 +1,7 @@
 //! The warnings about nodes, each once per node: a `maxmemory-policy` that
 //! could evict lock keys (and never for a safe node), a refused `PUBLISH`,
-//! and a refused `INFO` (the restart guard cannot watch that node).
+//! and a refused `INFO` (the restart guard cannot watch that node); and the
+//! eviction check itself, asked once of a node that forbids `CONFIG`.
 
 mod common;
 
@@ -8,7 +9,13 @@ use std::time::Duration;
 
 use common::logs::Logs;
 use common::*;
+use redquorum::Redlock;
+use redquorum::local_cluster::{LocalCluster, Reply};
 use tracing::Level;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
 
 /// One lock and release of resource "r".
 async fn cycle(redlock: &redquorum::Redlock) {
@@ -120,4 +127,63 @@ async fn a_node_that_forbids_info_warns_once_that_its_restarts_go_unseen() {
         seen[0].contains(&port) && seen[0].contains("INFO") && seen[0].contains("restart"),
         "{seen:#?}"
     );
+}
+
+/// The CONFIG calls node `i` rejected (ACL), all subcommands together.
+fn rejected_config_calls(c: &LocalCluster, i: usize) -> u64 {
+    command_stat(c, i, "config", "rejected_calls")
+}
+
+/// Found in review: a node that forbids CONFIG is asked once, not on every
+/// reconnect.
+#[tokio::test]
+async fn a_node_forbidding_config_is_checked_once_however_often_it_reconnects() {
+    const ROUNDS: usize = 6;
+    let c = cluster(3);
+    for i in 0..3 {
+        run(
+            &c,
+            i,
+            &[
+                "ACL", "SETUSER", "lockuser", "on", ">pw", "~*", "&*", "+@all", "-config",
+            ],
+        );
+    }
+    let urls: Vec<String> = (0..3)
+        .map(|i| format!("redis://lockuser:pw@127.0.0.1:{}", c.port(i)))
+        .collect();
+    let redlock = Redlock::builder()
+        .nodes(&urls)
+        .node_timeout(ms(500))
+        .retry_count(10)
+        .retry_delay(ms(30))
+        .retry_jitter(ms(10))
+        .build()
+        .unwrap();
+    for round in 0..ROUNDS {
+        let lock = tokio::time::timeout(
+            Duration::from_secs(5),
+            redlock.lock("r", Duration::from_secs(10)),
+        )
+        .await
+        .expect("lock() hung")
+        .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        lock.release().await.unwrap();
+        // Room for a background check to ask and be refused.
+        tokio::time::sleep(ms(200)).await;
+        for i in 0..3 {
+            match run(&c, i, &["CLIENT", "KILL", "USER", "lockuser"]) {
+                Reply::Int(n) => assert!(n >= 1, "round {round}: no connection on node {i}"),
+                other => panic!("CLIENT KILL: {other:?}"),
+            }
+        }
+    }
+    for i in 0..3 {
+        let rejected = rejected_config_calls(&c, i);
+        println!("node {i}: {rejected} CONFIG calls rejected over {ROUNDS} connections");
+        assert!(
+            (1..=2).contains(&rejected),
+            "node {i}: {rejected} CONFIG calls rejected over {ROUNDS} connections"
+        );
+    }
 }
