@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::local_redis_cluster::LocalRedisCluster;
-use crate::net::cluster::ClusterEndpoint;
+use crate::net::topology::cluster::ClusterEndpoint;
 use crate::net::{Endpoint, Limits, Node};
 
 /// A connection error on a cluster connection retires it (removals keep

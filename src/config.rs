@@ -29,7 +29,8 @@ use std::time::Duration;
 
 use crate::error::ConfigError;
 use crate::net::Endpoint;
-use crate::net::endpoint::SENTINEL_SCHEMES;
+use crate::net::topology::redact::redact;
+use crate::net::topology::{plain, url};
 use crate::proto::quorum::Plan;
 
 /// Builds a [`Redlock`](crate::Redlock). Start from
@@ -52,18 +53,8 @@ pub struct Builder {
     /// What a builder call that cannot fail found wrong, told by `build`.
     refused: Option<ConfigError>,
     options: Options,
-    #[cfg(feature = "tls")]
-    tls: Tls,
-}
-
-/// Certificates for `rediss://` nodes, in PEM.
-#[cfg(feature = "tls")]
-#[derive(Clone, Default)]
-struct Tls {
-    /// Trusted instead of the system's roots.
-    root: Option<Vec<u8>>,
-    /// The client's certificate chain and private key.
-    client: Option<(Vec<u8>, Vec<u8>)>,
+    /// Certificates for `rediss://` nodes (none without the `tls` feature).
+    tls: plain::Tls,
 }
 
 /// The validated options, shared by every lock of a `Redlock`.
@@ -176,16 +167,8 @@ impl Builder {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let hosts: Vec<String> = sentinels
-            .into_iter()
-            .map(|s| s.as_ref().trim().to_owned())
-            .collect();
-        self.urls.push(format!(
-            "{}://{}/{}",
-            SENTINEL_SCHEMES[0],
-            hosts.join(","),
-            master_name.as_ref()
-        ));
+        self.urls
+            .push(url::sentinel_node_url(master_name.as_ref(), sentinels));
         self
     }
 
@@ -210,62 +193,11 @@ impl Builder {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let mut userinfo: Option<String> = None;
-        let mut hosts = Vec::new();
-        let mut tls = false;
-        let mut foreign = false;
-        let mut mixed = false;
-        for seed in seeds {
-            let seed = seed.as_ref().trim();
-            let rest = match seed.split_once("://") {
-                Some((scheme, rest)) => {
-                    let is = |s: &str| scheme.eq_ignore_ascii_case(s);
-                    tls |= is("rediss") || is("valkeys");
-                    foreign |= !(is("redis") || is("valkey") || is("rediss") || is("valkeys"));
-                    rest
-                }
-                None => seed,
-            };
-            let (user, host) = match rest.rsplit_once('@') {
-                Some((user, host)) => (Some(user), host),
-                None => (None, rest),
-            };
-            if let Some(user) = user {
-                match &userinfo {
-                    None => userinfo = Some(format!("{user}@")),
-                    Some(known) => mixed |= known.strip_suffix('@') != Some(user),
-                }
-            }
-            hosts.push(host.trim_end_matches('/').to_owned());
-        }
-        let hosts = hosts.join(",");
-        // Shown as the URL it stands for, redacted (a seed cut at a comma
-        // in its password, `:hunter2`, has no `@` and looks like a host).
-        let bad = |reason: &str| ConfigError::InvalidClusterUrl {
-            url: redact(&format!("redis+cluster://***@{hosts}")),
-            reason: reason.to_owned(),
-        };
-        let refused = if tls {
-            Some(bad("TLS to a cluster node is not supported yet"))
-        } else if foreign {
-            Some(bad(
-                "a seed is host:port or redis://[user:password@]host:port (valkey:// too)",
-            ))
-        } else if mixed {
-            Some(bad(
-                "the seeds give different users or passwords: a cluster node takes one for all \
-                 its seeds (give it on one seed, or the same on each)",
-            ))
-        } else {
-            None
-        };
+        let (url, refused) = url::cluster_node_url(seeds);
         if self.refused.is_none() {
             self.refused = refused;
         }
-        self.urls.push(format!(
-            "redis+cluster://{}{hosts}",
-            userinfo.unwrap_or_default()
-        ));
+        self.urls.push(url);
         self
     }
 
@@ -585,74 +517,6 @@ impl Builder {
         Ok(())
     }
 
-    /// How node `url` is reached: a Sentinel-managed node for a
-    /// `redis+sentinel://` URL, else one server.
-    fn endpoint(&self, url: &str) -> Result<Endpoint, ConfigError> {
-        if let Some(seeds) = cluster_seeds(url)? {
-            return self.cluster(url, &seeds);
-        }
-        if !is_sentinel(url) {
-            return Ok(Endpoint::Server(self.client(url)?));
-        }
-        #[cfg(feature = "sentinel")]
-        {
-            use crate::net::sentinel::{Sentinel, UrlError};
-            match Sentinel::parse(url, self.options.connect_timeout) {
-                Ok(sentinel) => Ok(Endpoint::Sentinel(sentinel)),
-                Err(UrlError::Tls) => {
-                    Err(ConfigError::SentinelTlsNotSupported { url: redact(url) })
-                }
-                Err(UrlError::Invalid(reason)) => Err(ConfigError::InvalidSentinelUrl {
-                    url: redact(url),
-                    reason: redact_all(&reason, url),
-                }),
-            }
-        }
-        #[cfg(not(feature = "sentinel"))]
-        Err(ConfigError::SentinelNotEnabled { url: redact(url) })
-    }
-
-    /// A client for `url`, with our certificates where it is a TLS URL.
-    fn client(&self, url: &str) -> Result<redis::Client, ConfigError> {
-        let invalid = |e: redis::RedisError| ConfigError::InvalidUrl {
-            url: redact(url),
-            reason: redact_all(&e.to_string(), url),
-        };
-        if !is_tls(url) {
-            return redis::Client::open(url).map_err(invalid);
-        }
-        #[cfg(feature = "tls")]
-        {
-            install_crypto_provider();
-            let client = if self.tls.root.is_some() || self.tls.client.is_some() {
-                let certificates = redis::TlsCertificates {
-                    client_tls: self.tls.client.clone().map(|(client_cert, client_key)| {
-                        redis::ClientTlsConfig {
-                            client_cert,
-                            client_key,
-                        }
-                    }),
-                    root_cert: self.tls.root.clone(),
-                };
-                redis::Client::build_with_tls(url, certificates).map_err(invalid)?
-            } else {
-                redis::Client::open(url).map_err(invalid)?
-            };
-            // Told from what redis-rs parsed, not the URL's text: `#insecure`
-            // is its one way to skip the checks, after the path or not.
-            // This build of it could not make such a connection anyway
-            // (every request would fail), and should not.
-            if let redis::ConnectionAddr::TcpTls { insecure: true, .. } =
-                client.get_connection_info().addr()
-            {
-                return Err(ConfigError::InsecureTls { url: redact(url) });
-            }
-            Ok(client)
-        }
-        #[cfg(not(feature = "tls"))]
-        Err(ConfigError::TlsNotEnabled { url: redact(url) })
-    }
-
     /// Checks the node list and the options: the clients to reach the
     /// nodes with, and the options. Does no I/O.
     pub(crate) fn validate(self) -> Result<(Vec<Endpoint>, Options), ConfigError> {
@@ -695,7 +559,7 @@ impl Builder {
         let mut endpoints = Vec::with_capacity(self.urls.len());
         let mut seen = HashSet::new();
         for url in &self.urls {
-            let endpoint = self.endpoint(url)?;
+            let endpoint = Endpoint::parse(url, o.connect_timeout, &self.tls)?;
             // A Sentinel-managed node has an identity per sentinel: one
             // sentinel listed in two nodes under one master name is one
             // master. Its own sentinels listed twice are one node too.
@@ -721,108 +585,6 @@ impl Builder {
         }
         Ok((endpoints, options))
     }
-
-    /// The endpoint of a cluster node given as `url`, whose seeds are
-    /// `seeds`.
-    #[cfg(feature = "cluster")]
-    fn cluster(&self, url: &str, seeds: &[String]) -> Result<Endpoint, ConfigError> {
-        crate::net::cluster::ClusterEndpoint::new(seeds, self.options.connect_timeout)
-            .map(Endpoint::Cluster)
-            .map_err(|e| ConfigError::InvalidUrl {
-                url: redact(url),
-                reason: redact_all(&e.to_string(), url),
-            })
-    }
-
-    /// Without the `cluster` feature, no node is a cluster.
-    #[cfg(not(feature = "cluster"))]
-    fn cluster(&self, url: &str, _: &[String]) -> Result<Endpoint, ConfigError> {
-        Err(ConfigError::ClusterNotEnabled { url: redact(url) })
-    }
-}
-
-/// The seeds of a cluster node's URL,
-/// `redis+cluster://[user:password@]host:port[,host:port…]`, as one
-/// `redis://[user:password@]host:port` each; `None` for another scheme.
-/// Nothing else is taken: no database (a cluster has one), no query, no
-/// TLS yet.
-fn cluster_seeds(url: &str) -> Result<Option<Vec<String>>, ConfigError> {
-    let trimmed = url.trim();
-    let Some((scheme, rest)) = trimmed.split_once("://") else {
-        return Ok(None);
-    };
-    let bad = |reason: &str| ConfigError::InvalidClusterUrl {
-        url: redact(url),
-        reason: reason.to_owned(),
-    };
-    if scheme.eq_ignore_ascii_case("rediss+cluster")
-        || scheme.eq_ignore_ascii_case("valkeys+cluster")
-    {
-        return Err(bad("TLS to a cluster node is not supported yet"));
-    }
-    if !(scheme.eq_ignore_ascii_case("redis+cluster")
-        || scheme.eq_ignore_ascii_case("valkey+cluster"))
-    {
-        return Ok(None);
-    }
-    let (userinfo, hosts) = match rest.rsplit_once('@') {
-        Some((user, hosts)) => (format!("{user}@"), hosts),
-        None => (String::new(), rest),
-    };
-    let hosts = hosts.strip_suffix('/').unwrap_or(hosts);
-    if hosts.contains(['/', '?', '#']) {
-        return Err(bad(
-            "a cluster node takes no database, path or query: give only host:port seeds",
-        ));
-    }
-    let mut seeds = Vec::new();
-    for host in hosts.split(',') {
-        let host = host.trim();
-        if host.is_empty() {
-            return Err(bad(
-                "an empty seed: give host:port seeds separated by commas",
-            ));
-        }
-        let port = host
-            .rsplit_once(':')
-            .filter(|(h, _)| !h.is_empty() && !h.ends_with(':'))
-            .and_then(|(_, p)| p.parse::<u16>().ok())
-            .filter(|&p| p != 0);
-        if port.is_none() {
-            // The seed is shown only if it cannot be a password's piece.
-            return Err(bad(
-                "every seed needs a host and a port (1-65535): host:port,host:port",
-            ));
-        }
-        seeds.push(format!("redis://{userinfo}{host}"));
-    }
-    Ok(Some(seeds))
-}
-
-/// Whether `url` names a Sentinel-managed node.
-fn is_sentinel(url: &str) -> bool {
-    let scheme = url.trim_start().split("://").next().unwrap_or_default();
-    SENTINEL_SCHEMES
-        .iter()
-        .any(|s| scheme.eq_ignore_ascii_case(s))
-}
-
-/// Whether `url` asks for TLS.
-fn is_tls(url: &str) -> bool {
-    let scheme = url.trim_start().split("://").next().unwrap_or_default();
-    scheme.eq_ignore_ascii_case("rediss") || scheme.eq_ignore_ascii_case("valkeys")
-}
-
-/// redis-rs builds its rustls configuration on the process-wide crypto
-/// provider, and rustls panics inside the connection where none can be
-/// chosen (none installed, and no single provider enabled by the build's
-/// features). Install `ring` unless one is installed already.
-#[cfg(feature = "tls")]
-fn install_crypto_provider() {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        // Err: another thread installed one meanwhile, which is as good.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
 }
 
 impl std::fmt::Debug for Builder {
@@ -838,139 +600,6 @@ impl std::fmt::Debug for Builder {
             .field("tls_client_certificate", &self.tls.client.is_some());
         f.finish()
     }
-}
-
-/// A URL with its password replaced, for error messages, logs and `Debug`:
-/// the password of `user:password@`, and the value of a `pass=`,
-/// `password=` (unix-socket URLs carry it there) or `sentinel_password=`
-/// query parameter (up to the next `&` that starts a known parameter, see
-/// [`secret_values`]). A URL that does not parse may carry its password
-/// elsewhere (see [`secret_span`]): that is replaced too.
-pub(crate) fn redact(url: &str) -> String {
-    // The query's passwords first: one may hold an '@' (one written
-    // unencoded), which `secret_span` would take for the end of the user
-    // information, leaving the rest of it shown.
-    let mut out = url.to_owned();
-    for value in secret_values(url).into_iter().rev() {
-        out.replace_range(value, "***");
-    }
-    match secret_span(&out) {
-        Some(span) => format!("{}***{}", &out[..span.start], &out[span.end..]),
-        None => out,
-    }
-}
-
-/// Whether a URL's query parameter `key` carries a password: `pass` and
-/// `password` (unix-socket URLs), `sentinel_password` (Sentinel-managed
-/// nodes).
-fn is_secret_parameter(key: &str) -> bool {
-    matches!(key, "pass" | "password" | "sentinel_password")
-}
-
-/// The query parameters a URL of ours may carry (redis-rs's and a
-/// Sentinel-managed node's): a secret value ends only before an `&` that
-/// starts one of these.
-fn is_known_parameter(key: &str) -> bool {
-    is_secret_parameter(key)
-        || matches!(
-            key,
-            "sentinel_username" | "user" | "username" | "db" | "protocol" | "insecure"
-        )
-}
-
-/// Where the values of the query's secret parameters are: each from its
-/// `=` to the next `&` followed by a known parameter's name (or the end),
-/// so that an unencoded `&` in a password (`sentinel_password=ab&cd`)
-/// hides all of it, not the part before the `&` only.
-fn secret_values(url: &str) -> Vec<std::ops::Range<usize>> {
-    let mut values = Vec::new();
-    let Some(q) = url.find('?') else {
-        return values;
-    };
-    let mut pos = q + 1;
-    while pos <= url.len() {
-        let pair_end = url[pos..].find('&').map_or(url.len(), |i| pos + i);
-        let next = match url[pos..pair_end].split_once('=') {
-            Some((key, _)) if is_secret_parameter(key) => {
-                let start = pos + key.len() + 1;
-                let mut end = url.len();
-                let mut from = start;
-                while let Some(i) = url[from..].find('&') {
-                    let amp = from + i;
-                    let name = url[amp + 1..].split(['=', '&']).next().unwrap_or("");
-                    if is_known_parameter(name) {
-                        end = amp;
-                        break;
-                    }
-                    from = amp + 1;
-                }
-                values.push(start..end);
-                end
-            }
-            _ => pair_end,
-        };
-        pos = next + 1;
-    }
-    values
-}
-
-/// Where, outside the query, a URL may carry a password: the user
-/// information before the last `@` (all of it, user too), after the
-/// scheme's `://` or, in a fragment without one, from the start; with no
-/// `@`, a port that is not a number (all that follows the host's `:`; of
-/// any host of a comma-separated list): a
-/// password whose `@host` went missing (`redis://:hunter2` is what is left
-/// of `redis://:hunter2,x@host` cut at its comma), which a real port never
-/// is.
-fn secret_span(url: &str) -> Option<std::ops::Range<usize>> {
-    let start = url.find("://").map_or(0, |i| i + 3);
-    if let Some(at) = url.rfind('@').filter(|&at| at >= start) {
-        return Some(start..at);
-    }
-    let end = url[start..]
-        .find(['/', '?', '#'])
-        .map_or(url.len(), |i| start + i);
-    // A Sentinel-managed node lists its sentinels with commas: each has a
-    // port of its own.
-    let mut offset = start;
-    for piece in url[start..end].split(',') {
-        // An IPv6 address's colons are not the port's.
-        let host = match piece.strip_prefix('[') {
-            Some(rest) => rest.find(']').map_or(piece.len(), |i| i + 2),
-            None => 0,
-        };
-        if let Some(colon) = piece[host..].find(':') {
-            let port = offset + host + colon + 1;
-            let number = url[port..offset + piece.len()]
-                .bytes()
-                .all(|b| b.is_ascii_digit());
-            if !number {
-                return Some(port..end);
-            }
-        }
-        offset += piece.len() + 1;
-    }
-    None
-}
-
-/// `text` with every password of `url` taken out: a parser's message may
-/// quote the URL, or parts of it.
-fn redact_all(text: &str, url: &str) -> String {
-    let mut secrets = Vec::new();
-    if let Some(span) = secret_span(url) {
-        let found = &url[span.clone()];
-        secrets.push(if url[span.end..].starts_with('@') {
-            // `user:password@`: the user is no secret.
-            found.split_once(':').map_or(found, |(_, p)| p)
-        } else {
-            found
-        });
-    }
-    secrets.extend(secret_values(url).into_iter().map(|value| &url[value]));
-    secrets
-        .into_iter()
-        .filter(|s| !s.is_empty())
-        .fold(text.to_owned(), |text, secret| text.replace(secret, "***"))
 }
 
 impl Options {
@@ -1061,34 +690,6 @@ mod tests {
 
     #[test]
     fn cluster_urls_give_seeds_or_say_what_to_fix() {
-        assert_eq!(cluster_seeds("redis://h:1").unwrap(), None);
-        assert_eq!(
-            cluster_seeds("redis+cluster://u:p,w@a:1,b:2").unwrap(),
-            Some(vec![
-                "redis://u:p,w@a:1".to_owned(),
-                "redis://u:p,w@b:2".to_owned()
-            ])
-        );
-        for bad in [
-            "redis+cluster://",
-            "redis+cluster://a:1,,b:2",
-            "redis+cluster://a",
-            "redis+cluster://a:0",
-            "redis+cluster://:1",
-            "redis+cluster://a:1/0",
-            "redis+cluster://u:hunter2@a:1?x=1",
-            "rediss+cluster://u:hunter2@a:1",
-            "redis+cluster://:hunter2",
-        ] {
-            let e = cluster_seeds(bad).unwrap_err();
-            assert!(
-                matches!(e, ConfigError::InvalidClusterUrl { .. }),
-                "{bad}: {e:?}"
-            );
-            let shown = format!("{e} {e:?}");
-            assert!(!shown.contains("hunter2"), "{shown}");
-            assert!(shown.contains("host:port"), "{shown}");
-        }
         // The builder call makes the same URL; the seed set is the identity.
         let b = Builder::default().cluster_node(["redis://u:pw@b:2", "a:1"]);
         assert_eq!(b.urls, vec!["redis+cluster://u:pw@b:2,a:1".to_owned()]);
@@ -1227,32 +828,6 @@ mod tests {
         let e = config_err(Builder::default().node("redis+unix:///tmp/r.sock?db=x&pass=s3cret"));
         assert!(!e.to_string().contains("s3cret"), "{e}");
         assert!(!format!("{e:?}").contains("s3cret"), "{e:?}");
-        assert_eq!(redact("redis://u:p@h:1/0"), "redis://***@h:1/0");
-        assert_eq!(redact("redis://h:1"), "redis://h:1");
-        assert_eq!(
-            redact("redis+unix:///s.sock?db=1&pass=x&password=y"),
-            "redis+unix:///s.sock?db=1&pass=***&password=***"
-        );
-        // A URL with a comma in its password is one URL, and so redacted.
-        assert_eq!(redact("redis://:hunter2,secret@h:1"), "redis://***@h:1");
-        assert_eq!(redact("redis://admin:s3cr3t,@h:1"), "redis://***@h:1");
-        // What is left of one cut at that comma: no '@', a password where
-        // the port would be, or a user information without its scheme.
-        assert_eq!(redact("redis://:hunter2"), "redis://:***");
-        assert_eq!(redact("redis://admin:s3cr3t"), "redis://admin:***");
-        assert_eq!(redact("redis://admin:s3:cr3t/0"), "redis://admin:***/0");
-        assert_eq!(redact("secret@h:1"), "***@h:1");
-        // Ports, IPv6 addresses and paths are not secrets.
-        for url in [
-            "redis://h:6379/0",
-            "redis://[fe80::1]:6379",
-            "redis://[fe80::1]",
-            "redis://[fe80::1",
-            "redis+unix:///tmp/a:b.sock",
-            "redis://h",
-        ] {
-            assert_eq!(redact(url), url);
-        }
         for url in [
             "redis://:hunter2",
             "redis://admin:s3cr3t",
@@ -1286,29 +861,7 @@ mod tests {
     }
 
     #[test]
-    fn sentinel_urls_are_checked_and_redacted() {
-        assert_eq!(
-            redact("redis+sentinel://h1:1,[::1]:2,h3/m/0"),
-            "redis+sentinel://h1:1,[::1]:2,h3/m/0"
-        );
-        assert_eq!(
-            redact("redis+sentinel://u:pw@h1:1,h2:2/m?sentinel_password=x"),
-            "redis+sentinel://***@h1:1,h2:2/m?sentinel_password=***"
-        );
-        // An unencoded '&' in a password: all of it is hidden, up to the
-        // next known parameter.
-        assert_eq!(
-            redact("redis+sentinel://h:1/m?sentinel_password=ab&cdsecret"),
-            "redis+sentinel://h:1/m?sentinel_password=***"
-        );
-        assert_eq!(
-            redact("redis+sentinel://h:1/m?sentinel_password=ab&cd=x&sentinel_username=u"),
-            "redis+sentinel://h:1/m?sentinel_password=***&sentinel_username=u"
-        );
-        assert_eq!(
-            redact("redis+sentinel://h:1/m?sentinel_username=u&sentinel_password=x&"),
-            "redis+sentinel://h:1/m?sentinel_username=u&sentinel_password=***"
-        );
+    fn sentinel_urls_are_checked() {
         let built = Builder::default().sentinel_node("m", ["h1:1", " h2:2"]);
         assert_eq!(built.urls, ["redis+sentinel://h1:1,h2:2/m"]);
         #[cfg(not(feature = "sentinel"))]

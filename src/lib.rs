@@ -80,7 +80,9 @@
 //!   `proto::quorum`, the quorum rule and all its arithmetic (majority,
 //!   validity, drift, back-off), with no Redis in it.
 //! * `net`: one node — a connection slot made in the background, the
-//!   per-request bound, replacing silent connections, the restart guard.
+//!   per-request bound, replacing silent connections, the restart guard;
+//!   `net::topology`, what a node is (one server, a Sentinel-managed
+//!   primary, a Redis Cluster): its URL, its redaction, its connections.
 //! * `config`, `error`, `clock` (the suspend-aware monotonic clock).
 //! * `local_cluster` (feature `local-cluster`): local `redis-server`
 //!   processes for tests, examples and benchmarks; `local_sentinel`, the
@@ -130,7 +132,7 @@ pub use proto::quorum::MAX_TTL;
 /// API.
 #[cfg(feature = "cluster")]
 #[doc(hidden)]
-pub use net::cluster::redirects_followed as cluster_redirects_followed;
+pub use net::topology::cluster::redirects_followed as cluster_redirects_followed;
 
 /// The README's examples, compiled with the doctests so that the README
 /// cannot drift from the API.

@@ -89,7 +89,7 @@
 //! * A failover to a replica that had copied every key is harmless, and is
 //!   quarantined all the same: the guard cannot tell what was copied.
 //!
-//! **A node that is a Redis Cluster** (see [`cluster`](super::cluster))
+//! **A node that is a Redis Cluster** (see [`cluster`](super::topology::cluster))
 //! keeps one connection across its shards' failovers, so the guard learns
 //! its primaries at connect (each one's uptime starts the node's memory
 //! as a plain node's does) and is told which primary ran each grant. A
@@ -196,7 +196,7 @@ pub(crate) struct Guard {
     identity: Mutex<Option<String>>,
     /// A cluster node's primaries seen so far, by identity (`run_id` and
     /// replication ID, see [`primary_identity`] and
-    /// [`cluster`](super::cluster)): a grant by another one is no vote.
+    /// [`cluster`](super::topology::cluster)): a grant by another one is no vote.
     primaries: Mutex<std::collections::HashSet<String>>,
     /// Whether the node has refused `INFO`, so that its restarts cannot be
     /// seen (warned about once).

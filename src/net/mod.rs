@@ -83,15 +83,11 @@
 //! unanswered one. The restart guard ([`guard`]) reads every new
 //! connection's `INFO server` before the connection is used.
 
-#[cfg(feature = "cluster")]
-pub(crate) mod cluster;
-pub(crate) mod endpoint;
 pub(crate) mod guard;
 mod removals;
 mod retired;
-#[cfg(feature = "sentinel")]
-pub(crate) mod sentinel;
 pub(crate) mod slot;
+pub(crate) mod topology;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -106,11 +102,15 @@ use crate::error::NodeFailure;
 #[cfg(feature = "metrics")]
 use crate::metrics;
 use crate::proto::{Effect, Gate, Pass, Prepared, ScriptCall, Shared};
-pub(crate) use endpoint::{CommandConn, Endpoint};
 use guard::{Guard, Lives};
 use removals::Removals;
 use retired::Retired;
 use slot::{Live, Slot};
+#[cfg(feature = "cluster")]
+use topology::cluster;
+#[cfg(feature = "sentinel")]
+use topology::sentinel;
+pub(crate) use topology::{CommandConn, Endpoint};
 
 /// For how many request timeouts a connection may leave a request
 /// unanswered before a timeout on it counts it as dead.

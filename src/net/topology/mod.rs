@@ -1,33 +1,64 @@
-//! What a node is: where its connections go.
+//! Topologies: what a node is, and where its connections go.
 //!
 //! A node of the quorum is one failure domain that holds a copy of each
-//! lock key. Most often it is one server ([`Endpoint::Server`]); with the
-//! `sentinel` feature it can be a Sentinel-managed primary
-//! (`Endpoint::Sentinel`, see `net::sentinel`), whose
-//! connections go to whichever server the sentinels name as the primary
-//! when the connection is made. The rest of the node layer (bounded
-//! requests, the gate, retired connections, the restart guard) does not
-//! care how a connection was reached, only that every connection it gets is
-//! to the server that holds the keys now. This file is the one place that
-//! knows how to get such a connection, for commands and for pub/sub.
+//! lock key. It can be one of three things, each an [`Endpoint`]:
 //!
-//! A node may also be a whole Redis Cluster ([`Endpoint::Cluster`], crate
-//! feature `cluster`): its command connection is then redis-rs's
-//! `ClusterConnection`, which sends each command to the primary serving
-//! its key's slot. What that changes for the node rules (replays, the
-//! restart guard per shard) is argued in [`cluster`](super::cluster).
+//! * **One server** ([`Endpoint::Server`], [`plain`]): `redis://host:port`.
+//!   Every connection goes to it.
+//! * **A Sentinel-managed primary** (`Endpoint::Sentinel`, feature
+//!   `sentinel`, see `sentinel`): a primary, its replicas and the sentinels
+//!   that promote a replica when the primary fails. Every connection goes
+//!   to whichever server a majority of the listed sentinels name as the
+//!   primary when the connection is made, and a live one is re-checked
+//!   (`net::recheck`); a failover is seen by the restart guard as a
+//!   restart.
+//! * **A whole Redis Cluster** (`Endpoint::Cluster`, feature `cluster`,
+//!   see `cluster`): its command connection is redis-rs's
+//!   `ClusterConnection`, which sends each command to the primary serving
+//!   its key's slot; what that changes for the node rules (every key of a
+//!   lock in one slot, redirects followed by us and never replayed, the
+//!   restart guard per shard) is argued there.
+//!
+//! The rest of the node layer ([`net`](crate::net): bounded requests, the
+//! gate, retired connections, removals, the restart guard) does not care
+//! how a connection was reached, only that every connection it gets is to
+//! the server that holds the keys now. [`Endpoint::connect`] and
+//! [`Endpoint::pubsub`] are the one place that knows how to get one, for
+//! commands and for pub/sub; [`Endpoint::name`] and
+//! [`Endpoint::identities`] say how the node is shown and when two nodes
+//! are one failure domain (which must not vote twice).
+//!
+//! **URLs.** Every node is given to the builder as one URL, and its scheme
+//! picks the topology ([`url`]), told apart without the features: a URL of
+//! a topology left out of the build is refused with the feature to add,
+//! not read as another. [`Endpoint::parse`] turns a URL into its endpoint,
+//! with no I/O: redis-rs parses a server's ([`plain`]), `sentinel::url` a
+//! Sentinel-managed node's, [`url::cluster_seeds`] a cluster's.
+//!
+//! **Redaction.** A URL carries passwords (its user information, some query
+//! parameters), and an error about a URL that does not parse must not show
+//! them either: every URL and parser message the crate shows goes through
+//! [`redact`](mod@redact) first, which finds them even in a malformed URL.
+
+#[cfg(feature = "cluster")]
+pub(crate) mod cluster;
+pub(crate) mod plain;
+pub(crate) mod redact;
+#[cfg(feature = "sentinel")]
+pub(crate) mod sentinel;
+pub(crate) mod url;
+
+use std::time::Duration;
 
 use redis::AsyncConnectionConfig;
 use redis::aio::{ConnectionLike, MultiplexedConnection, PubSub};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
-use crate::error::NodeFailure;
+use crate::error::{ConfigError, NodeFailure};
 use crate::net::classify;
+use redact::redact;
 #[cfg(feature = "sentinel")]
-use crate::net::sentinel::Sentinel;
-
-/// The URL schemes of a Sentinel-managed node (the second asks for TLS).
-pub(crate) const SENTINEL_SCHEMES: [&str; 2] = ["redis+sentinel", "rediss+sentinel"];
+use sentinel::Sentinel;
 
 /// How a node's connections are made.
 // One per node, made once: the sizes of the variants do not matter.
@@ -42,10 +73,63 @@ pub(crate) enum Endpoint {
     Sentinel(Sentinel),
     /// A Redis Cluster, reached through its seed nodes.
     #[cfg(feature = "cluster")]
-    Cluster(super::cluster::ClusterEndpoint),
+    Cluster(cluster::ClusterEndpoint),
 }
 
 impl Endpoint {
+    /// How node `url` is reached: a cluster node for a `redis+cluster://`
+    /// URL, a Sentinel-managed node for a `redis+sentinel://` one, else one
+    /// server (with the certificates `tls` for a TLS URL). `connect` is the
+    /// node's connect timeout, which bounds a Sentinel-managed node's
+    /// queries and a cluster's own steps. Does no I/O; errors show the URL
+    /// redacted.
+    pub(crate) fn parse(
+        url: &str,
+        connect: Duration,
+        tls: &plain::Tls,
+    ) -> Result<Endpoint, ConfigError> {
+        if let Some(seeds) = url::cluster_seeds(url)? {
+            return Endpoint::cluster(url, &seeds, connect);
+        }
+        if !url::is_sentinel(url) {
+            return Ok(Endpoint::Server(plain::client(url, tls)?));
+        }
+        #[cfg(feature = "sentinel")]
+        {
+            use sentinel::url::UrlError;
+            match Sentinel::parse(url, connect) {
+                Ok(sentinel) => Ok(Endpoint::Sentinel(sentinel)),
+                Err(UrlError::Tls) => {
+                    Err(ConfigError::SentinelTlsNotSupported { url: redact(url) })
+                }
+                Err(UrlError::Invalid(reason)) => Err(ConfigError::InvalidSentinelUrl {
+                    url: redact(url),
+                    reason: redact::redact_all(&reason, url),
+                }),
+            }
+        }
+        #[cfg(not(feature = "sentinel"))]
+        Err(ConfigError::SentinelNotEnabled { url: redact(url) })
+    }
+
+    /// The endpoint of a cluster node given as `url`, whose seeds are
+    /// `seeds`.
+    #[cfg(feature = "cluster")]
+    fn cluster(url: &str, seeds: &[String], connect: Duration) -> Result<Endpoint, ConfigError> {
+        cluster::ClusterEndpoint::new(seeds, connect)
+            .map(Endpoint::Cluster)
+            .map_err(|e| ConfigError::InvalidUrl {
+                url: redact(url),
+                reason: redact::redact_all(&e.to_string(), url),
+            })
+    }
+
+    /// Without the `cluster` feature, no node is a cluster.
+    #[cfg(not(feature = "cluster"))]
+    fn cluster(url: &str, _: &[String], _: Duration) -> Result<Endpoint, ConfigError> {
+        Err(ConfigError::ClusterNotEnabled { url: redact(url) })
+    }
+
     /// How the node is named in reports and logs: `host:port` (or the
     /// socket path), `master@sentinel:port,…` for a Sentinel-managed node,
     /// `cluster(host:port,…)` for a cluster (its seeds); never the password.
@@ -79,9 +163,9 @@ impl Endpoint {
     /// Whether the server behind the node can change to another that was
     /// running all along (a promoted replica), so that its uptime says
     /// nothing of when it began to hold the keys (see
-    /// [`guard`](super::guard)).
+    /// [`guard`](crate::net::guard)).
     /// A cluster's does too, but its guard sees each grant's primary
-    /// ([`Guard::granted_by`](super::guard::Guard::granted_by)), with no
+    /// ([`Guard::granted_by`](crate::net::guard::Guard::granted_by)), with no
     /// re-check window to add: it is not counted here.
     pub(crate) fn fails_over(&self) -> bool {
         match self {
@@ -104,7 +188,7 @@ impl Endpoint {
     /// A new command connection to the server that holds the keys now (on
     /// a cluster, to every primary, routed by slot), and, for a
     /// Sentinel-managed node, the primary's address the sentinels named.
-    /// Unbounded here: the caller bounds it (see [`slot`](super::slot)).
+    /// Unbounded here: the caller bounds it (see [`slot`](crate::net::slot)).
     pub(crate) async fn connect(
         &self,
         config: &AsyncConnectionConfig,
@@ -159,7 +243,7 @@ pub(crate) enum CommandConn {
     /// One server's multiplexed connection.
     Plain(MultiplexedConnection),
     /// A cluster's connection, which routes each command by its key's slot
-    /// (and is configured to retry nothing: see [`cluster`](super::cluster)).
+    /// (and is configured to retry nothing: see [`cluster`]).
     #[cfg(feature = "cluster")]
     Cluster(redis::cluster_async::ClusterConnection),
 }

@@ -9,7 +9,7 @@
 //! the only node is a single failure domain whose failover can hand a lock
 //! to two holders (the README says so plainly).
 //!
-//! Three things make a cluster fit the node rules of [`net`](super):
+//! Three things make a cluster fit the node rules of [`net`](crate::net):
 //!
 //! * **Every key of one lock in one slot** ([`keys`](crate::keys)): a Lua script
 //!   runs on one primary and must find all its keys there. The side keys
@@ -55,7 +55,7 @@
 //!   ([`Effect::Grant`](crate::proto::Effect)) is pipelined with `INFO
 //!   server` and `INFO replication` on the same route, so the reply names
 //!   the primary that ran it. A primary is its `run_id` and its
-//!   `master_replid` ([`primary_identity`](super::guard::primary_identity)):
+//!   `master_replid` ([`primary_identity`](crate::net::guard::primary_identity)):
 //!   the `run_id` alone would miss a failback (P1 fails over to R1, then
 //!   R1 back to P1: P1, a replica meanwhile, may lack R1's grants, and its
 //!   `run_id` is known), while Redis draws a new replication ID at every
@@ -110,7 +110,7 @@ use redis::cluster_routing::{
 };
 use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 
-use super::guard::ServerInfo;
+use crate::net::guard::ServerInfo;
 use crate::proto::{Gate, Pass};
 
 /// The most requests on the wire to one cluster node: below the 100
@@ -232,8 +232,8 @@ impl ClusterEndpoint {
 /// [`BORN_EMPTY_KEY`] set names (one set for the cluster, in its key's
 /// slot; a refusal reads as empty).
 ///
-/// [`primary_identity`]: super::guard::primary_identity
-/// [`BORN_EMPTY_KEY`]: super::guard::BORN_EMPTY_KEY
+/// [`primary_identity`]: crate::net::guard::primary_identity
+/// [`BORN_EMPTY_KEY`]: crate::net::guard::BORN_EMPTY_KEY
 pub(crate) async fn primaries(
     conn: &mut ClusterConnection,
     born: bool,
@@ -252,12 +252,12 @@ pub(crate) async fn primaries(
     }
     let born_empty: Vec<String> = match born {
         true => match redis::cmd("SMEMBERS")
-            .arg(super::guard::BORN_EMPTY_KEY)
+            .arg(crate::net::guard::BORN_EMPTY_KEY)
             .query_async(conn)
             .await
         {
             Ok(members) => members,
-            Err(e) if super::is_connection_error(&e) => return Err(e),
+            Err(e) if crate::net::is_connection_error(&e) => return Err(e),
             Err(_) => Vec::new(),
         },
         false => Vec::new(),
@@ -267,7 +267,7 @@ pub(crate) async fn primaries(
         let Some((_, replication)) = replication.iter().find(|(a, _)| a == address) else {
             return Err(changed());
         };
-        let primary = super::guard::server_info(server, Some(replication), true, &born_empty)
+        let primary = crate::net::guard::server_info(server, Some(replication), true, &born_empty)
             .map_err(|reason| RedisError::from((ErrorKind::Client, "INFO", reason)))?;
         primaries.push(primary);
     }
@@ -304,7 +304,7 @@ pub(crate) struct Ran {
     /// Its reply (an error reply as `Err`).
     pub(crate) reply: Result<Value, RedisError>,
     /// The identity of the primary that ran it
-    /// ([`primary_identity`](super::guard::primary_identity)), when asked
+    /// ([`primary_identity`](crate::net::guard::primary_identity)), when asked
     /// for and told.
     pub(crate) primary: Option<Result<String, String>>,
 }
@@ -409,7 +409,7 @@ fn read(values: Vec<Value>, asking: bool, watch: bool) -> Ran {
     let primary = watch.then(|| {
         let server = text("server");
         let replication = text("replication");
-        super::guard::primary_identity(&server?, &replication?)
+        crate::net::guard::primary_identity(&server?, &replication?)
     });
     Ran { reply, primary }
 }
