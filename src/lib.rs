@@ -105,6 +105,7 @@ mod lock;
 mod metrics;
 mod net;
 mod proto;
+mod wait;
 
 #[cfg(feature = "local-cluster")]
 #[cfg_attr(docsrs, doc(cfg(feature = "local-cluster")))]

@@ -12,7 +12,7 @@
 //! * [`extend`](Engine::extend) and [`release`](Engine::release): the same
 //!   fan-out and count for the kind's other two commands;
 //! * [`acquire`]: the loop around attempts — cancel safety, retries, and
-//!   waiting for a release ([`waiters`]);
+//!   waiting for a release ([`crate::wait`]);
 //! * [`hold`]: what a held lock shares with its handles — its validity
 //!   deadline, the one extension in flight, the watchdog.
 //!
@@ -21,7 +21,6 @@
 
 pub(crate) mod acquire;
 pub(crate) mod hold;
-pub(crate) mod waiters;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -35,13 +34,13 @@ use tokio::sync::Notify;
 use crate::clock::Moment;
 use crate::config::Options;
 use crate::error::{NodeFailure, Report};
-use crate::kinds::{Kind, queue};
+use crate::kinds::Kind;
 use crate::metrics;
 use crate::net::guard::Lives;
 use crate::net::{Endpoint, Limits, Node, Patience};
 use crate::proto::quorum::{self, Plan, Stragglers, Tally};
 use crate::proto::{Answer, Command, Keys, LockId, Prepared, Shared};
-use waiters::Waiters;
+use crate::wait::{Waiters, queue};
 
 /// The nodes, the options and the waiters' subscriptions of one `Redlock`.
 pub(crate) struct Engine {

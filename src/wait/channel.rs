@@ -1,84 +1,6 @@
-//! Waiting without polling: a release wakes the waiter whose turn it is.
-//!
-//! Waiters queue on the nodes, and a release wakes the first of the queue
-//! ([`queue`], where the protocol and its argument are): the release
-//! script publishes `<waiter> <token>` on the channel
-//! `<key>:wake:<client id>` of the first waiter's client, on every node
-//! where it deletes the key (rollbacks of failed attempts only when they
-//! may have reached a majority, or when the kind asks it:
-//! [`Kind::release`](crate::kinds::Kind::release),
-//! [`Kind::announce_rollback`](crate::kinds::Kind::announce_rollback)). So each `Redlock`
-//! hears only the wake-ups of its own waiters, and a release costs one
-//! waiter one attempt, not every waiter one each. A [`Redlock`] keeps one
-//! subscriber connection per node, made when the first of its `lock()`
-//! calls has to wait and shared by all of them, and a registry of the
-//! channels its calls wait on, each subscribed while it has waiters and for
-//! [`LINGER`] after. Each `lock()` call that waits is one waiter of its own
-//! (a [`Listener`], numbered), queued on the nodes by its attempts, which
-//! carry its name: several calls of one process on one resource queue
-//! there like calls of different processes, and only the one whose turn it
-//! is wakes.
-//!
-//! **When is a wake-up sure to come?** A release that counts reaches a
-//! majority, `Q` of `N` nodes. If the channel is subscribed on at least
-//! `N − Q + 1` nodes, the two sets share a node, so the release is heard
-//! by the waiter whose turn it is, if it is ours; if it is another
-//! waiter's, that one tries next, and its release comes in turn. A woken
-//! wait that cannot act passes the turn on: a wait that has ended (its
-//! client asks the node to wake the next if the lock has room there:
-//! [`queue`]'s pass-on), or one that gives up (leaving the queue wakes the
-//! next if the lock has room: a free key, a semaphore's free slot, readers
-//! no writer's intent keeps others from). A waiter whose client no longer
-//! subscribes on a node is skipped there, also when a pattern subscriber
-//! (`PSUBSCRIBE *`, a monitoring tool) would count the wake-up as heard
-//! (the node asks `PUBSUB NUMSUB` first). What escapes that — a wake-up for a `Redlock`
-//! dropped a moment before, its subscriptions not yet closed, or one
-//! counted by a pattern subscriber where an ACL forbids `PUBSUB` — costs
-//! the next waiter its timer: the holder's PTTL, capped at ten retry
-//! delays. A node that is a Redis Cluster is subscribed on one of its
-//! servers (the next seed after a failure: [`Endpoint::pubsub`]); a
-//! release's `PUBLISH`, on the primary of the key's slot, reaches every
-//! server of the cluster, but there `PUBSUB NUMSUB` and `PUBLISH`'s reply
-//! count only that server's subscribers, so the script takes the waiter as
-//! listening (a waiter whose client is gone then costs the next one its
-//! timer too).
-//! Below that the waiter is [`listening`](Channel::listening) no more, and
-//! the retry loop falls back to its ordinary retry pause. The
-//! subscriptions that count for a wait are those made before the attempt
-//! that preceded it ([`Channel::heard_since`]): one made later may have
-//! come after the release.
-//!
-//! **Whom does a wake-up wake?** Only the wait it names, whatever its last
-//! attempt saw ([`Channel::wake`]): the nodes took that wait out of their
-//! queues, so if it did not act the turn would be lost. Wake-ups
-//! are remembered (the last [`RECENT`]), not just signalled, so one heard
-//! while the waiter was still busy with its attempt still wakes it; one
-//! for a wait that has ended wakes nobody.
-//!
-//! Announcements only save time; they are never needed for progress. Every
-//! wait also has a timer (the holder's remaining TTL, learnt by the failed
-//! attempt, or the retry pause), so that a key that expires without a
-//! release is noticed too. A subscriber connection that breaks (a restart,
-//! `CLIENT KILL TYPE pubsub`) wakes every waiter, which tries again and
-//! subscribes anew on its way back to waiting: a broken subscription
-//! degrades to timers, never to a hang. Every subscription is bounded by the
-//! node timeout, so a frozen node delays no one. A subscriber connection
-//! that goes silent without breaking (a partition with no RST, a dead NAT
-//! entry) would still look subscribed, so each is pinged every
-//! [`PING_EVERY`] unless a message came in since; one that does not answer
-//! in time is dropped like a broken one. While the node answers this
-//! process's commands on a connection made before the subscriber
-//! connection was last known to work, the network path is known to work,
-//! and only a fault of the idle subscriber connection alone is left to find
-//! (a middlebox that drops idle connections): it is pinged every
-//! [`PING_IDLE`] then. (A command connection made since does not count: a
-//! fault that silences the connections open at some moment, and lets new
-//! ones through, would hide behind it.)
-//! (256 waiting `Redlock`s on five nodes pinged 1 280 times a second.)
-//!
-//! The subscriber connections live in the same kind of [`Slot`] as the
-//! command connections: made in the background, shared, replaced by
-//! generation.
+//! One key's wake-up channel ([`Channel`]) and one call's [`Listener`]
+//! over the channels of its keys: what a waiter hears, and when it wakes
+//! (the protocol is in the [module doc of `wait`](super)).
 //!
 //! One release wakes the same waiter on every node it reached; the channel
 //! counts the copies heard before the waiter's next attempt once. A copy
@@ -104,89 +26,32 @@
 //! A call listens on the channels of all its keys at once (a [`Listener`]):
 //! a waiter for a multi-resource lock is woken by the release of any of
 //! them, and is listening only while it is listening on each.
-//!
-//! [`Redlock`]: crate::Redlock
-//! [`Request::Release`]: crate::kinds::Kind::release
 
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use redis::aio::PubSubSink;
 
-use crate::net::Endpoint;
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::Notify;
 
 use crate::clock::Moment;
-use crate::error::NodeFailure;
-use crate::kinds::queue;
-use crate::net::slot::Slot;
-use crate::net::{Limits, Node, Patience, is_connection_error};
-use crate::proto::Prepared;
+use crate::net::is_connection_error;
 
-/// How often an idle subscriber connection is pinged.
-pub(crate) const PING_EVERY: Duration = Duration::from_secs(1);
-
-/// How often an idle subscriber connection is pinged all the same while
-/// its node answers the command connection (see [`PING_EVERY`]).
-pub(crate) const PING_IDLE: Duration = Duration::from_secs(10);
+use super::subscriber::{Inner, Waiters};
+use super::{lock, queue};
 
 /// How long a channel stays subscribed after its last waiter went.
 pub(crate) const LINGER: Duration = Duration::from_secs(2);
-
-/// The subscriber connections of one `Redlock`, and the channels waited on.
-pub(crate) struct Waiters {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    /// This `Redlock`'s id among the waiters on the nodes: 16 random hex
-    /// digits (see [`queue`]).
-    client: Box<str>,
-    /// The number of the next wait.
-    waits: AtomicU64,
-    nodes: Vec<Subscriber>,
-    /// How many nodes must be subscribed for every release that reaches a
-    /// majority to be heard: `N − quorum + 1`.
-    needed: usize,
-    channels: Mutex<HashMap<Box<str>, Weak<Channel>>>,
-    /// How many channels `channels` holds, as of its last change: every
-    /// `lock()` looks, and most find none without taking the lock.
-    registered: AtomicUsize,
-    /// How many subscriber connections have been dropped.
-    drops: AtomicU64,
-    /// Set when the [`Waiters`] are dropped: lingering channels let go.
-    closed: AtomicBool,
-    closing: Notify,
-}
-
-/// One node's subscriber connection.
-struct Subscriber {
-    endpoint: Endpoint,
-    /// The node's command side, told when this connection goes silent.
-    node: Node,
-    limits: Limits,
-    slot: Arc<Slot<Arc<Live>>>,
-}
-
-/// A live subscriber connection: its command half, and the handle whose
-/// drop stops the task that reads its messages (and so closes it). The
-/// command half is locked while (un)subscribing, so that an unsubscription
-/// and a new subscription of the same channel cannot cross.
-struct Live {
-    sink: tokio::sync::Mutex<PubSubSink>,
-    _reader: oneshot::Sender<()>,
-}
 
 /// The releases of one key that woke this process's waiters, as heard by
 /// it; unsubscribed when its last waiter has gone and [`LINGER`] has
 /// passed.
 pub(crate) struct Channel {
-    name: Box<str>,
-    notify: Notify,
+    pub(super) name: Box<str>,
+    pub(super) notify: Notify,
     /// The waits on it now, by number.
     waits: Mutex<HashSet<u64>>,
     /// The wake-ups heard lately.
@@ -233,98 +98,6 @@ pub(crate) enum Wake {
     Dropped,
 }
 
-impl Waiters {
-    /// The subscriber side of `nodes`: a subscriber connection to each,
-    /// made when first needed, under the same limits.
-    pub(crate) fn new(nodes: &[Node]) -> Waiters {
-        let quorum = crate::proto::quorum::quorum(nodes.len());
-        Waiters {
-            inner: Arc::new(Inner {
-                client: hex::encode(rand::random::<[u8; 8]>()).into(),
-                waits: AtomicU64::new(1),
-                nodes: nodes
-                    .iter()
-                    .map(|node| Subscriber {
-                        endpoint: node.endpoint().clone(),
-                        node: node.clone(),
-                        limits: node.limits(),
-                        slot: Slot::new(node.limits().connect),
-                    })
-                    .collect(),
-                needed: nodes.len() + 1 - quorum,
-                channels: Mutex::default(),
-                registered: AtomicUsize::new(0),
-                drops: AtomicU64::new(0),
-                closed: AtomicBool::new(false),
-                closing: Notify::new(),
-            }),
-        }
-    }
-
-    /// The channels of `keys` if every one is already listening (kept
-    /// subscribed by other waiters or lingering), so that a call can take
-    /// its mark before its first attempt; `None` otherwise, and then
-    /// nothing is registered.
-    pub(crate) fn listening(&self, keys: &[Box<str>]) -> Option<Listener> {
-        // Upgraded only once the registry is unlocked: an upgraded channel
-        // may be the last reference (its other holders let go meanwhile),
-        // and dropping it takes the registry's lock.
-        if self.inner.registered.load(Ordering::Relaxed) == 0 {
-            // Nobody waits, nothing lingers: the common case. (A channel
-            // registered just now and missed here costs only the second
-            // attempt this would have spared.)
-            return None;
-        }
-        let weak = {
-            let registry = lock(&self.inner.channels);
-            keys.iter()
-                .map(|key| registry.get(self.inner.channel_name(key).as_str()).cloned())
-                .collect::<Option<Vec<_>>>()?
-        };
-        let channels = weak.iter().map(Weak::upgrade).collect::<Option<Vec<_>>>()?;
-        // (A `Listener` made and dropped would extend the lingering.)
-        if channels.iter().all(|c| c.listening()) {
-            Some(self.listener(channels))
-        } else {
-            None
-        }
-    }
-
-    /// The channel of `key`, registered (shared with this process's other
-    /// waiters on it) but not yet subscribed: see [`Channel::ensure`].
-    fn channel(&self, key: &str) -> Arc<Channel> {
-        let name = self.inner.channel_name(key);
-        let mut channels = lock(&self.inner.channels);
-        match channels.get(name.as_str()).and_then(Weak::upgrade) {
-            Some(channel) => channel,
-            None => {
-                let channel = Arc::new(Channel {
-                    name: name.into(),
-                    notify: Notify::new(),
-                    waits: Mutex::default(),
-                    recent: Mutex::default(),
-                    confirmed: self.inner.nodes.iter().map(|_| AtomicU64::new(0)).collect(),
-                    linger_until: AtomicU64::new(0),
-                    lingering: AtomicBool::new(false),
-                    inner: self.inner.clone(),
-                });
-                channels.insert(channel.name.clone(), Arc::downgrade(&channel));
-                self.inner
-                    .registered
-                    .store(channels.len(), Ordering::Relaxed);
-                channel
-            }
-        }
-    }
-}
-
-impl Drop for Waiters {
-    fn drop(&mut self) {
-        self.inner.closed.store(true, Ordering::Release);
-        self.inner.closing.notify_waiters();
-    }
-}
-
 /// The channels of one call's keys, listened to together. Dropping one
 /// that was used to wait (or to subscribe) leaves each channel subscribed
 /// for [`LINGER`] more; one taken by a call that then never waited
@@ -362,7 +135,7 @@ impl Waiters {
     }
 
     /// A new wait on `channels`.
-    fn listener(&self, channels: Vec<Arc<Channel>>) -> Listener {
+    pub(super) fn listener(&self, channels: Vec<Arc<Channel>>) -> Listener {
         let wait = self.inner.waits.fetch_add(1, Ordering::Relaxed);
         for channel in &channels {
             lock(&channel.waits).insert(wait);
@@ -424,6 +197,21 @@ impl Listener {
 }
 
 impl Channel {
+    /// The channel `name`, of no node yet, registered by its `Waiters`
+    /// ([`Waiters::channel`]).
+    pub(super) fn new(name: Box<str>, inner: Arc<Inner>) -> Channel {
+        Channel {
+            name,
+            notify: Notify::new(),
+            waits: Mutex::default(),
+            recent: Mutex::default(),
+            confirmed: inner.nodes.iter().map(|_| AtomicU64::new(0)).collect(),
+            linger_until: AtomicU64::new(0),
+            lingering: AtomicBool::new(false),
+            inner,
+        }
+    }
+
     /// What has happened on the channel so far: take it before an attempt;
     /// [`wake`](Self::wake) and [`heard_since`](Self::heard_since) look
     /// only at what happens after.
@@ -646,7 +434,7 @@ impl Channel {
     /// chaos suite.) A copy that comes before the next attempt wakes
     /// nothing more; one that comes during it may cost an attempt that
     /// finds what the first did, at most one per node per release.
-    fn announce(&self, wait: u64, token: &[u8]) -> bool {
+    pub(super) fn announce(&self, wait: u64, token: &[u8]) -> bool {
         let mut recent = lock(&self.recent);
         let waits = lock(&self.waits);
         if !waits.contains(&wait) {
@@ -725,176 +513,11 @@ impl Drop for Channel {
     }
 }
 
-impl Inner {
-    /// Node `i`'s subscriber connection, made if there is none.
-    async fn connection(
-        self: &Arc<Self>,
-        i: usize,
-    ) -> Result<(crate::net::slot::Live<Arc<Live>>, bool), NodeFailure> {
-        let inner = Arc::downgrade(self);
-        let endpoint = self.nodes[i].endpoint.clone();
-        let limits = self.nodes[i].limits;
-        self.nodes[i]
-            .slot
-            .get(move |generation| connect(inner, endpoint, limits, i, generation))
-            .await
-    }
-
-    /// Drops node `i`'s subscriber connection of `generation`, if it is
-    /// still the live one, and wakes every waiter, which may have counted
-    /// on it to hear a release: each tries again and subscribes anew.
-    fn forget(&self, i: usize, generation: u64) {
-        if !self.nodes[i].slot.forget(generation) {
-            return;
-        }
-        self.drops.fetch_add(1, Ordering::AcqRel);
-        tracing::debug!(node = i, generation, "subscriber connection dropped");
-        let channels: Vec<Arc<Channel>> = lock(&self.channels)
-            .values()
-            .filter_map(Weak::upgrade)
-            .collect();
-        for channel in channels {
-            channel.notify.notify_waiters();
-        }
-    }
-
-    /// Asks node `i` to wake the next waiter of `key` if the lock has room
-    /// there, in the background (see [`queue`]).
-    fn pass_on(&self, i: usize, key: &str, token: &[u8]) {
-        let node = &self.nodes[i].node;
-        let command = Prepared::new(queue::pass_on(key, token));
-        tokio::spawn(node.run(&command, Patience::Cleanup, None, node.limits().request));
-    }
-
-    /// The channel of `key` on which this `Redlock`'s waiters are woken.
-    fn channel_name(&self, key: &str) -> String {
-        queue::channel(key, &self.client)
-    }
-
-    /// The key whose channel is `name`, if it is one of this `Redlock`'s.
-    fn key_of<'a>(&self, name: &'a str) -> Option<&'a str> {
-        name.strip_suffix(queue::channel("", &self.client).as_str())
-    }
-
-    fn channel(&self, name: &str) -> Option<Arc<Channel>> {
-        lock(&self.channels).get(name).and_then(Weak::upgrade)
-    }
-
-    /// Unsubscribes every node from `name`, unless someone waits on it
-    /// again (a new waiter registers before it subscribes, and subscribes
-    /// under the same lock of the connection's command half, so the check
-    /// cannot go stale).
-    async fn unsubscribe(&self, name: &str) {
-        for node in &self.nodes {
-            let Some(live) = node.slot.live() else {
-                continue;
-            };
-            // Waits its turn behind subscriptions in progress (each bounded);
-            // only the command itself is under the node timeout.
-            let mut sink = live.conn.sink.lock().await;
-            if self.channel(name).is_none() {
-                let _ = tokio::time::timeout(node.limits.request, sink.unsubscribe(name)).await;
-            }
-        }
-    }
-}
-
-/// A new subscriber connection to node `i`, with a task that hands its
-/// messages to the channels and pings the node every [`PING_EVERY`] (or
-/// [`PING_IDLE`]: see the module doc).
-async fn connect(
-    inner: Weak<Inner>,
-    endpoint: Endpoint,
-    limits: Limits,
-    i: usize,
-    generation: u64,
-) -> Result<Arc<Live>, NodeFailure> {
-    let (sink, mut stream) = endpoint.pubsub().await?.split();
-    let (stop, mut stopped) = oneshot::channel();
-    let mut pinger = sink.clone();
-    // A silent connection must not pass for a listening one: it answers a
-    // ping within this, or it is dropped.
-    let ping_limit = limits.request.max(PING_EVERY);
-    tokio::spawn(async move {
-        let mut ping = tokio::time::interval(PING_EVERY);
-        ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        ping.tick().await;
-        // When the node was last heard from on this connection: a message
-        // as good as a pong, so a busy connection is not pinged.
-        let mut heard = tokio::time::Instant::now();
-        // When it was last known to work (a message or a pong).
-        let mut known = Moment::now();
-        loop {
-            tokio::select! {
-                // The connection was replaced or the `Redlock` dropped.
-                _ = &mut stopped => return,
-                message = stream.next() => {
-                    let Some(message) = message else { break };
-                    heard = tokio::time::Instant::now();
-                    known = Moment::now();
-                    let Some(inner) = inner.upgrade() else { return };
-                    let payload = message.get_payload_bytes();
-                    let name = message.get_channel_name();
-                    let Some((wait, token)) = queue::read_wake(payload) else {
-                        tracing::debug!(node = i, "a wake-up that is not ours, ignored");
-                        continue;
-                    };
-                    // Passed on unless a live wait of ours takes it; also
-                    // where nobody waits on the channel any more (it let
-                    // go, its unsubscription not yet through).
-                    let taken = inner.channel(name).is_some_and(|c| c.announce(wait, token));
-                    if !taken && let Some(key) = inner.key_of(name) {
-                        inner.pass_on(i, key, token);
-                    }
-                }
-                _ = ping.tick() => {
-                    // Alive by a message; or known to work not long ago,
-                    // and the node's command connection of then answers
-                    // still: the path to the node works, and only a fault
-                    // of this connection alone (an idle connection dropped
-                    // by a middlebox) is left to find.
-                    if heard.elapsed() < PING_EVERY
-                        || (known.elapsed() < PING_IDLE
-                            && inner.upgrade().is_some_and(|inner| {
-                                inner.nodes[i].node.answered_within(PING_EVERY, known)
-                            }))
-                    {
-                        continue;
-                    }
-                    let asked = Moment::now();
-                    let pong = tokio::time::timeout(ping_limit, pinger.ping::<redis::Value>()).await;
-                    if !matches!(pong, Ok(Ok(_))) {
-                        tracing::debug!(node = i, generation, "subscriber connection silent");
-                        if let Some(inner) = inner.upgrade() {
-                            inner.nodes[i].node.suspect();
-                        }
-                        break;
-                    }
-                    known = asked;
-                }
-            }
-        }
-        // The connection ended or went silent: forget it, unless a newer
-        // one took over.
-        if let Some(inner) = inner.upgrade() {
-            inner.forget(i, generation);
-        }
-    });
-    Ok(Arc::new(Live {
-        sink: tokio::sync::Mutex::new(sink),
-        _reader: stop,
-    }))
-}
-
 /// Now, in microseconds of the Unix epoch (0 for a clock set before it).
 fn since_epoch_us() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as u64)
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]
