@@ -79,6 +79,15 @@ impl Background {
     }
 }
 
+impl queue::Detach for Arc<Background> {
+    fn detach<F>(&self, fut: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.spawn(fut);
+    }
+}
+
 /// One background task, counted while it lives (also if it is aborted).
 struct Running(Arc<Background>);
 
@@ -331,7 +340,7 @@ impl Engine {
                     let background = self.background.clone();
                     self.detach(async move {
                         let said_yes = stragglers.finish_counting(said_yes).await;
-                        leave_queues(nodes, leave, said_yes, background).await;
+                        queue::leave_queues(nodes, leave, said_yes, background).await;
                     });
                 }
                 _ => self.detach(stragglers.finish()),
@@ -525,14 +534,14 @@ impl Engine {
 
     /// Takes the waiter `member` out of the queues of `keys` on every node,
     /// in the background: it stopped waiting without the lock (see
-    /// `kinds::queue`). A node that does not answer is sent it again until
+    /// [`wait`](crate::wait)). A node that does not answer is sent it again until
     /// it does, or until the writer's intent it may hold has lapsed.
     pub(crate) fn leave(&self, keys: &Keys, member: &str) {
         if tokio::runtime::Handle::try_current().is_err() {
             return;
         }
         let skip = vec![false; self.nodes.len()];
-        self.detach(leave_queues(
+        self.detach(queue::leave_queues(
             self.nodes.clone(),
             queue::leave(keys, member),
             skip,
@@ -560,37 +569,4 @@ impl Engine {
             self.detach(answer);
         }
     }
-}
-
-/// Runs a waiter's leaving (`kinds::queue::leave`) on the nodes not marked
-/// in `skip` (one flag per node), each within the node timeout.
-async fn leave_queues(
-    nodes: Vec<Node>,
-    leave: Command,
-    skip: Vec<bool>,
-    background: Arc<Background>,
-) {
-    let leave = Prepared::new(leave);
-    // A node that does not answer (cut off, frozen) is sent it again, as a
-    // removal is, until the intent it may hold there has lapsed: a writer
-    // that got the lock while a node was cut off would otherwise leave its
-    // intent there, turning readers away for its whole life.
-    let until = Moment::now().after(queue::LEAVE_LIFE);
-    let sent = nodes
-        .iter()
-        .zip(skip)
-        .filter(|(_, skip)| !skip)
-        .map(|(node, _)| {
-            let reply = node.run(&leave, Patience::Cleanup, None, node.limits().request);
-            let (leave, node, background) = (leave.clone(), node.clone(), background.clone());
-            async move {
-                if let Err(failure) = reply.await
-                    && failure.unanswered()
-                    && let Some(send) = node.remove_later(leave, until)
-                {
-                    background.spawn(send);
-                }
-            }
-        });
-    futures::future::join_all(sent).await;
 }

@@ -1,6 +1,7 @@
-//! One key's wake-up channel ([`Channel`]) and one call's [`Listener`]
-//! over the channels of its keys: what a waiter hears, and when it wakes
-//! (the protocol is in the [module doc of `wait`](super)).
+//! One key's wake-up channel ([`Channel`]): what this process's waiters
+//! hear of the key's releases, and when each wakes (the protocol is in the
+//! [module doc of `wait`](super); one call listens on the channels of its
+//! keys through a [`Listener`](super::Listener)).
 //!
 //! One release wakes the same waiter on every node it reached; the channel
 //! counts the copies heard before the waiter's next attempt once. A copy
@@ -22,10 +23,6 @@
 //! little more, as every attempt of a waiter does. A lingering channel is
 //! an ordinary channel without waiters: it hears and remembers releases
 //! like any other. Dropping the `Redlock` ends the lingering at once.
-//!
-//! A call listens on the channels of all its keys at once (a [`Listener`]):
-//! a waiter for a multi-resource lock is woken by the release of any of
-//! them, and is listening only while it is listening on each.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -40,8 +37,8 @@ use tokio::sync::Notify;
 use crate::clock::Moment;
 use crate::net::is_connection_error;
 
-use super::subscriber::{Inner, Waiters};
-use super::{lock, queue};
+use super::lock;
+use super::subscriber::Inner;
 
 /// How long a channel stays subscribed after its last waiter went.
 pub(crate) const LINGER: Duration = Duration::from_secs(2);
@@ -53,7 +50,7 @@ pub(crate) struct Channel {
     pub(super) name: Box<str>,
     pub(super) notify: Notify,
     /// The waits on it now, by number.
-    waits: Mutex<HashSet<u64>>,
+    pub(super) waits: Mutex<HashSet<u64>>,
     /// The wake-ups heard lately.
     recent: Mutex<Recent>,
     /// Per node, the generation of the connection that confirmed the
@@ -98,107 +95,9 @@ pub(crate) enum Wake {
     Dropped,
 }
 
-/// The channels of one call's keys, listened to together. Dropping one
-/// that was used to wait (or to subscribe) leaves each channel subscribed
-/// for [`LINGER`] more; one taken by a call that then never waited
-/// ([`Waiters::listening`], and the first attempt succeeded) does not, so
-/// that a resource contended once does not stay subscribed for good.
-pub(crate) struct Listener {
-    channels: Vec<Arc<Channel>>,
-    used: AtomicBool,
-    /// The number of this wait, and its name in the nodes' queues.
-    wait: u64,
-    member: Box<str>,
-}
-
-impl Drop for Listener {
-    fn drop(&mut self) {
-        for channel in &self.channels {
-            lock(&channel.waits).remove(&self.wait);
-        }
-        if self.used.load(Ordering::Acquire) {
-            for channel in &self.channels {
-                channel.linger();
-            }
-        }
-    }
-}
-
-/// What had happened on each of a [`Listener`]'s channels at some moment.
-#[derive(Debug, Clone)]
-pub(crate) struct Marks(Vec<Mark>);
-
-impl Waiters {
-    /// The channels of `keys`, registered but not yet subscribed.
-    pub(crate) fn listen(&self, keys: &[Box<str>]) -> Listener {
-        self.listener(keys.iter().map(|key| self.channel(key)).collect())
-    }
-
-    /// A new wait on `channels`.
-    pub(super) fn listener(&self, channels: Vec<Arc<Channel>>) -> Listener {
-        let wait = self.inner.waits.fetch_add(1, Ordering::Relaxed);
-        for channel in &channels {
-            lock(&channel.waits).insert(wait);
-        }
-        Listener {
-            channels,
-            used: AtomicBool::new(false),
-            wait,
-            member: queue::member(since_epoch_us(), &self.inner.client, wait).into(),
-        }
-    }
-}
-
-impl Listener {
-    /// The name this wait queues under on the nodes (see [`queue`]).
-    pub(crate) fn member(&self) -> &str {
-        &self.member
-    }
-
-    /// See [`Channel::mark`].
-    pub(crate) fn mark(&self) -> Marks {
-        Marks(self.channels.iter().map(|c| c.mark()).collect())
-    }
-
-    /// Whether `token`'s release was announced on any of the channels.
-    pub(crate) fn was_announced(&self, token: &str) -> bool {
-        self.channels.iter().any(|c| c.was_announced(token))
-    }
-
-    /// Resolves when any channel would wake (see [`Channel::wake`]).
-    pub(crate) async fn wake(&self, marks: &Marks) -> Wake {
-        self.used.store(true, Ordering::Release);
-        let wakes = self
-            .channels
-            .iter()
-            .zip(&marks.0)
-            .map(|(channel, mark)| Box::pin(channel.wake(mark, self.wait)));
-        futures::future::select_all(wakes).await.0
-    }
-
-    /// Whether every channel heard every release since `marks`.
-    pub(crate) fn heard_since(&self, marks: &Marks) -> bool {
-        self.channels
-            .iter()
-            .zip(&marks.0)
-            .all(|(channel, mark)| channel.heard_since(mark))
-    }
-
-    /// Whether every channel is listening.
-    pub(crate) fn listening(&self) -> bool {
-        self.channels.iter().all(|c| c.listening())
-    }
-
-    /// Subscribes every channel (see [`Channel::ensure`]), all at once.
-    pub(crate) async fn ensure(&self) {
-        self.used.store(true, Ordering::Release);
-        futures::future::join_all(self.channels.iter().map(|c| c.ensure())).await;
-    }
-}
-
 impl Channel {
     /// The channel `name`, of no node yet, registered by its `Waiters`
-    /// ([`Waiters::channel`]).
+    /// ([`Waiters::channel`](super::Waiters::channel)).
     pub(super) fn new(name: Box<str>, inner: Arc<Inner>) -> Channel {
         Channel {
             name,
@@ -363,7 +262,7 @@ impl Channel {
     /// from now, by a task that holds it until then; one task per channel,
     /// moved on by later calls. Where the channel is not subscribed there
     /// is nothing to keep.
-    fn linger(self: &Arc<Self>) {
+    pub(super) fn linger(self: &Arc<Self>) {
         if self.inner.closed.load(Ordering::Acquire) || self.subscribed_nodes() == 0 {
             return;
         }
@@ -513,17 +412,11 @@ impl Drop for Channel {
     }
 }
 
-/// Now, in microseconds of the Unix epoch (0 for a clock set before it).
-fn since_epoch_us() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::Limits;
+    use crate::net::{Limits, Node};
+    use crate::wait::Waiters;
 
     fn waiters() -> Waiters {
         // Nothing here connects: the registry alone is under test.

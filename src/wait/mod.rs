@@ -146,24 +146,30 @@
 //!
 //! * [`subscriber`]: the subscriber connections of one `Redlock`, one per
 //!   node, and the registry of its channels ([`Waiters`]).
-//! * [`channel`]: one key's wake-up channel, its wake-ups and lingering,
-//!   and one call's [`Listener`] over the channels of its keys.
+//! * [`channel`]: one key's wake-up channel, its wake-ups and lingering.
+//! * [`listener`]: one call's wait, a [`Listener`] over the channels of its
+//!   keys.
 //! * [`queue`]: the node-side queue — the names, the wake-up's format, the
 //!   leave and pass-on commands and their scripts.
+//! * [`announcements`]: an election observer's own subscriber connections,
+//!   for `<key>:leader`: a second use of pub/sub, apart from the waiters'.
 //! * [`pause`]: how long a waiter sleeps after a failed attempt, and the
 //!   acquire loop's [`Waiting`] between attempts.
 //!
 //! [`Redlock`]: crate::Redlock
 //! [`Endpoint::pubsub`]: crate::net::Endpoint::pubsub
 
+pub(crate) mod announcements;
 pub(crate) mod channel;
+pub(crate) mod listener;
 pub(crate) mod pause;
 pub(crate) mod queue;
 pub(crate) mod subscriber;
 
 use std::sync::{Mutex, MutexGuard};
 
-pub(crate) use channel::{Listener, Marks, Wake};
+pub(crate) use channel::Wake;
+pub(crate) use listener::{Listener, Marks};
 pub(crate) use pause::Waiting;
 pub(crate) use subscriber::Waiters;
 

@@ -13,14 +13,18 @@
 //! names without
 //! those suffixes.
 
+use std::future::Future;
 use std::sync::LazyLock;
 
+use crate::clock::Moment;
+use crate::net::{Node, Patience};
+
 use crate::kinds::keyspace::script;
-use crate::proto::{Call, Command, Effect, Keys, Script};
+use crate::proto::{Call, Command, Effect, Keys, Prepared, Script};
 
 /// Takes a waiter out of the queues of its keys, and its intent (a writer
 /// waiting for readers) with it; wakes the next waiter where the lock has
-/// room (see the module doc's Room).
+/// room (see Room in the [`wait`](super) module doc).
 static LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new(script!("leave.lua")));
 
 /// Wakes the next waiter of a key if the lock has room: a wake-up reached a
@@ -76,7 +80,8 @@ pub(crate) fn leave(keys: &Keys, member: &str) -> Command {
 
 /// Wakes the next waiter of `key` on a node, if the lock has room there: the
 /// wake-up of the holder `token`'s release named a wait that had ended
-/// without hearing it (see the module doc).
+/// without hearing it (see Passing on in the [`wait`](super) module
+/// doc).
 pub(crate) fn pass_on(key: &str, token: &[u8]) -> Command {
     Command {
         call: Call::Script {
@@ -87,6 +92,48 @@ pub(crate) fn pass_on(key: &str, token: &[u8]) -> Command {
         // It deletes nothing and creates no lock key.
         effect: Effect::Count,
     }
+}
+
+/// Where a leaving's later sends run (a node that did not answer is sent
+/// it again): the engine's background, whose tasks it counts.
+pub(crate) trait Detach: Clone + Send + 'static {
+    /// Runs `fut` to its end in the background.
+    fn detach<F>(&self, fut: F)
+    where
+        F: Future<Output = ()> + Send + 'static;
+}
+
+/// Runs a waiter's leaving ([`leave`]) on the nodes not marked
+/// in `skip` (one flag per node), each within the node timeout.
+pub(crate) async fn leave_queues<B: Detach>(
+    nodes: Vec<Node>,
+    leave: Command,
+    skip: Vec<bool>,
+    background: B,
+) {
+    let leave = Prepared::new(leave);
+    // A node that does not answer (cut off, frozen) is sent it again, as a
+    // removal is, until the intent it may hold there has lapsed: a writer
+    // that got the lock while a node was cut off would otherwise leave its
+    // intent there, turning readers away for its whole life.
+    let until = Moment::now().after(LEAVE_LIFE);
+    let sent = nodes
+        .iter()
+        .zip(skip)
+        .filter(|(_, skip)| !skip)
+        .map(|(node, _)| {
+            let reply = node.run(&leave, Patience::Cleanup, None, node.limits().request);
+            let (leave, node, background) = (leave.clone(), node.clone(), background.clone());
+            async move {
+                if let Err(failure) = reply.await
+                    && failure.unanswered()
+                    && let Some(send) = node.remove_later(leave, until)
+                {
+                    background.detach(send);
+                }
+            }
+        });
+    futures::future::join_all(sent).await;
 }
 
 #[cfg(test)]

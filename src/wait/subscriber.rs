@@ -41,7 +41,8 @@ use crate::net::slot::Slot;
 use crate::net::{Limits, Node, Patience};
 use crate::proto::Prepared;
 
-use super::channel::{Channel, Listener};
+use super::channel::Channel;
+use super::listener::Listener;
 use super::{lock, queue};
 
 /// How often an idle subscriber connection is pinged.
