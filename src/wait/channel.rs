@@ -75,7 +75,7 @@ struct Recent {
 }
 
 /// How many wake-ups a channel remembers.
-const RECENT: usize = 64;
+pub(super) const RECENT: usize = 64;
 
 /// What had happened on a channel at some moment; see [`Channel::mark`].
 #[derive(Debug, Clone)]
@@ -142,7 +142,7 @@ impl Channel {
     /// Whether a wake-up heard after the first `count` named `wait`. One
     /// for a wait that has ended wakes nobody: late copies of the wake-up
     /// that woke it (the other nodes'), or a wait that gave up and whose
-    /// leaving a node missed (see [`queue`]).
+    /// leaving a node missed (see [`wait`](super)).
     fn woken_after(&self, count: u64, wait: u64) -> bool {
         lock(&self.recent)
             .tokens
@@ -150,7 +150,7 @@ impl Channel {
             .any(|&(n, w, _)| n > count && w == wait)
     }
 
-    /// Resolves when, since `mark`, a release woke `wait` (see [`queue`]),
+    /// Resolves when, since `mark`, a release woke `wait` (see [`wait`](super)),
     /// or a subscriber connection was dropped (the waiter may have counted
     /// on it to be woken). A wake-up that names `wait` was taken for it: the
     /// nodes took it out of their queues and no one passes it on, so it

@@ -113,7 +113,8 @@
 //! count only that server's subscribers, so the script takes the waiter as
 //! listening (a waiter whose client is gone then costs the next one its
 //! timer too).
-//! Below that the waiter is [`listening`](Channel::listening) no more, and
+//! Below that the waiter is
+//! [`listening`](channel::Channel::listening) no more, and
 //! the retry loop falls back to its ordinary retry pause. The
 //! subscriptions that count for a wait are those made before the attempt
 //! that preceded it ([`Channel::heard_since`]): one made later may have
@@ -158,6 +159,8 @@
 //!
 //! [`Redlock`]: crate::Redlock
 //! [`Endpoint::pubsub`]: crate::net::Endpoint::pubsub
+//! [`Channel::heard_since`]: channel::Channel::heard_since
+//! [`Channel::wake`]: channel::Channel::wake
 
 pub(crate) mod announcements;
 pub(crate) mod channel;
