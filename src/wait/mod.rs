@@ -5,13 +5,13 @@
 //! node per release, all but one lost. Now waiters queue on the nodes and a
 //! release wakes one of them.
 //!
-//! A release wakes the first of the queue: the release script publishes `<waiter> <token>` on the channel
-//! `<key>:wake:<client id>` of the first waiter's client, on every node
-//! where it deletes the key (rollbacks of failed attempts only when they
-//! may have reached a majority, or when the kind asks it:
-//! [`Kind::release`](crate::kinds::Kind::release),
-//! [`Kind::announce_rollback`](crate::kinds::Kind::announce_rollback)). So each `Redlock`
-//! hears only the wake-ups of its own waiters, and a release costs one
+//! A release wakes the first of the queue: the release script publishes
+//! `<waiter> <token>` on the channel `<key>:wake:<client id>` of the first
+//! waiter's client, on every node where it deletes the key (rollbacks of
+//! failed attempts only when they may have reached a majority, or when the
+//! kind asks it: [`Kind::release`](crate::kinds::Kind::release),
+//! [`Kind::announce_rollback`](crate::kinds::Kind::announce_rollback)). So
+//! each `Redlock` hears only the wake-ups of its own waiters, and a release costs one
 //! waiter one attempt, not every waiter one each. A [`Redlock`] keeps one
 //! subscriber connection per node ([`subscriber`]), made when the first of
 //! its `lock()` calls has to wait and shared by all of them, and a registry
@@ -136,8 +136,8 @@
 //! was not waiting: there is no turning newcomers away, which over
 //! independent nodes could split every vote) queues again, in its place.
 //!
-//! Every wait also has a timer (the holder's remaining TTL, learnt by the failed
-//! attempt, or the retry pause), so that a key that expires without a
+//! Every wait also has a timer (the holder's remaining TTL, learnt by the
+//! failed attempt, or the retry pause), so that a key that expires without a
 //! release is noticed too. How a broken or silent subscriber connection
 //! degrades to timers, never to a hang, is [`subscriber`]'s; how copies of
 //! one release, lingering channels and multi-resource waits are heard,
