@@ -74,11 +74,13 @@
 //!   what a key is, for every kind; `kinds::admin` reads and clears any
 //!   kind's key through it.
 //! * `engine`: the acquire loop (attempt, decide, validity, rollback,
-//!   cancel safety, retries), waiting for a release over pub/sub, and the
-//!   watchdog — the same for every kind.
+//!   cancel safety, retries) and the watchdog — the same for every kind.
+//! * `wait`: waiting for a release over pub/sub — the subscriber
+//!   connections and channels, the waiters' queue on the nodes and its
+//!   scripts, the waiter's pause, leaving the queues.
 //! * `proto`: the commands kinds build and the nodes run;
 //!   `proto::quorum`, the quorum rule and all its arithmetic (majority,
-//!   validity, drift, back-off), with no Redis in it.
+//!   validity, drift), with no Redis in it.
 //! * `net`: one node — a connection slot made in the background, the
 //!   per-request bound, replacing silent connections, the restart guard;
 //!   `net::topology`, what a node is (one server, a Sentinel-managed
@@ -107,6 +109,7 @@ mod lock;
 mod metrics;
 mod net;
 mod proto;
+mod wait;
 
 #[cfg(feature = "local-cluster")]
 #[cfg_attr(docsrs, doc(cfg(feature = "local-cluster")))]

@@ -126,7 +126,7 @@ async fn a_release_that_timed_out_on_a_frozen_node_leaves_no_key_after_the_thaw(
 /// processes would have), taking it in turn for 2 ms each: the requests
 /// the nodes get per acquisition stay a small multiple of the node count,
 /// however many wait. A release wakes the first waiter queued on each node
-/// (see `kinds::queue`), not every waiter. (Before: every release woke all
+/// (see `wait`), not every waiter. (Before: every release woke all
 /// 64, and each sent a round to every node: about 64 rounds per
 /// acquisition.) Also: every waiter gets the lock at least once, and no
 /// call fails.

@@ -15,7 +15,7 @@ macro_rules! script {
     ($($file:literal),+) => {
         concat!(
             include_str!("../src/kinds/keyspace.lua"),
-            include_str!("../src/kinds/queue.lua"),
+            include_str!("../src/wait/queue.lua"),
             $(include_str!($file)),+
         )
     };
@@ -67,8 +67,8 @@ const OBSERVE: &str = script!(keys
     "../src/kinds/election/record.lua",
     "../src/kinds/election/observe.lua"
 );
-const LEAVE: &str = script!("../src/kinds/queue/leave.lua");
-const PASS_ON: &str = script!("../src/kinds/queue/pass_on.lua");
+const LEAVE: &str = script!("../src/wait/leave.lua");
+const PASS_ON: &str = script!("../src/wait/pass_on.lua");
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef01234567";
 
@@ -451,7 +451,7 @@ fn a_fenced_counter_that_is_not_a_whole_number_is_refused_before_any_write() {
     }
 }
 
-/// The waiters' queue (`src/kinds/queue.lua`): waiters are kept in the
+/// The waiters' queue (`src/wait/queue.lua`): waiters are kept in the
 /// order their waits began, whatever order their attempts arrived in (so
 /// that every node wakes the same one); a release wakes the first whose
 /// client listens, skipping and dropping those nobody hears; the waiter

@@ -24,7 +24,7 @@ async fn cycle(redlock: &redquorum::Redlock) {
 }
 
 /// `holder` takes resource "r" and, once `waiter` queues for it (see
-/// `kinds::queue`), releases it, waking the waiter; then the waiter lets
+/// `wait`), releases it, waking the waiter; then the waiter lets
 /// go.
 async fn hand_over(holder: &redquorum::Redlock, waiter: &redquorum::Redlock) {
     let lock = holder.lock("r", Duration::from_secs(10)).await.unwrap();

@@ -61,7 +61,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 
@@ -69,6 +69,7 @@ use crate::client::Redlock;
 use crate::election::{Leader, judge, unexpected};
 use crate::error::{Error, NodeFailure};
 use crate::kinds::election::{self, Entry, History, Seen};
+use crate::wait::announcements;
 
 /// How many times the observer reads again a gap it found unclear before
 /// it yields it as [`Observed::Skipped`]: an answer on its way lands
@@ -288,7 +289,7 @@ async fn watch(redlock: Redlock, name: String, every: Duration, tx: mpsc::Sender
         .nodes
         .iter()
         .map(|node| {
-            AbortOnDrop(tokio::spawn(listen(
+            AbortOnDrop(tokio::spawn(announcements::listen(
                 node.endpoint().clone(),
                 node.limits().connect,
                 channel.clone(),
@@ -613,34 +614,6 @@ struct AbortOnDrop(JoinHandle<()>);
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
-    }
-}
-
-/// Listens on `channel` of one node, notifying `heard` of every message,
-/// and of every (re)subscription, which may have missed one; a connection
-/// that fails or breaks is made again after `every`, a second at least.
-async fn listen(
-    endpoint: crate::net::Endpoint,
-    connect: Duration,
-    channel: String,
-    heard: Arc<Notify>,
-    every: Duration,
-) {
-    loop {
-        let subscribed = tokio::time::timeout(connect, async {
-            let mut pubsub = endpoint.pubsub().await.ok()?;
-            pubsub.subscribe(&channel).await.ok()?;
-            Some(pubsub)
-        })
-        .await;
-        if let Ok(Some(mut pubsub)) = subscribed {
-            heard.notify_one();
-            let mut messages = pubsub.on_message();
-            while messages.next().await.is_some() {
-                heard.notify_one();
-            }
-        }
-        tokio::time::sleep(every.max(Duration::from_secs(1))).await;
     }
 }
 

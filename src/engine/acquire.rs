@@ -10,13 +10,13 @@
 //! Between attempts the loop waits for its turn. With
 //! [`wake_on_release`](crate::Builder::wake_on_release) on (the default), the
 //! first failed attempt subscribes to the resource's wake-up channel
-//! ([`waiters`](super::waiters)) and tries once more at once, queueing on
-//! the nodes (`kinds::queue`; a release made before the subscription would
+//! ([`wait`](crate::wait)) and tries once more at once, queueing on
+//! the nodes (`wait::queue`; a release made before the subscription would
 //! not be heard), unless the channel was already listening before the
 //! first attempt (it lingers a while after a wait, and other waiters keep
 //! it); later failures sleep until a release wakes this waiter (its turn
 //! in the queue) or the holder's keys expire, whichever comes first
-//! ([`pause`](crate::proto::quorum::pause)): no polling while the lock is
+//! ([`pause`](crate::wait::pause::pause)): no polling while the lock is
 //! held, no retry pause between a release and the next holder, and no herd
 //! of waiters trying at every release. A call that ends without the lock
 //! leaves the queues.
@@ -30,14 +30,14 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
-use super::waiters::{Listener, Marks, Wake};
 use super::{Attempt, Engine};
 use crate::clock::Moment;
 use crate::error::{Error, GaveUp};
 use crate::kinds::Kind;
 use crate::metrics;
-use crate::proto::quorum::{self, Pause, Plan, Seen, Tally};
+use crate::proto::quorum::Plan;
 use crate::proto::{Keys, LockId};
+use crate::wait::{Listener, Waiting, Wake};
 
 /// How long one call may try.
 #[derive(Debug, Clone, Copy)]
@@ -72,7 +72,7 @@ pub(crate) async fn acquire(
     let mut attempts = 0;
     let mut counted = 0;
     let mut free = false;
-    let mut waiting = Waiting::default();
+    let mut waiting = Waiting::new(&engine.waiters, options);
     let mut queued = Queued {
         engine,
         keys: &keys,
@@ -152,7 +152,7 @@ pub(crate) async fn acquire(
         // could end after the deadline.
         let left = deadline.remaining().saturating_sub(options.node_timeout);
         let pause = waiting
-            .pause(engine, &keys, &tally, took, mark.as_ref(), left)
+            .pause(&keys, &tally, took, mark.as_ref(), left)
             .await;
         // Without a release to hope for, do not sleep into the deadline.
         if pause.sleep >= left && waiting.awaited.is_none() {
@@ -176,95 +176,8 @@ pub(crate) async fn acquire(
     }
 }
 
-/// What one call keeps between its attempts.
-#[derive(Default)]
-struct Waiting {
-    /// The release channels, once an attempt has failed (with
-    /// `wake_on_release`).
-    channel: Option<Arc<Listener>>,
-    /// The token of the holder the last attempt saw on a majority.
-    awaited: Option<Box<str>>,
-    /// Split votes in a row.
-    streak: u32,
-}
-
-impl Waiting {
-    /// How long to wait after a failed attempt, and whether the next one
-    /// counts as a retry. `mark` is the channel's state from before the
-    /// attempt; `left`, how long a new attempt may still start.
-    async fn pause(
-        &mut self,
-        engine: &Engine,
-        keys: &[Box<str>],
-        tally: &Tally,
-        took: Duration,
-        mark: Option<&Marks>,
-        left: Duration,
-    ) -> Pause {
-        let options = &engine.options;
-        let Some(channel) = &self.channel else {
-            if !options.wake_on_release {
-                return Pause {
-                    sleep: quorum::retry_delay(options.retry_delay, options.retry_jitter),
-                    counted: true,
-                };
-            }
-            // Listen from now on, and try again at once: a release made
-            // before the subscription would not be heard. Not a poll.
-            let channel = Arc::new(engine.waiters.listen(keys));
-            let _ = tokio::time::timeout(left, channel.ensure()).await;
-            self.channel = Some(channel);
-            return Pause {
-                sleep: Duration::ZERO,
-                counted: false,
-            };
-        };
-        let mut seen = tally.seen();
-        if let Seen::Holder { token, .. } = &seen
-            && channel.was_announced(token)
-        {
-            // Its release is under way (announced by the nodes it has
-            // reached; the others follow): like a split, settled in a
-            // round trip or two.
-            seen = Seen::Contended;
-        }
-        self.streak = if seen == Seen::Contended {
-            self.streak + 1
-        } else {
-            0
-        };
-        self.awaited = match &seen {
-            Seen::Holder { token, .. } => Some(token.clone()),
-            _ => None,
-        };
-        // Judged on the subscriptions that were there before the attempt:
-        // one made since may have missed a release that the attempt did not
-        // see either.
-        let heard = mark.is_some_and(|mark| channel.heard_since(mark));
-        // Mends subscriptions that broke.
-        let _ = tokio::time::timeout(left, channel.ensure()).await;
-        if !heard && channel.listening() {
-            // Listening again: try once more at once, as after the first
-            // subscription (counted, so that a flapping node cannot make
-            // this loop for ever).
-            return Pause {
-                sleep: Duration::ZERO,
-                counted: true,
-            };
-        }
-        quorum::pause(
-            &seen,
-            heard,
-            took,
-            self.streak,
-            options.retry_delay,
-            options.retry_jitter,
-        )
-    }
-}
-
 /// A call that may have queued for its keys on the nodes (see
-/// `kinds::queue`): unless it got the lock, it leaves the queues when it
+/// `wait::queue`): unless it got the lock, it leaves the queues when it
 /// ends, however it ends (given up, failed, or dropped).
 struct Queued<'a> {
     engine: &'a Engine,

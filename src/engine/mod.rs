@@ -12,7 +12,7 @@
 //! * [`extend`](Engine::extend) and [`release`](Engine::release): the same
 //!   fan-out and count for the kind's other two commands;
 //! * [`acquire`]: the loop around attempts — cancel safety, retries, and
-//!   waiting for a release ([`waiters`]);
+//!   waiting for a release ([`crate::wait`]);
 //! * [`hold`]: what a held lock shares with its handles — its validity
 //!   deadline, the one extension in flight, the watchdog.
 //!
@@ -21,7 +21,6 @@
 
 pub(crate) mod acquire;
 pub(crate) mod hold;
-pub(crate) mod waiters;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -35,13 +34,13 @@ use tokio::sync::Notify;
 use crate::clock::Moment;
 use crate::config::Options;
 use crate::error::{NodeFailure, Report};
-use crate::kinds::{Kind, queue};
+use crate::kinds::Kind;
 use crate::metrics;
 use crate::net::guard::Lives;
 use crate::net::{Endpoint, Limits, Node, Patience};
 use crate::proto::quorum::{self, Plan, Stragglers, Tally};
 use crate::proto::{Answer, Command, Keys, LockId, Prepared, Shared};
-use waiters::Waiters;
+use crate::wait::{Waiters, queue};
 
 /// The nodes, the options and the waiters' subscriptions of one `Redlock`.
 pub(crate) struct Engine {
@@ -77,6 +76,15 @@ impl Background {
             let _running = running;
             fut.await;
         });
+    }
+}
+
+impl queue::Detach for Arc<Background> {
+    fn detach<F>(&self, fut: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.spawn(fut);
     }
 }
 
@@ -332,7 +340,7 @@ impl Engine {
                     let background = self.background.clone();
                     self.detach(async move {
                         let said_yes = stragglers.finish_counting(said_yes).await;
-                        leave_queues(nodes, leave, said_yes, background).await;
+                        queue::leave_queues(nodes, leave, said_yes, background).await;
                     });
                 }
                 _ => self.detach(stragglers.finish()),
@@ -526,14 +534,14 @@ impl Engine {
 
     /// Takes the waiter `member` out of the queues of `keys` on every node,
     /// in the background: it stopped waiting without the lock (see
-    /// `kinds::queue`). A node that does not answer is sent it again until
+    /// [`wait`](crate::wait)). A node that does not answer is sent it again until
     /// it does, or until the writer's intent it may hold has lapsed.
     pub(crate) fn leave(&self, keys: &Keys, member: &str) {
         if tokio::runtime::Handle::try_current().is_err() {
             return;
         }
         let skip = vec![false; self.nodes.len()];
-        self.detach(leave_queues(
+        self.detach(queue::leave_queues(
             self.nodes.clone(),
             queue::leave(keys, member),
             skip,
@@ -561,37 +569,4 @@ impl Engine {
             self.detach(answer);
         }
     }
-}
-
-/// Runs a waiter's leaving (`kinds::queue::leave`) on the nodes not marked
-/// in `skip` (one flag per node), each within the node timeout.
-async fn leave_queues(
-    nodes: Vec<Node>,
-    leave: Command,
-    skip: Vec<bool>,
-    background: Arc<Background>,
-) {
-    let leave = Prepared::new(leave);
-    // A node that does not answer (cut off, frozen) is sent it again, as a
-    // removal is, until the intent it may hold there has lapsed: a writer
-    // that got the lock while a node was cut off would otherwise leave its
-    // intent there, turning readers away for its whole life.
-    let until = Moment::now().after(queue::LEAVE_LIFE);
-    let sent = nodes
-        .iter()
-        .zip(skip)
-        .filter(|(_, skip)| !skip)
-        .map(|(node, _)| {
-            let reply = node.run(&leave, Patience::Cleanup, None, node.limits().request);
-            let (leave, node, background) = (leave.clone(), node.clone(), background.clone());
-            async move {
-                if let Err(failure) = reply.await
-                    && failure.unanswered()
-                    && let Some(send) = node.remove_later(leave, until)
-                {
-                    background.spawn(send);
-                }
-            }
-        });
-    futures::future::join_all(sent).await;
 }

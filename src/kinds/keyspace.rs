@@ -9,7 +9,7 @@
 //! | part | what it says |
 //! |---|---|
 //! | `keyspace.lua` | every layout a lock key can have, and, for any key: `look` (free; or held — in which layout, by whom, the token waiters wait for; or no lock at all: the node's `WRONGTYPE` error to return), `waited_for` (the name a refused waiter is told: the token waiters wait for, or for a semaphore `permits:<k>:<digest of who holds which slot>`, for readers `readers:<digest of their tokens>`; a release announces the holds it ended by that name), `holds` (the holds' tokens), `remove` (one hold removed by its token, as the key's own kind would), `room` (whether a waiter could get in, by the layout's rules); and `whole` and `lifespan`, through which every number a script computes goes to Redis (below) |
-//! | `queue.lua` | the waiters' queue `<key>:waiters` and the wake-up channels ([`queue`](super::queue)), and on top of the owner: `refuse` (the reply of a refused attempt, queueing its waiter), `let_go` (`remove`, and the next waiter woken when that freed something), and `vacant` (`room`, and a writer's intent: what a pass-on or a leave asks before it wakes) |
+//! | `queue.lua` | the waiters' queue `<key>:waiters` and the wake-up channels ([`queue`](crate::wait::queue)), and on top of the owner: `refuse` (the reply of a refused attempt, queueing its waiter), `let_go` (`remove`, and the next waiter woken when that freed something), and `vacant` (`room`, and a writer's intent: what a pass-on or a leave asks before it wakes) |
 //!
 //! The layouts today:
 //!
@@ -106,7 +106,7 @@ macro_rules! script {
                 env!("CARGO_MANIFEST_DIR"),
                 "/src/kinds/keyspace.lua"
             )),
-            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/kinds/queue.lua")),
+            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/wait/queue.lua")),
             $(include_str!($file)),+
         )
     };

@@ -34,7 +34,6 @@ pub(crate) mod election;
 pub(crate) mod fenced;
 pub(crate) mod keyspace;
 pub(crate) mod mutex;
-pub(crate) mod queue;
 pub(crate) mod reentrant;
 pub(crate) mod rwlock;
 pub(crate) mod semaphore;
@@ -59,15 +58,16 @@ pub(crate) trait Kind: Send + Sync + 'static {
     /// `fenced`, `semaphore`, `read`, `election`.
     fn name(&self, id: &LockId) -> &'static str;
     /// Takes the lock on one node, for `plan.ttl`. For a `waiter` (its
-    /// [`queue::member`]), the reply also says who holds the key there and
-    /// for how long, and the waiter queues for the key (see [`queue`]).
+    /// [`queue::member`](crate::wait::queue::member)), the reply also says
+    /// who holds the key there and for how long, and the waiter queues for
+    /// the key (see [`wait`](crate::wait)).
     fn acquire(&self, id: &LockId, plan: &Plan, waiter: Option<&str>) -> Command;
     /// Reads one node's reply to [`acquire`](Self::acquire).
     fn read_acquire(&self, reply: Value) -> Answer {
         acquire_outcome(&reply)
     }
     /// Lets go on one node, if it still holds our token; with `announce`,
-    /// wakes the key's first waiter (see [`queue`]).
+    /// wakes the key's first waiter (see [`wait`](crate::wait)).
     fn release(&self, id: &LockId, announce: bool) -> Command;
     /// Prolongs the key to `plan.ttl` on one node, if it still holds our
     /// token. Never creates a key: an extension cannot resurrect a lock.

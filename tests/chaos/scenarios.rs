@@ -1866,7 +1866,7 @@ fn keys_left(c: &LocalCluster, prefix: &str, ttl: Duration) -> KeysLeft {
 /// a waiter's leaving, which takes it away, is best effort (a node cut off
 /// when the waiter got the lock never hears it), so each has a life of its
 /// own:
-/// * a waiters' queue (`<key>:waiters`, see `kinds::queue`) lives the
+/// * a waiters' queue (`<key>:waiters`, see `wait`) lives the
 ///   PTTL of the holder its last waiter saw plus 5 s: at most `ttl` + 5 s;
 /// * a writer's intent (`<key>:intent`, see `kinds::rwlock`), which turns
 ///   new readers away on its node, lives a second past the readers' PTTL,

@@ -52,7 +52,7 @@
 //! readers hold the key and no intent is there, the lock has room for a
 //! reader: a wake-up passed on by a client whose wait had ended, and any
 //! waiter's leaving, wake the next waiter then (see
-//! [`queue`](super::queue)'s Room). A
+//! [`wait`](crate::wait)'s Room). A
 //! writer kept out by readers is told to come back within its intent's
 //! life, whatever its retry delay, so that the intent does not lapse while
 //! it sleeps. The intent is liveness only: safety never depends on it. A

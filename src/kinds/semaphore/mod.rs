@@ -70,7 +70,7 @@
 //! key alike, however their expiries are ordered: a waiter sees one holder
 //! on a majority and sleeps until the soonest expiry at most; the release
 //! of *any* permit wakes the first waiter of the key's queue (see
-//! [`queue`](super::queue)), which tries again. The key stays while any
+//! [`wait`](crate::wait)), which tries again. The key stays while any
 //! slot is held, so a wake-up that reached a wait that had ended, or a
 //! waiter that leaves, wakes the next one wherever a slot is free (let go
 //! or expired), not only where the key is gone: `keyspace.lua`'s `room`
@@ -81,7 +81,7 @@
 //! find the others full, the other contenders' grants there. Such nodes
 //! hold different tokens in a slot, so they name the key differently, and
 //! each contender sees a split vote: it backs off at random
-//! (`proto::quorum::pause`) and one of them wins the next round, as a
+//! (`wait::pause`) and one of them wins the next round, as a
 //! mutex's contenders do. Named as one (`permits:<k>` on every full node),
 //! they looked like one holder on a majority to each of them: each slept
 //! the capped pause, all woke together, split again, and all gave up at

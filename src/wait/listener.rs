@@ -1,0 +1,117 @@
+//! One call's wait: a [`Listener`] on the channels of all its keys at
+//! once. A waiter for a multi-resource lock is woken by the release of any
+//! of them, and is listening only while it is listening on each. Each
+//! `lock()` call that waits is one waiter of its own, numbered, and queues
+//! on the nodes under its own name ([`Listener::member`]).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::channel::{Channel, Mark, Wake};
+use super::subscriber::Waiters;
+use super::{lock, queue};
+
+/// The channels of one call's keys, listened to together. Dropping one
+/// that was used to wait (or to subscribe) leaves each channel subscribed
+/// for [`LINGER`](super::channel::LINGER) more; one taken by a call that then never waited
+/// ([`Waiters::listening`], and the first attempt succeeded) does not, so
+/// that a resource contended once does not stay subscribed for good.
+pub(crate) struct Listener {
+    pub(super) channels: Vec<Arc<Channel>>,
+    used: AtomicBool,
+    /// The number of this wait, and its name in the nodes' queues.
+    pub(super) wait: u64,
+    member: Box<str>,
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        for channel in &self.channels {
+            lock(&channel.waits).remove(&self.wait);
+        }
+        if self.used.load(Ordering::Acquire) {
+            for channel in &self.channels {
+                channel.linger();
+            }
+        }
+    }
+}
+
+/// What had happened on each of a [`Listener`]'s channels at some moment.
+#[derive(Debug, Clone)]
+pub(crate) struct Marks(Vec<Mark>);
+
+impl Waiters {
+    /// The channels of `keys`, registered but not yet subscribed.
+    pub(crate) fn listen(&self, keys: &[Box<str>]) -> Listener {
+        self.listener(keys.iter().map(|key| self.channel(key)).collect())
+    }
+
+    /// A new wait on `channels`.
+    pub(super) fn listener(&self, channels: Vec<Arc<Channel>>) -> Listener {
+        let wait = self.inner.waits.fetch_add(1, Ordering::Relaxed);
+        for channel in &channels {
+            lock(&channel.waits).insert(wait);
+        }
+        Listener {
+            channels,
+            used: AtomicBool::new(false),
+            wait,
+            member: queue::member(since_epoch_us(), &self.inner.client, wait).into(),
+        }
+    }
+}
+
+impl Listener {
+    /// The name this wait queues under on the nodes (see [`queue`]).
+    pub(crate) fn member(&self) -> &str {
+        &self.member
+    }
+
+    /// See [`Channel::mark`].
+    pub(crate) fn mark(&self) -> Marks {
+        Marks(self.channels.iter().map(|c| c.mark()).collect())
+    }
+
+    /// Whether `token`'s release was announced on any of the channels.
+    pub(crate) fn was_announced(&self, token: &str) -> bool {
+        self.channels.iter().any(|c| c.was_announced(token))
+    }
+
+    /// Resolves when any channel would wake (see [`Channel::wake`]).
+    pub(crate) async fn wake(&self, marks: &Marks) -> Wake {
+        self.used.store(true, Ordering::Release);
+        let wakes = self
+            .channels
+            .iter()
+            .zip(&marks.0)
+            .map(|(channel, mark)| Box::pin(channel.wake(mark, self.wait)));
+        futures::future::select_all(wakes).await.0
+    }
+
+    /// Whether every channel heard every release since `marks`.
+    pub(crate) fn heard_since(&self, marks: &Marks) -> bool {
+        self.channels
+            .iter()
+            .zip(&marks.0)
+            .all(|(channel, mark)| channel.heard_since(mark))
+    }
+
+    /// Whether every channel is listening.
+    pub(crate) fn listening(&self) -> bool {
+        self.channels.iter().all(|c| c.listening())
+    }
+
+    /// Subscribes every channel (see [`Channel::ensure`]), all at once.
+    pub(crate) async fn ensure(&self) {
+        self.used.store(true, Ordering::Release);
+        futures::future::join_all(self.channels.iter().map(|c| c.ensure())).await;
+    }
+}
+
+/// Now, in microseconds of the Unix epoch (0 for a clock set before it).
+fn since_epoch_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
