@@ -1016,7 +1016,12 @@ mod tests {
             // three agree. Contention.
             (0, vec![Timeout, refused(), Held, Held, Held], true, false),
             // Two down, one held (the decision came there): contention.
-            (0, vec![Timeout, Timeout, Held, NotWaited, NotWaited], true, false),
+            (
+                0,
+                vec![Timeout, Timeout, Held, NotWaited, NotWaited],
+                true,
+                false,
+            ),
             // Three down, two held: no majority even if nobody held it.
             (0, vec![Timeout, Timeout, Timeout, Held, Held], false, true),
             (2, vec![Timeout, refused(), Timeout], false, true),
@@ -1033,7 +1038,12 @@ mod tests {
         }
         let lasting = not_acquired(0, &[Held, Held, Held], GaveUp::Unavailable);
         assert!(lasting.is_unavailable() && !lasting.is_contended());
-        assert!(!Error::Lost { resource: "r".into() }.is_unavailable());
+        assert!(
+            !Error::Lost {
+                resource: "r".into()
+            }
+            .is_unavailable()
+        );
     }
 
     #[test]
