@@ -126,9 +126,61 @@ pub enum GaveUp {
     /// could agree: they hold the resource as a semaphore of another number
     /// of permits ([`NodeFailure::PermitsMismatch`]).
     Mismatch,
+    /// So many nodes failed in a way that waiting does not mend that no
+    /// majority could agree while it lasts: they refused our credentials
+    /// or an ACL permission, their sentinels know no such master, their
+    /// host name does not resolve, their TLS handshake or the client's own
+    /// configuration failed ([`NodeFailure::is_lasting`]). A refused
+    /// connection or a timeout is not such a failure: the node may be
+    /// restarting, or paused. The call ends at its first such attempt, whatever its wait: retrying
+    /// would only hide the outage until the wait ran out.
+    /// [`Error::is_unavailable`] is true.
+    Unavailable,
 }
 
 impl Error {
+    /// Whether the lock could not be taken because another owner holds it:
+    /// a [`NotAcquired`](Error::NotAcquired) whose last attempt found the
+    /// resource held by another owner on some node, and that is not
+    /// [unavailable](Self::is_unavailable). The refusal is judged by
+    /// whether contention alone could explain it: enough nodes answered
+    /// for a majority to agree had the others' holds been released. With
+    /// five nodes, two down and three answering "held" is contention: the
+    /// holder's release would let the three agree. Waiting (or trying
+    /// later) is the remedy: `EX_TEMPFAIL`, 75, for a command.
+    pub fn is_contended(&self) -> bool {
+        match self {
+            Error::NotAcquired {
+                gave_up, report, ..
+            } => {
+                *gave_up != GaveUp::Unavailable
+                    && !report.is_unavailable()
+                    && report.held_by_others() > 0
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether too few nodes could take part for a majority to agree,
+    /// whatever the others answered: an outage, not contention. True when
+    /// the nodes that failed for want of availability
+    /// ([`NodeFailure::is_unavailable`]: no answer, a broken or refused
+    /// connection, refused credentials or ACL permission, an unknown
+    /// Sentinel master, a host name that does not resolve, …) are so many
+    /// that the rest are fewer than a majority, and for an acquisition
+    /// given up as [`GaveUp::Unavailable`]. With five nodes, three down
+    /// is an outage even if the other two answer "held". An operator's
+    /// remedy, not a retry's: `EX_UNAVAILABLE`, 69, for a command.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            Error::NotAcquired {
+                gave_up: GaveUp::Unavailable,
+                ..
+            } => true,
+            _ => self.report().is_some_and(Report::is_unavailable),
+        }
+    }
+
     /// The per-node votes behind this error, when nodes were asked.
     pub fn report(&self) -> Option<&Report> {
         match self {
@@ -176,6 +228,9 @@ impl fmt::Display for Error {
                     GaveUp::Retries => "retry limit reached",
                     GaveUp::Deadline => "wait deadline reached",
                     GaveUp::Mismatch => "refused: see the nodes' reasons",
+                    GaveUp::Unavailable => {
+                        "too few nodes available for a majority, for reasons waiting does not mend"
+                    }
                 };
                 write!(
                     f,
@@ -603,6 +658,25 @@ impl Report {
         self.count(|f| matches!(f, NodeFailure::Held))
     }
 
+    /// How many nodes were asked: those that agreed and those that did
+    /// not.
+    pub fn total(&self) -> usize {
+        self.agreed + self.nodes.len()
+    }
+
+    /// How many nodes failed for want of availability
+    /// ([`NodeFailure::is_unavailable`]).
+    pub fn unavailable(&self) -> usize {
+        self.count(NodeFailure::is_unavailable)
+    }
+
+    /// Whether the nodes available were fewer than a majority: the
+    /// operation could not have succeeded whatever they answered (see
+    /// [`Error::is_unavailable`]).
+    pub fn is_unavailable(&self) -> bool {
+        self.total() - self.unavailable() < self.needed
+    }
+
     pub(crate) fn count(&self, pred: impl Fn(&NodeFailure) -> bool) -> usize {
         self.nodes.iter().filter(|(_, f)| pred(f)).count()
     }
@@ -752,6 +826,63 @@ impl NodeFailure {
     }
 }
 
+impl NodeFailure {
+    /// Whether the node could not take part in the vote: it gave no answer
+    /// (a timeout, a broken or refused connection, a host name that does
+    /// not resolve), refused our credentials or an ACL permission, could
+    /// not be found through its sentinels, failed its TLS handshake, is a
+    /// read-only replica, out of memory, restarted too recently to vote, or
+    /// answered another error. Not so: a node that answered the resource's
+    /// state ([`Held`](Self::Held), [`Missing`](Self::Missing), a
+    /// [`PermitsMismatch`](Self::PermitsMismatch), a key of another type or
+    /// a bad fencing counter), nor one not waited for
+    /// ([`NotWaited`](Self::NotWaited)).
+    pub fn is_unavailable(&self) -> bool {
+        !matches!(
+            self,
+            NodeFailure::Held
+                | NodeFailure::Missing
+                | NodeFailure::NotWaited
+                | NodeFailure::PermitsMismatch { .. }
+                | NodeFailure::WrongType(_)
+                | NodeFailure::BadFenceCounter { .. }
+        )
+    }
+
+    /// Whether waiting will not mend this failure: refused credentials or
+    /// ACL permission ([`Auth`](Self::Auth)), a Sentinel master name the
+    /// sentinels do not know ([`UnknownMaster`](Self::UnknownMaster)), a
+    /// TLS handshake refused ([`Tls`](Self::Tls)), the client's own
+    /// configuration ([`Client`](Self::Client)), or a host name that does
+    /// not resolve (a [`Connection`](Self::Connection) failure whose
+    /// reason is the resolver's). Each needs an operator, not a retry.
+    pub fn is_lasting(&self) -> bool {
+        match self {
+            NodeFailure::Auth(_)
+            | NodeFailure::UnknownMaster { .. }
+            | NodeFailure::Tls(_)
+            | NodeFailure::Client(_) => true,
+            NodeFailure::Connection(reason) => unresolved(reason),
+            _ => false,
+        }
+    }
+
+    /// Whether the node refused the connection: nothing listens on its
+    /// address (it is down, restarting, or the port is wrong). Not
+    /// [lasting](Self::is_lasting): a node restarting refuses for a while.
+    pub fn is_refused(&self) -> bool {
+        matches!(self, NodeFailure::Connection(reason) if reason.contains("Connection refused"))
+    }
+}
+
+/// Whether a connection failure's reason is the resolver's: the host name
+/// does not resolve. Read from the text, as the I/O error the Redis client
+/// passes on has no kind of its own for it (Rust's standard library words
+/// it so on every Unix).
+fn unresolved(reason: &str) -> bool {
+    reason.contains("failed to lookup address information")
+}
+
 impl fmt::Display for NodeFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -853,6 +984,96 @@ impl fmt::Display for NodeFailure {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn not_acquired(agreed: usize, failures: &[NodeFailure], gave_up: GaveUp) -> Error {
+        Error::NotAcquired {
+            resource: "r".into(),
+            attempts: 1,
+            gave_up,
+            report: Report {
+                needed: (agreed + failures.len()) / 2 + 1,
+                agreed,
+                nodes: failures
+                    .iter()
+                    .enumerate()
+                    .map(|(i, f)| (format!("n{i}"), f.clone()))
+                    .collect(),
+            },
+        }
+    }
+
+    /// Five nodes: contention is what the holds alone explain; an outage
+    /// is too few nodes available for a majority, whatever the rest said.
+    #[test]
+    fn contention_and_unavailability_are_told_apart() {
+        use NodeFailure::{Auth, Held, NotWaited, Timeout};
+        let refused = || NodeFailure::Connection("Connection refused (os error 111)".into());
+        let retries = GaveUp::Retries;
+        let cases: [(usize, Vec<NodeFailure>, bool, bool); 8] = [
+            // Held on three, two not waited for: contention.
+            (0, vec![Held, Held, Held, NotWaited, NotWaited], true, false),
+            // Two down, three held: the holder's release would let the
+            // three agree. Contention.
+            (0, vec![Timeout, refused(), Held, Held, Held], true, false),
+            // Two down, one held (the decision came there): contention.
+            (
+                0,
+                vec![Timeout, Timeout, Held, NotWaited, NotWaited],
+                true,
+                false,
+            ),
+            // Three down, two held: no majority even if nobody held it.
+            (0, vec![Timeout, Timeout, Timeout, Held, Held], false, true),
+            (2, vec![Timeout, refused(), Timeout], false, true),
+            (0, vec![Auth("WRONGPASS".into()); 5], false, true),
+            // Two agreed, one down, two not waited for: neither (a
+            // validity too short, say).
+            (2, vec![Timeout, NotWaited, NotWaited], false, false),
+            (3, vec![Timeout, Timeout], false, false),
+        ];
+        for (agreed, failures, contended, unavailable) in cases {
+            let e = not_acquired(agreed, &failures, retries);
+            assert_eq!(e.is_contended(), contended, "{e}");
+            assert_eq!(e.is_unavailable(), unavailable, "{e}");
+        }
+        let lasting = not_acquired(0, &[Held, Held, Held], GaveUp::Unavailable);
+        assert!(lasting.is_unavailable() && !lasting.is_contended());
+        assert!(
+            !Error::Lost {
+                resource: "r".into()
+            }
+            .is_unavailable()
+        );
+    }
+
+    #[test]
+    fn lasting_failures_are_those_waiting_does_not_mend() {
+        let lasting = [
+            NodeFailure::Auth("NOPERM".into()),
+            NodeFailure::UnknownMaster { master: "m".into() },
+            NodeFailure::Connection(
+                "failed to lookup address information: Name or service not known".into(),
+            ),
+            NodeFailure::Client("bad".into()),
+        ];
+        for f in lasting {
+            assert!(f.is_lasting() && f.is_unavailable(), "{f}");
+        }
+        let passing = [
+            NodeFailure::Timeout,
+            NodeFailure::Connection("Connection refused (os error 111)".into()),
+            NodeFailure::Restarted {
+                remaining: Duration::from_secs(1),
+            },
+            NodeFailure::Held,
+        ];
+        for f in passing {
+            assert!(!f.is_lasting(), "{f}");
+        }
+        assert!(NodeFailure::Connection("Connection refused (os error 111)".into()).is_refused());
+        assert!(!NodeFailure::Held.is_unavailable());
+        assert!(!NodeFailure::NotWaited.is_unavailable());
+    }
 
     /// Messages wrapped across source lines keep single spaces (a line
     /// continuation without its `\` keeps the next line's indentation).

@@ -93,6 +93,23 @@ impl LocalCluster {
     /// # Errors
     /// As [`start`](Self::start); also when a port is taken.
     pub fn start_detached(ports: &[u16]) -> io::Result<Vec<DetachedNode>> {
+        Self::launch_detached(ports, true)
+    }
+
+    /// Like [`start_detached`](Self::start_detached), for nodes that ran
+    /// on `ports` before and died: started empty, and not declared born
+    /// empty ([`declare_born_empty`]), as they may have granted locks
+    /// before and forgotten them. Clients' restart guard gives each no vote
+    /// on acquisitions until those would have expired, as it would a
+    /// production node that restarted.
+    ///
+    /// # Errors
+    /// As [`start_detached`](Self::start_detached).
+    pub fn restart_detached(ports: &[u16]) -> io::Result<Vec<DetachedNode>> {
+        Self::launch_detached(ports, false)
+    }
+
+    fn launch_detached(ports: &[u16], born_empty: bool) -> io::Result<Vec<DetachedNode>> {
         let mut cluster = LocalCluster {
             binary: find_redis_server(std::env::var_os("REDQUORUM_REDIS_SERVER"))?,
             extra_args: Vec::new(),
@@ -116,7 +133,9 @@ impl LocalCluster {
                 child: Some(child),
                 env: Vec::new(),
             });
-            declare_born_empty(port, &[port])?;
+            if born_empty {
+                declare_born_empty(port, &[port])?;
+            }
         }
         Ok(std::mem::take(&mut cluster.nodes)
             .into_iter()

@@ -51,12 +51,16 @@ EXAMPLES:
   redquorum elect --id \"$(hostname)\" --again scheduler -- ./scheduler
   redquorum leader --watch scheduler
 
-  # Try it locally: five redis-server processes on ports 7001-7005.
-  redquorum cluster up
-  export REDQUORUM_NODES=redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003,redis://127.0.0.1:7004,redis://127.0.0.1:7005
+  # Try it locally: five redis-server processes on ports 7001-7005, their
+  # URLs exported for the commands above (`cluster up` prints the line to
+  # export; `cluster ls` prints it again).
+  eval \"$(redquorum cluster up | grep ^export)\"
 
 LOGS:
-  Warnings go to stderr; RUST_LOG=redquorum=debug shows every vote.
+  Warnings go to stderr, coloured only on a terminal and without NO_COLOR;
+  RUST_LOG=redquorum=debug shows every vote. Output cut short by its reader
+  (`redquorum status ... | head -1`) ends the command quietly, by SIGPIPE
+  (the shell's status 141), as it does `cat`.
 
 See `redquorum help run` for the exit statuses.";
 
@@ -152,8 +156,14 @@ EXIT STATUS:
   128+N the command was killed by signal N; or redquorum got signal N while
         waiting for the lock, and gave up
   2     usage: a bad option, duration or URL, or no nodes given
-  75    the lock could not be acquired: held elsewhere past --wait, held at
-        all with --no-wait, or too few nodes answered (--conflict-exit-code)
+  69    the nodes are unavailable (EX_UNAVAILABLE): too few could be reached
+        for a majority (down, frozen, refusing the connection or the
+        password, an unknown Sentinel master, a host name that does not
+        resolve), whatever the others answered. Reasons waiting does not
+        mend (credentials, ACL, an unknown master, DNS; or no node
+        listening at all) end the wait at once; others end it at --wait
+  75    the lock is held elsewhere (EX_TEMPFAIL): past --wait, or at all
+        with --no-wait (--conflict-exit-code)
   76    the lock was lost, or about to be, while the command ran; the
         command was stopped (--lost-exit-code)
   126   the command could not be executed
@@ -170,8 +180,10 @@ pub struct Run {
     /// again after at most this long.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration)]
     pub ttl: Duration,
-    /// How long to wait for the lock while another holder has it; waits
-    /// without limit if not given.
+    /// How long to wait for the lock while another holder has it (or the
+    /// nodes are unavailable): no attempt starts after it; the last one,
+    /// and its rollback, may take up to twice --node-timeout more. Waits without limit if not
+    /// given; without a terminal, says now and then what it waits for.
     #[arg(long, value_name = "DURATION", value_parser = duration, conflicts_with = "no_wait")]
     pub wait: Option<Duration>,
     /// Try once, and give up at once if the lock is held.
@@ -296,8 +308,9 @@ EXIT STATUS:
   128+N the command was killed by signal N; or redquorum got signal N while
         campaigning, and gave up
   2     usage: a bad option, duration or URL, or no nodes given
-  75    not elected within --wait, or too few nodes answered
-        (--conflict-exit-code)
+  69    the nodes are unavailable: too few could be reached for a majority
+        (as for `redquorum run`)
+  75    not elected within --wait (--conflict-exit-code)
   76    leadership was lost, or about to be, while the command ran, and
         --again was not given (--lost-exit-code)
   126   the command could not be executed
@@ -381,16 +394,30 @@ Start, list and stop a local cluster of redis-server processes on 127.0.0.1,
 for trying redquorum out (the launcher the tests use). Each node runs without
 persistence, in a directory of its own under the system's temp dir, until
 `cluster down`. redis-server must be installed (or named by
-REDQUORUM_REDIS_SERVER).";
+REDQUORUM_REDIS_SERVER).
+
+Each `cluster up --base-port P` is a set of its own, named by P: `ls` and
+`down` act on the set given by --base-port, or on every set. `cluster up` on
+a set that is up already restarts its nodes that are down, on their ports;
+a restarted node is empty, so clients' restart guard gives it no vote on
+acquisitions for a TTL, as it would a production node that restarted.";
 
 #[derive(Debug, Subcommand)]
 pub enum Cluster {
     /// Start nodes on consecutive ports and print their URLs.
     Up(ClusterUp),
-    /// Stop every node `cluster up` started.
-    Down,
-    /// List the nodes `cluster up` started, and whether each answers.
-    Ls,
+    /// Stop the nodes `cluster up` started: one set's, or every set's.
+    Down(ClusterSet),
+    /// List the nodes `cluster up` started, and whether each answers: one
+    /// set's, or every set's.
+    Ls(ClusterSet),
+}
+
+#[derive(Debug, Args)]
+pub struct ClusterSet {
+    /// The set started with this --base-port; every set if not given.
+    #[arg(long)]
+    pub base_port: Option<u16>,
 }
 
 #[derive(Debug, Args)]
@@ -398,7 +425,7 @@ pub struct ClusterUp {
     /// How many nodes.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=99))]
     pub nodes: u16,
-    /// The first node's port; the others follow it.
+    /// The first node's port; the others follow it. Names the set.
     #[arg(long, default_value_t = 7001)]
     pub base_port: u16,
 }

@@ -69,18 +69,25 @@ async fn campaign(
         .campaign(&args.name, args.id.clone(), args.ttl)
         .value(args.value.clone().unwrap_or_default());
     if let Some(wait) = args.wait {
-        campaign = campaign.wait(wait);
+        campaign = campaign.wait(run::full_wait(Some(wait), args.nodes.node_timeout));
     }
+    let what = format!("the leadership of {:?}", args.name);
     let outcome = tokio::select! {
         outcome = campaign.into_future() => outcome,
         signal = signals.recv() => return Err(128 + signal as u8),
+        outage = run::watch(redlock, &args.name, &what, false) => {
+            return Err(fail(
+                exit::UNAVAILABLE,
+                format!("not elected for {:?}: {outage}", args.name),
+            ));
+        }
     };
-    outcome.map_err(|e| match e {
-        Error::Config(_) => fail(exit::USAGE, e),
-        e => fail(
+    outcome.map_err(|e| {
+        run::not_acquired(
+            e,
             args.conflict_exit_code,
-            format!("not elected for {:?}: {e}", args.name),
-        ),
+            format!("not elected for {:?}", args.name),
+        )
     })
 }
 

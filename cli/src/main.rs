@@ -26,6 +26,9 @@ pub mod exit {
     pub const FAILURE: u8 = 1;
     /// A bad option, duration or URL, or no nodes given.
     pub const USAGE: u8 = 2;
+    /// Too few nodes could be reached for a majority (EX_UNAVAILABLE): an
+    /// outage, not contention.
+    pub const UNAVAILABLE: u8 = 69;
     /// The lock could not be acquired (EX_TEMPFAIL: try again later).
     pub const NOT_ACQUIRED: u8 = 75;
     /// The lock was lost while the command ran.
@@ -38,7 +41,19 @@ pub mod exit {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The commands that print for a reader (`status … | head -1`) end
+    // quietly when the reader has gone, killed by SIGPIPE as `cat` is
+    // (the shell reports 141), instead of panicking on the closed pipe.
+    // Not `run` and `elect`: they supervise a command and a lock, which a
+    // closed stderr must not cut short.
+    if !matches!(cli.command, Command::Run(_) | Command::Elect(_)) {
+        // SAFETY: restores the default disposition, before any thread.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     tracing_subscriber::fmt()
+        .with_ansi(colour())
         .with_env_filter(
             tracing_subscriber::EnvFilter::builder()
                 .with_default_directive(tracing_subscriber::filter::LevelFilter::WARN.into())
@@ -63,6 +78,13 @@ fn main() -> ExitCode {
         Command::Cluster(cluster) => cluster::cluster(cluster),
     };
     ExitCode::from(code)
+}
+
+/// Whether logs are coloured: only on a terminal, and not when `NO_COLOR`
+/// is set to anything but the empty string (<https://no-color.org>).
+fn colour() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
 /// Prints `message` on stderr and returns `code`.

@@ -85,7 +85,9 @@ async fn acquire(redlock: &Redlock, args: &Run, signals: &mut Signals) -> Result
     request = if args.no_wait {
         request.retries(0)
     } else {
-        request.retries(u32::MAX).wait(args.wait.unwrap_or(FOREVER))
+        request
+            .retries(u32::MAX)
+            .wait(full_wait(args.wait, args.nodes.node_timeout))
     };
     if args.fence {
         request = request.fenced();
@@ -100,11 +102,12 @@ async fn acquire(redlock: &Redlock, args: &Run, signals: &mut Signals) -> Result
         request = request.shared();
     }
     let acquiring = request.into_future();
-    let progress = async {
-        if args.no_wait || !std::io::stderr().is_terminal() {
+    let watching = async {
+        if args.no_wait {
             return std::future::pending().await;
         }
-        show_progress(redlock, &args.resource).await
+        let what = format!("the lock on {:?}", args.resource);
+        watch(redlock, &args.resource, &what, terminal(args)).await
     };
     let outcome = tokio::select! {
         outcome = acquiring => outcome,
@@ -112,40 +115,136 @@ async fn acquire(redlock: &Redlock, args: &Run, signals: &mut Signals) -> Result
             clear_progress(args);
             return Err(128 + signal as u8);
         }
-        never = progress => match never {},
+        outage = watching => {
+            clear_progress(args);
+            return Err(fail(
+                exit::UNAVAILABLE,
+                format!("could not lock {:?}: {outage}", args.resource),
+            ));
+        }
     };
     clear_progress(args);
-    outcome.map_err(|e| match e {
-        Error::Config(_) => fail(exit::USAGE, e),
-        e => fail(
+    outcome.map_err(|e| {
+        not_acquired(
+            e,
             args.conflict_exit_code,
-            format!("could not lock {:?}: {e}", args.resource),
-        ),
+            format!("could not lock {:?}", args.resource),
+        )
     })
 }
 
-/// A line on stderr, rewritten every second while waiting: how long, and
-/// who holds the lock on how many nodes.
-async fn show_progress(redlock: &Redlock, resource: &str) -> std::convert::Infallible {
+/// The exit status of an acquisition (or a campaign) that failed with `e`,
+/// its message printed: 2 for a usage error, 69 (EX_UNAVAILABLE) when too
+/// few nodes could be reached for a majority (an outage, whatever else they
+/// answered), else `conflict` (75 unless told otherwise: held elsewhere).
+pub fn not_acquired(e: Error, conflict: u8, what: String) -> u8 {
+    match e {
+        Error::Config(_) => fail(exit::USAGE, e),
+        e if e.is_unavailable() => fail(
+            exit::UNAVAILABLE,
+            format!("{what}: too few nodes available for a majority: {e}"),
+        ),
+        e => fail(conflict, format!("{what}: {e}")),
+    }
+}
+
+/// The wait the library is given for `--wait D`: attempts may start until
+/// D has passed, and the last one may take a node timeout more. (The
+/// library's wait is a deadline for the whole call: given D, it would give
+/// up a node timeout before D, at once for `--wait 1s` and the default
+/// node timeout.) Without `--wait`, for ever.
+pub fn full_wait(wait: Option<Duration>, node_timeout: Duration) -> Duration {
+    wait.map_or(FOREVER, |wait| wait.saturating_add(node_timeout))
+        .min(FOREVER)
+}
+
+/// The first time a wait without a terminal says what it waits for; then
+/// after twice as long each time, at least every [`LOG_EVERY_MAX`].
+pub const LOG_FIRST: Duration = Duration::from_secs(5);
+/// The longest gap between two lines of a wait without a terminal.
+pub const LOG_EVERY_MAX: Duration = Duration::from_secs(600);
+
+/// While a lock (or leadership) is waited for: every second on a terminal,
+/// a line rewritten in place (how long, who holds `resource` on how many
+/// nodes, which nodes do not answer); without one, a line now and then
+/// (after 5 s, 10 s, 20 s, … at least every 10 minutes), so that a cron
+/// job's log says what it waits for. Resolves, with the reason, only when
+/// no node at all can be reached, each refusing the connection or failing
+/// for a reason waiting does not mend ([`outage`]): an outage is then
+/// reported, not waited out in silence.
+pub async fn watch(redlock: &Redlock, resource: &str, what: &str, terminal: bool) -> String {
     let start = Instant::now();
+    let mut next_log = LOG_FIRST;
+    let mut next_status = start;
     let mut holder = String::new();
-    for tick in 0u64.. {
-        if tick % 2 == 0 {
-            holder = describe_holder(&redlock.status(resource).await);
+    loop {
+        if Instant::now() >= next_status {
+            let status = redlock.status(resource).await;
+            if let Some(outage) = outage(&status) {
+                return outage;
+            }
+            holder = describe_holder(&status);
+            // Every other second in the first minute, then less often.
+            let every = if start.elapsed() < Duration::from_secs(60) {
+                Duration::from_secs(2)
+            } else {
+                Duration::from_secs(10)
+            };
+            next_status = Instant::now() + every;
         }
-        eprint!(
-            "\r\x1b[2Kredquorum: waiting for {resource:?}: {}s; {holder}",
-            start.elapsed().as_secs()
-        );
+        let waited = start.elapsed();
+        if terminal {
+            eprint!(
+                "\r\x1b[2Kredquorum: waiting for {what}: {}s; {holder}",
+                waited.as_secs()
+            );
+        } else if waited >= next_log {
+            eprintln!(
+                "redquorum: still waiting for {what} after {}s; {holder}",
+                waited.as_secs()
+            );
+            next_log = (next_log * 2).min(next_log + LOG_EVERY_MAX);
+        }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    unreachable!("the ticks do not run out")
+}
+
+/// Why no node at all can be reached, if so: every node refused the
+/// connection (nothing listens: a cluster that is not running, a wrong
+/// port) or failed for a reason waiting does not mend (credentials, an
+/// unknown master, a host name that does not resolve). A mix with any node
+/// that answers, or merely times out, is waited out.
+fn outage(status: &redquorum::Status) -> Option<String> {
+    let mut reasons = Vec::new();
+    for (node, answer) in status.nodes() {
+        match answer {
+            Err(failure) if failure.is_refused() || failure.is_lasting() => {
+                reasons.push(format!("{node}: {failure}"));
+            }
+            _ => return None,
+        }
+    }
+    (!reasons.is_empty()).then(|| format!("no node can be reached ({})", reasons.join("; ")))
+}
+
+/// Whether the wait's progress is drawn on a terminal.
+fn terminal(args: &Run) -> bool {
+    !args.no_wait && std::io::stderr().is_terminal()
 }
 
 fn describe_holder(status: &redquorum::Status) -> String {
     let n = status.nodes().len();
+    let failed: Vec<String> = status
+        .nodes()
+        .iter()
+        .filter_map(|(node, answer)| answer.as_ref().err().map(|f| format!("{node}: {f}")))
+        .collect();
+    let unanswered = match failed.len() {
+        0 => String::new(),
+        k => format!("; {k} of {n} nodes do not answer ({})", failed.join("; ")),
+    };
     let Some(holder) = status.holder() else {
-        return format!("no holder on a majority of {n} nodes");
+        return format!("no holder on a majority of {n} nodes{unanswered}");
     };
     let on = status.held_by(holder).count();
     let left = status
@@ -164,13 +263,13 @@ fn describe_holder(status: &redquorum::Status) -> String {
         _ => "another holder".to_owned(),
     };
     format!(
-        "held by {who} on {on}/{n} nodes, {:.1}s left",
+        "held by {who} on {on}/{n} nodes, {:.1}s left{unanswered}",
         left.as_secs_f64()
     )
 }
 
 fn clear_progress(args: &Run) {
-    if !args.no_wait && std::io::stderr().is_terminal() {
+    if terminal(args) {
         eprint!("\r\x1b[2K");
     }
 }

@@ -2,10 +2,11 @@
 //! processes, against a real local cluster of `redis-server` processes.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use redquorum::local_cluster::{LocalCluster, Reply, command};
+use redquorum::local_cluster::{LocalCluster, Reply, answering_pid, command};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_redquorum");
@@ -1161,25 +1162,25 @@ fn a_local_cluster_goes_up_and_down() {
         .output()
         .unwrap();
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    // A second `up` on the same ports fails and leaves the first alone.
-    let again = Command::new(BIN)
+    // A second `up` of the same set finds it up and leaves it alone; one
+    // of another size is refused.
+    let again = cluster(&["up", "--nodes", "3", "--base-port", &base.to_string()]);
+    assert!(again.contains("is up already"), "{again}");
+    let other = Command::new(BIN)
         .args([
             "cluster",
             "up",
             "--nodes",
-            "3",
+            "2",
             "--base-port",
             &base.to_string(),
         ])
         .env("TMPDIR", tmp.path())
         .output()
         .unwrap();
-    assert_eq!(code(&again), 1);
-    assert!(
-        stderr(&again).contains("already answers"),
-        "{}",
-        stderr(&again)
-    );
+    assert_eq!(code(&other), 2);
+    assert!(stderr(&other).contains("has 3 nodes"), "{}", stderr(&other));
+    assert_eq!(cluster(&["ls"]).matches(" up").count(), 3);
     cluster(&["down"]);
     for port in base..base + 3 {
         assert!(
@@ -1227,4 +1228,298 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// The nodes of `c` with a password they do not have.
+fn wrong_password(c: &LocalCluster) -> String {
+    ALL.map(|i| format!("redis://:not-it@127.0.0.1:{}", c.port(i)))
+        .join(",")
+}
+
+/// An outage is not contention: a wrong password, or nothing listening,
+/// ends `run` at once with 69 (EX_UNAVAILABLE) and the reason, with or
+/// without --wait, stderr not a terminal (as under cron); so do three of
+/// five nodes frozen, at --wait. Two frozen and the lock held elsewhere is
+/// contention: 75.
+#[test]
+fn an_outage_exits_69_and_contention_75() {
+    let mut c = cluster();
+    let wrong = wrong_password(&c);
+    for options in [&[][..], &["--no-wait"], &["--wait", "1h"]] {
+        let started = Instant::now();
+        let mut command = run_sh(&c, options, "r", "echo ran");
+        command.env("REDQUORUM_NODES", &wrong);
+        let out = output(command);
+        assert_eq!(code(&out), 69, "{options:?}: {}", stderr(&out));
+        assert!(stdout(&out).is_empty(), "the command never ran");
+        assert!(
+            stderr(&out).contains("authentication failed"),
+            "{}",
+            stderr(&out)
+        );
+        assert!(!stderr(&out).contains("not-it"), "{}", stderr(&out));
+        assert!(started.elapsed() < Duration::from_secs(5), "{options:?}");
+    }
+    // Nothing listening on any node.
+    let base = free_ports(3);
+    let nowhere: Vec<String> = (base..base + 3)
+        .map(|p| format!("redis://127.0.0.1:{p}"))
+        .collect();
+    let started = Instant::now();
+    let mut command = run_sh(&c, &[], "r", "echo ran");
+    command.env("REDQUORUM_NODES", nowhere.join(","));
+    let out = output(command);
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    assert!(stderr(&out).contains("refused"), "{}", stderr(&out));
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // Held elsewhere, two nodes frozen: contention.
+    let mut holder = run_sh(&c, &[], "h", "echo held; exec sleep 60")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert_eq!(first_line(&mut holder), "held");
+    wait_for("held on every node", Duration::from_secs(5), || {
+        holders(&c, &key("h")) == 5
+    });
+    c.freeze(0);
+    c.freeze(1);
+    let out = output(run_sh(&c, &["--wait", "1s"], "h", "echo ran"));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    // Three frozen: an outage, held or not.
+    c.freeze(2);
+    for resource in ["h", "free"] {
+        let out = output(run_sh(&c, &["--wait", "1s"], resource, "echo ran"));
+        assert_eq!(code(&out), 69, "{resource}: {}", stderr(&out));
+        let out = output(run_sh(&c, &["--no-wait"], resource, "echo ran"));
+        assert_eq!(code(&out), 69, "{resource}: {}", stderr(&out));
+    }
+    for i in 0..3 {
+        c.thaw(i);
+    }
+    signal(holder.id(), libc::SIGTERM);
+    holder.wait().unwrap();
+}
+
+/// `--wait 1s` waits a second (it gave up after 10 ms, its node timeout
+/// taken off); without --wait and without a terminal, the wait says now
+/// and then what it waits for.
+#[test]
+fn a_wait_lasts_as_long_as_told_and_says_what_it_waits_for() {
+    let c = cluster();
+    let mut holder = run_sh(&c, &[], "r", "echo held; exec sleep 60")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert_eq!(first_line(&mut holder), "held");
+    let started = Instant::now();
+    let out = output(run_sh(&c, &["--wait", "1s"], "r", "echo ran"));
+    let waited = started.elapsed();
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    println!("--wait 1s: gave up after {waited:?}");
+    assert!(waited >= Duration::from_secs(1), "waited {waited:?}");
+    assert!(waited < Duration::from_secs(6), "waited {waited:?}");
+    let mut waiter = run_sh(&c, &[], "r", "echo ran")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(waiter.stderr.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(
+        line.starts_with("redquorum: still waiting for the lock on \"r\" after 5s; held by token"),
+        "{line}"
+    );
+    assert!(!line.contains('\x1b'), "{line:?}");
+    signal(waiter.id(), libc::SIGTERM);
+    assert_eq!(waiter.wait().unwrap().code(), Some(128 + libc::SIGTERM));
+    signal(holder.id(), libc::SIGTERM);
+    holder.wait().unwrap();
+}
+
+/// A node of five down from the start holds nothing of the run's: the run
+/// takes no longer and says nothing about it (it waited 3 s for it and
+/// warned that keys could not be removed).
+#[test]
+fn a_dead_minority_node_costs_a_run_nothing() {
+    let mut c = cluster();
+    c.kill(4);
+    let started = Instant::now();
+    let out = output(run_sh(&c, &[], "r", "echo ran"));
+    let took = started.elapsed();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "ran\n");
+    assert_eq!(stderr(&out), "", "took {took:?}");
+    println!("a run with one node of five dead took {took:?}");
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+}
+
+/// `status … | head -1` and `cluster ls | head`: the reader gone, the
+/// command ends by SIGPIPE (the shell's 141), as `cat` does; no panic.
+#[test]
+fn output_cut_short_ends_quietly() {
+    let c = cluster();
+    let tmp = TempDir::new("pipe");
+    let resources: Vec<String> = (0..200).map(|i| format!("r{i}")).collect();
+    let mut status = vec!["status"];
+    status.extend(resources.iter().map(String::as_str));
+    let mut ls = Command::new(BIN);
+    ls.args(["cluster", "ls"]).env("TMPDIR", tmp.path());
+    for mut command in [redquorum(&c, &status), ls] {
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{out:?}");
+        assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+    }
+}
+
+/// Logs carry no colour off a terminal, nor with NO_COLOR on one.
+#[test]
+fn logs_are_coloured_only_on_a_terminal_without_no_color() {
+    let c = cluster();
+    let mut command = run_sh(&c, &[], "r", "true");
+    command.env("RUST_LOG", "redquorum=debug");
+    let out = output(command);
+    assert_eq!(code(&out), 0);
+    assert!(stderr(&out).contains("DEBUG"), "{}", stderr(&out));
+    assert!(!stderr(&out).contains('\x1b'), "{:?}", stderr(&out));
+    // On a terminal (script(1) gives one, where it is installed).
+    let on_terminal = |no_color: bool| {
+        let line = format!("{BIN} run r -- true; exit 0",);
+        let mut script = Command::new("script");
+        script
+            .args(["-qec", &line, "/dev/null"])
+            .env("REDQUORUM_NODES", c.urls().join(","))
+            .env("RUST_LOG", "redquorum=debug")
+            .stdin(Stdio::null());
+        if no_color {
+            script.env("NO_COLOR", "1");
+        } else {
+            script.env_remove("NO_COLOR");
+        }
+        script.output().ok().filter(|o| o.status.success())
+    };
+    let Some(coloured) = on_terminal(false) else {
+        println!("no script(1): the terminal case is not checked");
+        return;
+    };
+    assert!(has_sgr(&stdout(&coloured)), "{:?}", stdout(&coloured));
+    let plain = on_terminal(true).unwrap();
+    assert!(stdout(&plain).contains("DEBUG"), "{}", stdout(&plain));
+    assert!(!has_sgr(&stdout(&plain)), "{:?}", stdout(&plain));
+}
+
+/// Whether `text` holds a colour escape (SGR: ESC [ digits and ; … m).
+fn has_sgr(text: &str) -> bool {
+    text.split("\x1b[").skip(1).any(|rest| {
+        rest.trim_start_matches(|c: char| c.is_ascii_digit() || c == ';')
+            .starts_with('m')
+    })
+}
+
+/// The help's example of a local cluster is a line that copies as is:
+/// the long `export` line, wrapped, set an unexported variable.
+#[test]
+fn the_help_example_copies_as_is() {
+    for columns in ["80", "100", "200"] {
+        let out = Command::new(BIN)
+            .arg("--help")
+            .env("COLUMNS", columns)
+            .output()
+            .unwrap();
+        let help = stdout(&out);
+        assert!(
+            help.lines()
+                .any(|l| l.trim() == "eval \"$(redquorum cluster up | grep ^export)\""),
+            "{help}"
+        );
+        assert!(
+            !help
+                .lines()
+                .any(|l| !l.trim().starts_with('#') && l.trim_end().ends_with("export")),
+            "{help}"
+        );
+    }
+}
+
+/// Two `cluster up`s on two port sets keep a state each: `ls` and `down`
+/// take --base-port (or act on every set), and `up` on a set that is up
+/// restarts its dead nodes, which are not declared born empty.
+#[test]
+fn two_port_sets_keep_their_own_state_and_dead_nodes_come_back() {
+    let tmp = TempDir::new("sets");
+    let cluster = |args: &[&str]| {
+        let out = Command::new(BIN)
+            .arg("cluster")
+            .args(args)
+            .env("TMPDIR", tmp.path())
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 0, "{args:?}: {}", stderr(&out));
+        stdout(&out)
+    };
+    let a = free_ports(2);
+    let b = free_ports_from(a + 2, 2);
+    let (a_s, b_s) = (a.to_string(), b.to_string());
+    let export = |base: u16| {
+        let urls: Vec<String> = (base..base + 2)
+            .map(|p| format!("redis://127.0.0.1:{p}"))
+            .collect();
+        format!("export REDQUORUM_NODES={}", urls.join(","))
+    };
+    cluster(&["up", "--nodes", "2", "--base-port", &a_s]);
+    cluster(&["up", "--nodes", "2", "--base-port", &b_s]);
+    let ls = cluster(&["ls"]);
+    assert!(ls.contains(&export(a)) && ls.contains(&export(b)), "{ls}");
+    assert_eq!(ls.matches(" up").count(), 4, "{ls}");
+    let ls_a = cluster(&["ls", "--base-port", &a_s]);
+    assert!(
+        ls_a.contains(&export(a)) && !ls_a.contains(&export(b)),
+        "{ls_a}"
+    );
+    // A dead node of set a comes back with `up`, empty, not born empty.
+    let pid = answering_pid(a + 1).unwrap();
+    signal(pid, libc::SIGKILL);
+    wait_for("the node dies", Duration::from_secs(5), || {
+        answering_pid(a + 1).is_none()
+    });
+    assert!(cluster(&["ls", "--base-port", &a_s]).contains(" down"));
+    let up = cluster(&["up", "--nodes", "2", "--base-port", &a_s]);
+    assert!(up.contains("restarted 1 of the 2 nodes"), "{up}");
+    assert!(answering_pid(a + 1).is_some_and(|p| p != pid));
+    let born = |port| command(port, &["SCARD", "redquorum-born-empty"]).unwrap();
+    assert_eq!(born(a), Reply::Int(1));
+    assert_eq!(
+        born(a + 1),
+        Reply::Int(0),
+        "a restarted node is not born empty"
+    );
+    assert_eq!(cluster(&["ls"]).matches(" up").count(), 4);
+    // Down one set, then the rest.
+    cluster(&["down", "--base-port", &a_s]);
+    assert!(command(a, &["PING"]).is_err() && command(a + 1, &["PING"]).is_err());
+    assert!(command(b, &["PING"]).is_ok());
+    let ls = cluster(&["ls"]);
+    assert!(!ls.contains(&export(a)) && ls.contains(&export(b)), "{ls}");
+    cluster(&["down"]);
+    assert!(command(b, &["PING"]).is_err());
+    assert!(cluster(&["ls"]).contains("no local cluster"));
+}
+
+/// `n` consecutive free ports from `from` on.
+fn free_ports_from(from: u16, n: u16) -> u16 {
+    'base: for base in from..32_000 {
+        for port in base..base + n {
+            if std::net::TcpListener::bind(("127.0.0.1", port)).is_err() {
+                continue 'base;
+            }
+        }
+        return base;
+    }
+    panic!("no {n} consecutive free ports from {from}")
 }

@@ -23,7 +23,10 @@
 //!
 //! Every call is bounded: by its retry count and by its wait deadline (ten
 //! seconds unless the caller or the `Redlock` says otherwise), since some
-//! retries are free (see [`Call`]).
+//! retries are free (see [`Call`]). A failed attempt whose nodes failed in
+//! a way waiting does not mend, so many that no majority is left
+//! (`Tally::outage_lasts`), ends the call at once
+//! ([`GaveUp::Unavailable`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -133,6 +136,7 @@ pub(crate) async fn acquire(
                 GaveUp::Retries => "retries",
                 GaveUp::Deadline => "deadline",
                 GaveUp::Mismatch => "mismatch",
+                GaveUp::Unavailable => "unavailable",
             };
             metrics::gave_up(kind.name(&id), cause);
             Error::NotAcquired {
@@ -144,6 +148,13 @@ pub(crate) async fn acquire(
         };
         if tally.mismatched() {
             return Err(give_up(GaveUp::Mismatch));
+        }
+        // An outage that waiting does not mend (credentials, an unknown
+        // master, a host name that does not resolve, nothing listening on
+        // any node heard from) ends the call now, whatever its wait: a
+        // retry would only hide it until the wait ran out.
+        if tally.outage_lasts() {
+            return Err(give_up(GaveUp::Unavailable));
         }
         if counted > call.retries {
             return Err(give_up(GaveUp::Retries));

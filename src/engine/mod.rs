@@ -351,10 +351,15 @@ impl Engine {
                 fence: agreed.fence,
             };
         }
-        if waiter.is_some() && tally.unclear() {
+        if (waiter.is_some() && tally.unclear()) || tally.ambiguous() {
             // A waiter that cannot tell whom to wait for hears the other
             // nodes out (each within its timeout) rather than back off as
-            // if waiters split the vote.
+            // if waiters split the vote; so does any attempt whose answers
+            // tell neither contention nor an outage (nodes failing), so
+            // that its error says which (`Error::is_contended`,
+            // `is_unavailable`). The nodes not waited for were asked at
+            // the same moment as the one that failed: hearing them out
+            // costs little more than the failure's own timeout.
             stragglers.hear_out(&mut tally).await;
             self.rollback(kind, id, &tally, plan, None::<NoStragglers>)
                 .await;

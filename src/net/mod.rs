@@ -166,6 +166,9 @@ struct Inner {
     policy_checked: AtomicBool,
     /// Whether the node has refused a release's announcement (`PUBLISH`).
     publish_refused: AtomicBool,
+    /// Whether a command connection to the node was ever made: until one
+    /// is, nothing was ever written to it, and there is nothing to remove.
+    ever_connected: AtomicBool,
     /// Connections replaced for silence that may still deliver what was
     /// written on them (see [`retired`]).
     retired: Arc<Retired>,
@@ -255,6 +258,7 @@ impl Node {
                 guard: lives.map(|lives| Guard::new(lives, failover)),
                 policy_checked: AtomicBool::new(false),
                 publish_refused: AtomicBool::new(false),
+                ever_connected: AtomicBool::new(false),
                 retired: Arc::default(),
                 removals: Removals::default(),
                 in_flight: tokio::sync::Semaphore::new(limits.in_flight),
@@ -333,12 +337,21 @@ impl Node {
     /// sent again until it is answered or until `until`, when the keys it
     /// was for have expired (see [`removals`]). Returns the task that sends
     /// the node's queue, for the caller to run in the background, unless
-    /// one runs already.
+    /// one runs already. Nothing is queued for a node no connection was
+    /// ever made to (down, refusing, or refusing our credentials since
+    /// this client began): no command ever reached it, so no key of ours
+    /// can be there, and a removal sent again and again would only keep
+    /// the process waiting (`Redlock::drain`) for a node that holds
+    /// nothing. A node that timed out after a connection was made may
+    /// hold the key, and is sent it again.
     pub(crate) fn remove_later(
         &self,
         command: Arc<Prepared>,
         until: Moment,
     ) -> Option<impl Future<Output = ()> + Send + 'static + use<>> {
+        if !self.inner.ever_connected.load(Ordering::Acquire) {
+            return None;
+        }
         let start = self.inner.removals.queue(command, until);
         start.then(|| self.inner.clone().send_removals())
     }
@@ -663,6 +676,8 @@ impl Inner {
             .set_response_timeout(None)
             .set_pipeline_buffer_size(PIPELINE_BUFFER);
         let (mut conn, primary) = self.endpoint.connect(&config).await?;
+        // Before anything can be written on it (see `Node::remove_later`).
+        self.ever_connected.store(true, Ordering::Release);
         #[cfg(feature = "cluster")]
         if let (Some(guard), CommandConn::Cluster(cluster)) = (&self.guard, &mut conn) {
             let born = !guard.knows_primaries();

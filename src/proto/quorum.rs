@@ -358,6 +358,42 @@ impl Tally {
         mismatched > 0 && self.votes.len() - mismatched < self.needed
     }
 
+    /// Whether a failed attempt's answers so far tell neither contention
+    /// nor an outage: the nodes that answered as available (a yes, "held",
+    /// any refusal but a failure of the node,
+    /// [`NodeFailure::is_unavailable`]) are fewer than a majority, and
+    /// those that failed are too few to rule one out. The decision stops at
+    /// the first refusals that make a majority out of reach: with five
+    /// nodes, one timeout and two "held" decide it, and whether the two
+    /// not waited for are down (an outage) or hold the key too
+    /// (contention) only their answers tell ([`crate::Error::is_contended`]).
+    pub(crate) fn ambiguous(&self) -> bool {
+        let (mut available, mut unavailable) = (0, 0);
+        for vote in self.votes.iter().flatten() {
+            match vote {
+                Err(f) if f.is_unavailable() => unavailable += 1,
+                _ => available += 1,
+            }
+        }
+        !self.has_majority()
+            && available < self.needed
+            && unavailable <= self.votes.len() - self.needed
+    }
+
+    /// Whether no majority can agree while failures last that waiting
+    /// does not mend (see [`GaveUp::Unavailable`](crate::GaveUp)): more
+    /// nodes than a majority can spare failed so
+    /// ([`NodeFailure::is_lasting`]). A node not heard from counts as
+    /// available.
+    pub(crate) fn outage_lasts(&self) -> bool {
+        let lasting = self
+            .votes
+            .iter()
+            .filter(|v| matches!(v, Some(Err(f)) if f.is_lasting()))
+            .count();
+        lasting > self.votes.len() - self.needed
+    }
+
     /// Whether the outcome no longer depends on the nodes still out.
     fn decided(&self) -> bool {
         self.has_majority() || self.agreed + self.undecided() < self.needed
