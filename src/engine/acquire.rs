@@ -150,9 +150,10 @@ pub(crate) async fn acquire(
             return Err(give_up(GaveUp::Mismatch));
         }
         // An outage that waiting does not mend (credentials, an unknown
-        // master, a host name that does not resolve, nothing listening on
-        // any node heard from) ends the call now, whatever its wait: a
-        // retry would only hide it until the wait ran out.
+        // master, a host name that does not resolve, TLS) ends the call
+        // now, whatever its wait: a retry would only hide it until the
+        // wait ran out. Refused connections are not such: a node
+        // restarting refuses for a while.
         if tally.outage_lasts() {
             return Err(give_up(GaveUp::Unavailable));
         }
