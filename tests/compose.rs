@@ -10,7 +10,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::compose::{Compose, PORTS, await_ping, docker_or_skip};
+use common::compose::{Compose, PORTS, await_ping, docker_or_skip, ports_free};
 use common::*;
 use redquorum::Redlock;
 use redquorum::local_cluster::{Reply, command_with_timeout, declare_born_empty};
@@ -26,6 +26,27 @@ fn holders_at(ports: &[u16], key: &str) -> usize {
             )
         })
         .count()
+}
+
+/// A port the compose set needs, taken by something else (a `redquorum
+/// servers up` set on its default ports, say), stops the test at once with
+/// the reason and the fix, before Docker is asked anything. (Without an
+/// engine too: the check is the harness's own.)
+#[test]
+fn the_compose_test_says_at_once_when_its_ports_are_taken() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    let port = listener.local_addr().expect("its address").port();
+    let panic = std::panic::catch_unwind(|| ports_free(&[port])).expect_err("a taken port passed");
+    let message = panic
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        message.contains(&port.to_string()) && message.contains("redquorum servers down"),
+        "{message}"
+    );
+    drop(listener);
+    ports_free(&[port]);
 }
 
 #[test]

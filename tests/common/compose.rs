@@ -34,6 +34,7 @@ impl Compose {
             image: image(),
             profile: Vec::new(),
         };
+        ports_free(&PORTS);
         compose.run(&["up", "-d"]);
         await_ping(&PORTS);
         // Brought up empty: nothing for the restart guard to hold against
@@ -192,6 +193,28 @@ fn build_image() -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// Panics at once, saying why and what to do, if something already listens
+/// on one of `ports` of 127.0.0.1: the project could not publish it, and
+/// the test would otherwise fail later, or talk to the wrong servers. The
+/// usual cause is a `redquorum servers up` set (its default ports are the
+/// compose set's, 7001-7005), or a compose project a killed test left up.
+pub fn ports_free(ports: &[u16]) {
+    let taken: Vec<u16> = ports
+        .iter()
+        .copied()
+        .filter(|&port| {
+            let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+        })
+        .collect();
+    assert!(
+        taken.is_empty(),
+        "the compose test needs host ports {ports:?} free, and something listens on {taken:?}: \
+         stop a local set started with `redquorum servers up` (`redquorum servers down`), or a \
+         compose project left running (`docker ps`, then `docker-compose -p <project> down`)"
+    );
 }
 
 fn ping(port: u16) -> bool {
