@@ -73,8 +73,8 @@
 //! [`queue`](super::queue)), which tries again. The key stays while any
 //! slot is held, so a wake-up that reached a wait that had ended, or a
 //! waiter that leaves, wakes the next one wherever a slot is free (let go
-//! or expired), not only where the key is gone: `keyspace.lua`'s `room`
-//! counts the slots.
+//! or expired), not only where the key is gone: the layout's `room`
+//! (`layout.lua`, asked through `keyspace.lua`) counts the slots.
 //!
 //! **Contenders are not a holder.** Contenders that come at once each take
 //! a slot on the nodes they reach first (across zones: its own zone's), and
