@@ -116,8 +116,9 @@ use std::sync::{Arc, LazyLock};
 
 use redis::Value;
 
+use crate::error::NodeFailure;
 use crate::kinds::keyspace::script;
-use crate::kinds::{Agreed, Kind, acquire_outcome, unexpected};
+use crate::kinds::{Agreed, Kind, acquire_outcome, own_error, unexpected};
 use crate::proto::quorum::{Plan, Tally};
 use crate::proto::{Answer, Call, Command, Effect, LockId, Script};
 
@@ -225,6 +226,14 @@ impl Kind for Semaphore {
             // the yes votes of any slot.
             answer if answer.vote.is_ok() => Err(unexpected(&reply)).into(),
             answer => answer,
+        }
+    }
+
+    /// `PERMITS <n>`: the key is a semaphore of `n` permits, not ours.
+    fn read_error(&self, failure: NodeFailure) -> NodeFailure {
+        match own_error(&failure, "PERMITS").and_then(|d| d.trim().parse().ok()) {
+            Some(permits) => NodeFailure::PermitsMismatch { permits },
+            None => failure,
         }
     }
 
