@@ -16,7 +16,7 @@ use crate::engine::acquire::{self, Call};
 use crate::engine::hold::{Context, Hold};
 use crate::error::{ConfigError, Error, Report};
 use crate::kinds::admin::{self, Status};
-use crate::kinds::{Kind, fenced, mutex, reentrant, rwlock, semaphore};
+use crate::kinds::{Kind, OnEnd, fenced, mutex, reentrant, rwlock, semaphore};
 use crate::lock::{Held, Lock};
 use crate::proto::Keys;
 use crate::proto::quorum::Tally;
@@ -424,7 +424,7 @@ impl Redlock {
         }
         let acquired = acquire::acquire(&self.engine, &kind, resource, keys, plan, call).await?;
         // Noted in the task that asked (the request's future runs in it).
-        let mark = shared.then(|| Box::new(self.shares.mark(resource)));
+        let mark = shared.then(|| Box::new(self.shares.mark(resource)) as Box<dyn OnEnd>);
         let hold = Hold::new(&self.plain, kind, acquired, resource, plan, mark);
         Ok(Lock::new(hold))
     }

@@ -106,7 +106,7 @@ mod upgrade;
 
 use std::sync::{Arc, LazyLock};
 
-pub(crate) use upgrade::{Mark, Shares};
+pub(crate) use upgrade::Shares;
 
 use crate::kinds::Kind;
 use crate::kinds::keyspace::script;
