@@ -38,6 +38,7 @@ pub(crate) mod queue;
 pub(crate) mod reentrant;
 pub(crate) mod rwlock;
 pub(crate) mod semaphore;
+pub(crate) mod spec;
 
 use std::time::Duration;
 
