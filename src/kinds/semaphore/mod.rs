@@ -111,6 +111,7 @@
 //! every kind: a semaphore's key is another holder's to a mutex, and a
 //! mutex's key another holder's to the semaphore.
 
+use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, LazyLock};
 
@@ -151,6 +152,28 @@ pub(crate) struct Semaphore {
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Shows the permits held on one node, each slot with its holder's token
+/// (`{:#}`: how many), for [`Holding`](crate::Holding)'s `Display`.
+pub(crate) fn show(
+    f: &mut fmt::Formatter<'_>,
+    permits: u32,
+    holders: &[(u32, String)],
+) -> fmt::Result {
+    if f.alternate() {
+        return write!(f, "{} of {permits} permits", holders.len());
+    }
+    let held: Vec<String> = holders
+        .iter()
+        .map(|(slot, token)| format!("{slot}: {token}"))
+        .collect();
+    write!(
+        f,
+        "semaphore of {permits} permits ({} held: {})",
+        holders.len(),
+        held.join(", ")
+    )
 }
 
 /// A semaphore of `permits` permits, for one call.
