@@ -28,6 +28,26 @@
 //! prelude before every script classifies a key for any kind, so that a
 //! kind's scripts speak only of their own layout. [`admin`] reads and
 //! clears any kind's key through it, for operators.
+//!
+//! **A kind owns everything about it in its folder**: its scripts; its
+//! layout's Lua (`layout.lua`: how its key looks, holds, is removed, has
+//! room, and what its waiters are told); its [`Kind`] (commands, how a
+//! node's reply becomes a vote, how its own error codes become failures:
+//! [`Kind::read_error`], and its end hook: [`OnEnd`]); its guarantee and
+//! why it holds (the module doc); and how an operator sees its holder (its
+//! `show`, for [`Holding`](admin::Holding)'s `Display`). A new kind the
+//! size of the semaphore touches, besides its folder and its tests:
+//!
+//! | file | what it adds |
+//! |---|---|
+//! | `kinds/mod.rs` | `pub(crate) mod <kind>;`, and its line in the list above |
+//! | `kinds/spec.rs` | its rule: which request options make it, and which it refuses ([`spec`]) |
+//! | `client.rs` | its option on `LockRequest` (the field, the setter, its `Debug` line) |
+//! | `kinds/keyspace.rs`, `tests/scripts.rs` | one line each in `prelude!` for its `layout.lua` (a kind that has a layout of its own) |
+//! | `kinds/keyspace.lua` | its fields in `look`, and its branch in `ask` (the same) |
+//! | `kinds/admin/mod.rs` | its [`Holding`](admin::Holding) variant: its arm in `read_inspect`, `same_holder` and `Display` |
+//! | `error.rs` | a [`NodeFailure`] variant, if it refuses with a failure of its own (the semaphore's `PermitsMismatch`; `proto/quorum.rs` counts that one as a mismatch no retry mends) |
+//! | `cli/src/inspect.rs` | its holder in `status --json` (the human form is its `show`) |
 
 pub(crate) mod admin;
 pub(crate) mod election;
