@@ -133,7 +133,7 @@ pub(crate) trait Kind: Send + Sync + 'static {
 /// What a kind does when one of its locks ends, beyond the engine's
 /// release: the engine calls [`end`](OnEnd::end) when the
 /// [`Lock`](crate::Lock) is released or dropped (a read lock's entry among
-/// its client's read locks: [`rwlock::upgrade::Mark`]).
+/// its client's read locks: the `Mark` of [`rwlock`]'s upgrade check).
 pub(crate) trait OnEnd: Send + Sync + 'static {
     /// The lock has ended. Called at least once; only the first call acts
     /// (the hook's drop may call it too).

@@ -78,7 +78,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 use redis::Value;
 
 use crate::error::NodeFailure;
-use crate::kinds::fenced::{self, Fenced};
+use crate::kinds::fenced::{Fenced, read_fence_error};
 use crate::kinds::keyspace::script;
 use crate::kinds::{Agreed, Kind};
 use crate::proto::quorum::{Plan, Tally};
@@ -190,7 +190,7 @@ impl Kind for Campaigner {
     /// The fenced kind's errors: its acquisition and the announcement
     /// read the fencing counter.
     fn read_error(&self, failure: NodeFailure) -> NodeFailure {
-        fenced::read_fence_error(failure)
+        read_fence_error(failure)
     }
 
     fn release(&self, id: &LockId, announce: bool) -> Command {

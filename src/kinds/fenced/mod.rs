@@ -94,7 +94,7 @@
 //! the key and drew a token of `i64::MIN`, and the second round agreed.
 //! Both scripts refuse such a counter with `BADFENCE <counter key>`, which
 //! the kind reads ([`read_fence_error`]) as
-//! [`NodeFailure::BadFenceCounter`](crate::NodeFailure::BadFenceCounter).
+//! [`NodeFailure::BadFenceCounter`].
 //!
 //! **Counters accumulate**: one key per fenced resource per node
 //! (`<key>:fence`, a short string), kept without a TTL: about 91 bytes of

@@ -57,7 +57,7 @@
 //!
 //! **`k` belongs to the semaphore.** The first holder on a node sets it;
 //! a caller that asks for another number of permits gets
-//! [`NodeFailure::PermitsMismatch`](crate::NodeFailure::PermitsMismatch)
+//! [`NodeFailure::PermitsMismatch`]
 //! from that node, never a silent over-admission. Once every permit has
 //! been let go (or has expired) the key is gone, and the next holder may
 //! set a new `k`.
