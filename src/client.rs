@@ -16,7 +16,8 @@ use crate::engine::acquire::{self, Call};
 use crate::engine::hold::{Context, Hold};
 use crate::error::{ConfigError, Error, Report};
 use crate::kinds::admin::{self, Status};
-use crate::kinds::{Kind, fenced, mutex, reentrant, rwlock, semaphore};
+use crate::kinds::spec::Spec;
+use crate::kinds::{Kind, OnEnd, fenced, mutex, rwlock};
 use crate::lock::{Held, Lock};
 use crate::proto::Keys;
 use crate::proto::quorum::Tally;
@@ -424,7 +425,7 @@ impl Redlock {
         }
         let acquired = acquire::acquire(&self.engine, &kind, resource, keys, plan, call).await?;
         // Noted in the task that asked (the request's future runs in it).
-        let mark = shared.then(|| Box::new(self.shares.mark(resource)));
+        let mark = shared.then(|| Box::new(self.shares.mark(resource)) as Box<dyn OnEnd>);
         let hold = Hold::new(&self.plain, kind, acquired, resource, plan, mark);
         Ok(Lock::new(hold))
     }
@@ -676,7 +677,8 @@ impl<'a> LockRequest<'a> {
         })
     }
 
-    /// The kind, its keys and the lock's name, checked before any I/O.
+    /// The kind (chosen by its [`Spec`]), its keys and the lock's name,
+    /// checked before any I/O.
     fn parts(&self) -> Result<(Arc<dyn Kind>, Keys, String), ConfigError> {
         let options = &self.redlock.engine.options;
         let key = |r: &str| self.redlock.key(r);
@@ -684,46 +686,18 @@ impl<'a> LockRequest<'a> {
             Resources::One(r) => (Arc::new([key(r)]), (*r).to_owned()),
             Resources::All(names) => (names.iter().map(|r| key(r)).collect(), names.join(",")),
         };
-        let fenced = self.fenced || options.fenced;
-        if self.shared {
-            return match (keys.len(), self.owner.is_some(), self.fenced, self.permits) {
-                (0, ..) => Err(ConfigError::NoResources),
-                (_, true, _, _) => Err(ConfigError::Combination("shared and reentrant")),
-                (_, _, true, _) => Err(ConfigError::Combination("shared and fenced")),
-                (_, _, _, Some(_)) => Err(ConfigError::Combination("shared and permits")),
-                (2.., ..) => Err(ConfigError::Combination("shared on a set")),
-                // A task that reads the name already is in: its read goes
-                // in past a waiting writer's intent (it would wait for its
-                // own first read otherwise, which the writer waits for).
-                _ => {
-                    let nested = self.redlock.shares.held_here(&resource);
-                    Ok((rwlock::kind(nested), keys, resource))
-                }
-            };
+        let kind = Spec {
+            keys: &keys,
+            resource: &resource,
+            owner: self.owner.as_deref(),
+            fenced: self.fenced,
+            fenced_by_default: options.fenced,
+            fence_time_floor: options.fence_time_floor,
+            permits: self.permits,
+            shared: self.shared,
+            reads: &self.redlock.shares,
         }
-        if let Some(permits) = self.permits {
-            return match (keys.len(), self.owner.is_some(), self.fenced) {
-                (0, _, _) => Err(ConfigError::NoResources),
-                (_, true, _) => Err(ConfigError::Combination("permits and reentrant")),
-                (_, _, true) => Err(ConfigError::Combination("permits and fenced")),
-                (2.., _, _) => Err(ConfigError::Combination("permits on a set")),
-                _ if permits == 0 || permits > semaphore::MAX_PERMITS => {
-                    Err(ConfigError::Permits { permits })
-                }
-                // (The builder's `fenced` default applies to plain locks.)
-                _ => Ok((semaphore::kind(permits), keys, resource)),
-            };
-        }
-        let kind = match (keys.len(), self.owner.as_deref(), fenced) {
-            (0, _, _) => return Err(ConfigError::NoResources),
-            (_, Some(""), _) => return Err(ConfigError::EmptyOwner),
-            (_, Some(_), true) => return Err(ConfigError::Combination("reentrant and fenced")),
-            (2.., Some(_), _) => return Err(ConfigError::Combination("reentrant on a set")),
-            (2.., None, true) => return Err(ConfigError::Combination("fenced on a set")),
-            (_, None, true) => fenced::kind(&keys[0], options.fence_time_floor),
-            (_, Some(owner), false) => reentrant::kind(owner),
-            (_, None, false) => mutex::kind(),
-        };
+        .kind()?;
         Ok((kind, keys, resource))
     }
 }

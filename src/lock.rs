@@ -171,7 +171,7 @@ impl Lock {
 impl Drop for Lock {
     fn drop(&mut self) {
         self.hold.stop_keeper();
-        self.hold.end_mark();
+        self.hold.end_hook();
         if !self.hold.released() {
             tracing::debug!(
                 resource = %self.resource(),

@@ -9,19 +9,39 @@ mod common;
 use common::*;
 use redquorum::local_cluster::{LocalCluster, Reply};
 
-/// A script as the crate builds it: the key space's prelude (see
-/// `src/kinds/keyspace.rs`), then the script's own text.
+/// The key space's prelude, as the crate builds it (see
+/// `src/kinds/keyspace.rs`): what every layout uses, each kind's layout,
+/// then the owner (and, for the scripts that queue, its questions as the
+/// queue asks them).
+macro_rules! prelude {
+    () => {
+        concat!(
+            include_str!("../src/kinds/common.lua"),
+            include_str!("../src/kinds/mutex/layout.lua"),
+            include_str!("../src/kinds/reentrant/layout.lua"),
+            include_str!("../src/kinds/semaphore/layout.lua"),
+            include_str!("../src/kinds/rwlock/layout.lua"),
+            include_str!("../src/kinds/keyspace.lua"),
+        )
+    };
+    (queue) => {
+        concat!(prelude!(), include_str!("../src/kinds/keyspace_queue.lua"))
+    };
+}
+
+/// A script as the crate builds it: the key space's prelude, then the
+/// script's own text.
 macro_rules! script {
     ($($file:literal),+) => {
         concat!(
-            include_str!("../src/kinds/keyspace.lua"),
+            prelude!(queue),
             include_str!("../src/wait/queue.lua"),
             $(include_str!($file)),+
         )
     };
     (keys $($file:literal),+) => {
         concat!(
-            include_str!("../src/kinds/keyspace.lua"),
+            prelude!(),
             $(include_str!($file)),+
         )
     };

@@ -54,7 +54,7 @@ fn print_status(status: &Status) {
     let headline = match status.holder() {
         Some(holder) => format!(
             "held by {} on {}/{n} nodes",
-            describe(holder),
+            holder,
             status.held_by(holder).count()
         ),
         None if status.is_free() => format!("free (no lock on a majority of {n} nodes)"),
@@ -74,7 +74,7 @@ fn print_status(status: &Status) {
             Ok(state) => {
                 let mut line = match &state.lock {
                     None => "free".to_owned(),
-                    Some(holder) => format!("held by {}", describe(holder)),
+                    Some(holder) => format!("held by {holder}"),
                 };
                 if state.lock.is_some() {
                     match state.ttl {
@@ -89,35 +89,6 @@ fn print_status(status: &Status) {
             }
         };
         println!("  {node:<22} {line}");
-    }
-}
-
-fn describe(holder: &Holding) -> String {
-    match holder {
-        Holding::Token(token) => format!("token {token}"),
-        Holding::Reentrant { owner, holds } => {
-            format!(
-                "reentrant owner {owner:?} ({} holds: {})",
-                holds.len(),
-                holds.join(", ")
-            )
-        }
-        Holding::Permits { permits, holders } => {
-            let held: Vec<String> = holders
-                .iter()
-                .map(|(slot, token)| format!("{slot}: {token}"))
-                .collect();
-            format!(
-                "semaphore of {permits} permits ({} held: {})",
-                holders.len(),
-                held.join(", ")
-            )
-        }
-        Holding::Readers { readers } => {
-            format!("{} readers ({})", readers.len(), readers.join(", "))
-        }
-        Holding::Other(kind) => format!("a {kind} key that is not a lock"),
-        _ => "an unknown holder".to_owned(),
     }
 }
 

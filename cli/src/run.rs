@@ -253,14 +253,11 @@ fn describe_holder(status: &redquorum::Status) -> String {
         .max()
         .unwrap_or_default();
     let who = match holder {
-        Holding::Token(token) => format!("token {}…", token.chars().take(8).collect::<String>()),
-        Holding::Reentrant { owner, .. } => format!("owner {owner:?}"),
+        // The permits held on a majority, not on the node that answered.
         Holding::Permits { permits, .. } => {
             format!("{} of {permits} permits", status.permits().len())
         }
-        Holding::Readers { readers } => format!("{} readers", readers.len()),
-        Holding::Other(kind) => format!("a {kind} key (not a lock)"),
-        _ => "another holder".to_owned(),
+        holder => format!("{holder:#}"),
     };
     format!(
         "held by {who} on {on}/{n} nodes, {:.1}s left{unanswered}",

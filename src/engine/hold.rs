@@ -51,8 +51,7 @@ use crate::clock::Moment;
 use crate::engine::Engine;
 use crate::engine::acquire::Acquired;
 use crate::error::{Error, NodeFailure, Report};
-use crate::kinds::Kind;
-use crate::kinds::rwlock::Mark;
+use crate::kinds::{Kind, OnEnd};
 use crate::metrics;
 use crate::proto::quorum::{Plan, Tally};
 use crate::proto::{Keys, LockId, Shared};
@@ -89,9 +88,10 @@ pub(crate) struct Context {
     resource: Option<Box<str>>,
     /// Every key of a multi-resource lock (the record has the first).
     keys: Option<Keys>,
-    /// A read lock's entry among its client's read locks, which refuses
-    /// its task a write on the name (see `kinds::rwlock::upgrade`).
-    mark: Option<Box<Mark>>,
+    /// What the kind does when the lock ends (a read lock: its entry
+    /// among its client's read locks, which refuses its task a write on
+    /// the name; see `kinds::rwlock::upgrade`).
+    hook: Option<Box<dyn OnEnd>>,
 }
 
 impl Context {
@@ -104,7 +104,7 @@ impl Context {
             fence: None,
             resource: None,
             keys: None,
-            mark: None,
+            hook: None,
         })
     }
 }
@@ -122,14 +122,15 @@ impl Hold {
     /// The hold of a lock just acquired, of `kind` on `resource`, for
     /// `plan.ttl`; `plain` is the context the client's plain locks share,
     /// taken where it says all there is to say.
-    /// A read lock brings its `mark` among its client's read locks.
+    /// A kind that acts when its lock ends brings its `hook` (a read
+    /// lock: its entry among its client's read locks).
     pub(crate) fn new(
         plain: &Arc<Context>,
         kind: Arc<dyn Kind>,
         acquired: Acquired,
         resource: &str,
         plan: Plan,
-        mark: Option<Box<Mark>>,
+        hook: Option<Box<dyn OnEnd>>,
     ) -> Hold {
         let Acquired {
             id,
@@ -146,7 +147,7 @@ impl Hold {
         // The key is the prefix and the name: keep no copy of the name.
         let derivable = one && engine.options.resource(shared.key()) == Some(resource);
         let ctx =
-            if derivable && fence.is_none() && mark.is_none() && Arc::ptr_eq(&kind, &plain.kind) {
+            if derivable && fence.is_none() && hook.is_none() && Arc::ptr_eq(&kind, &plain.kind) {
                 plain.clone()
             } else {
                 Arc::new(Context {
@@ -155,7 +156,7 @@ impl Hold {
                     fence,
                     resource: (!derivable).then(|| resource.into()),
                     keys: (!one).then(|| id.keys.clone()),
-                    mark,
+                    hook,
                 })
             };
         Hold { shared, ctx }
@@ -230,12 +231,11 @@ impl Hold {
         }
     }
 
-    /// Ends a read lock's entry among its client's read locks: its
-    /// [`Lock`](crate::Lock) is released or dropped, and its task may now
-    /// ask to write.
-    pub(crate) fn end_mark(&self) {
-        if let Some(mark) = &self.ctx.mark {
-            mark.end();
+    /// Runs the kind's end hook ([`OnEnd`]): the [`Lock`](crate::Lock) is
+    /// released or dropped (a read lock's task may now ask to write).
+    pub(crate) fn end_hook(&self) {
+        if let Some(hook) = &self.ctx.hook {
+            hook.end();
         }
     }
 

@@ -207,7 +207,9 @@ impl Engine {
         tally.report(self.nodes.iter().map(Node::name))
     }
 
-    /// Sends `command` to every node; each reply is read by `read`. Node
+    /// Sends `command` to every node; each reply, or error, is read by
+    /// `read` (the kind's: a kind reads its own errors, see
+    /// [`Kind::read_error`]). Node
     /// `i` is patient (cleanup nobody waits for: see `net`) if `patient(i)`.
     /// A gated round sends nothing once its lock's gate is shut. A removal
     /// that gets no answer from a node is sent there again in the
@@ -224,7 +226,7 @@ impl Engine {
         sent: Sending<'a>,
     ) -> impl Iterator<Item = impl Future<Output = Answer> + Send + 'static + use<R>> + use<'a, R>
     where
-        R: Fn(Value) -> Answer + Clone + Send + Sync + 'static,
+        R: Fn(Result<Value, NodeFailure>) -> Answer + Clone + Send + Sync + 'static,
     {
         let command = Prepared::new(command);
         self.nodes.iter().enumerate().map(move |(i, node)| {
@@ -246,7 +248,7 @@ impl Engine {
             let (read, node) = (read.clone(), node.clone());
             async move {
                 let answer = match reply.await {
-                    Ok(reply) => read(reply),
+                    Ok(reply) => read(Ok(reply)),
                     Err(failure) => {
                         if let Some((background, command, until)) = retry
                             && failure.unanswered()
@@ -254,7 +256,7 @@ impl Engine {
                         {
                             background.spawn(send);
                         }
-                        Err(failure).into()
+                        read(Err(failure))
                     }
                 };
                 if answer.unannounced {
@@ -275,7 +277,10 @@ impl Engine {
         let kind = kind.clone();
         self.ask(
             command,
-            move |reply| kind.read_outcome(reply),
+            move |reply| match reply {
+                Ok(reply) => kind.read_outcome(reply),
+                Err(failure) => Err(kind.read_error(failure)).into(),
+            },
             patient,
             sent,
         )
@@ -301,7 +306,10 @@ impl Engine {
         let reader = kind.clone();
         let answers = self.ask(
             kind.acquire(id, plan, waiter),
-            move |reply| reader.read_acquire(reply),
+            move |reply| match reply {
+                Ok(reply) => reader.read_acquire(reply),
+                Err(failure) => Err(reader.read_error(failure)).into(),
+            },
             &|_| false,
             Sending::gated(id, plan),
         );

@@ -8,17 +8,20 @@
 //!
 //! | part | what it says |
 //! |---|---|
-//! | `keyspace.lua` | every layout a lock key can have, and, for any key: `look` (free; or held — in which layout, by whom, the token waiters wait for; or no lock at all: the node's `WRONGTYPE` error to return), `waited_for` (the name a refused waiter is told: the token waiters wait for, or for a semaphore `permits:<k>:<digest of who holds which slot>`, for readers `readers:<digest of their tokens>`; a release announces the holds it ended by that name), `holds` (the holds' tokens), `remove` (one hold removed by its token, as the key's own kind would), `room` (whether a waiter could get in, by the layout's rules); and `whole` and `lifespan`, through which every number a script computes goes to Redis (below) |
+//! | `common.lua` | what every layout and script uses: `whole` and `lifespan`, through which every number a script computes goes to Redis (below), `prolong`, `now_ms`, `fit_life` |
+//! | each layout's `layout.lua`, in its kind's folder | how a key of that layout looks, holds, is removed and has room: one function, `<layout>_layout(question, …)`, answering `ask`'s questions (below), and the layout's own helpers (a semaphore's `semaphore_slots`, readers' `reader_shares`) |
+//! | `keyspace.lua` | which layout a key has, for any key: `look` (free; or held — in which layout, by whom, the token waiters wait for; or no lock at all: the node's `WRONGTYPE` error to return); `mine` (the key if it is a given layout's, and a given holder's); and `ask`, which passes a question to the key's layout: `told` (the name a refused waiter is told: the token waiters wait for, or for a semaphore `permits:<k>:<digest of who holds which slot>`, for readers `readers:<digest of their tokens>`; a release announces the holds it ended by that name), `holds` (the holds' tokens), `remove` (one hold removed by its token, as the key's own kind would), `room` (whether a waiter could get in, by the layout's rules) |
+//! | `keyspace_queue.lua` | `ask`'s questions in the words of `queue.lua`, which builds on them: `waited_for`, `remove`, `room` (only in the scripts that queue: every function of the prelude is made anew on every call) |
 //! | `queue.lua` | the waiters' queue `<key>:waiters` and the wake-up channels ([`queue`](crate::wait::queue)), and on top of the owner: `refuse` (the reply of a refused attempt, queueing its waiter), `let_go` (`remove`, and the next waiter woken when that freed something), and `vacant` (`room`, and a writer's intent: what a pass-on or a leave asks before it wakes) |
 //!
 //! The layouts today:
 //!
-//! | layout | kinds | the key |
-//! |---|---|---|
-//! | `exclusive` | mutex, set, fenced | a string: the holder's token (`SET NX PX`, as every Redlock client makes it) |
-//! | `reentrant` | reentrant | a hash: `o` = owner, `i` = smallest hold token, a field per hold |
-//! | `readers` | read-write (readers; the writer is `exclusive`) | a hash: `R`, and per reader its token = expiry (ms, node clock) |
-//! | `semaphore` | semaphore | a hash: `k` = permits; per held slot `i`, `t<i>` = holder's token and `x<i>` = expiry (ms, node clock) |
+//! | layout | kinds | its Lua | the key |
+//! |---|---|---|---|
+//! | `exclusive` | mutex, set, fenced, election | `mutex/layout.lua` | a string: the holder's token (`SET NX PX`, as every Redlock client makes it) |
+//! | `reentrant` | reentrant | `reentrant/layout.lua` | a hash: `o` = owner, `i` = smallest hold token, a field per hold |
+//! | `readers` | read-write (readers; the writer is `exclusive`) | `rwlock/layout.lua` | a hash: `R`, and per reader its token = expiry (ms, node clock) |
+//! | `semaphore` | semaphore | `semaphore/layout.lua` | a hash: `k` = permits; per held slot `i`, `t<i>` = holder's token and `x<i>` = expiry (ms, node clock) |
 //!
 //! A kind's scripts ask `look` what a key is and speak only of their own
 //! layout: a key is theirs when `look` names their layout and their
@@ -43,7 +46,9 @@
 //! Operators' tools go through the owner too: [`admin`](super::admin)'s
 //! `inspect.lua` reports the layout's name, the holder and the holds, and
 //! `clear.lua` lets one hold go by its token with `let_go`, whichever kind
-//! made it. A new kind adds its layout to `keyspace.lua` and a variant to
+//! made it. A new kind with a layout of its own adds its `layout.lua` (and
+//! a line for it in [`prelude!`] and `tests/scripts.rs`), its fields to
+//! `look` and a branch to `ask` in `keyspace.lua`, and a variant to
 //! [`Holding`](super::admin::Holding); no other kind's script changes.
 //!
 //! `look` asks `GET` first for the kinds that expect a string and `TYPE`
@@ -59,7 +64,14 @@
 //! the node): a first version that registered each layout as a table of
 //! closures took the mutex's release from 1.7 to 3.6; this one takes it to
 //! 2.0, and the extension from 1.45 to 1.7 (a node's whole cost of one
-//! request, network included, is about 7 µs).
+//! request, network included, is about 7 µs). Each function costs every
+//! call (a closure made, with a link to each outer function it calls),
+//! so a layout is one function answering `ask`'s questions, not
+//! one per question; a helper used by one layout alone is made inside it
+//! (`readers_name`); and `keyspace_queue.lua`'s three go only where the
+//! queue does. The extension scripts carry as many functions as before the
+//! layouts moved to their kinds' folders (15), the scripts that queue
+//! three more.
 //!
 //! Beside the lock key live `<key>:waiters` (the queue), `<key>:fence` (the
 //! fenced kind's counter), `<key>:intent` (a writer waiting for readers:
@@ -93,29 +105,65 @@
 //! than asked, far inside the drift allowance (1% of the TTL) the client
 //! counts off its validity.
 
-/// The text of a script: the key space's prelude, then the script's own
-/// files (relative to the caller; a kind's helpers first, its script
-/// last). `script!("x.lua")` puts the owner (`keyspace.lua`) and the queue
-/// (`queue.lua`: queueing, waking, letting go) before it; `script!(keys
-/// "x.lua")`, for scripts that only read and prolong keys, the owner alone,
-/// which costs the node less per call.
-macro_rules! script {
-    ($($file:literal),+) => {
+/// The key space's prelude, in its order: what every layout uses, each
+/// layout (its kind's `layout.lua`), then the owner that dispatches to them;
+/// `prelude!(queue)` adds the owner's questions as `queue.lua` asks them
+/// (`keyspace_queue.lua`).
+macro_rules! prelude {
+    () => {
         concat!(
+            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/kinds/common.lua")),
+            include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/src/kinds/mutex/layout.lua"
+            )),
+            include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/src/kinds/reentrant/layout.lua"
+            )),
+            include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/src/kinds/semaphore/layout.lua"
+            )),
+            include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/src/kinds/rwlock/layout.lua"
+            )),
             include_str!(concat!(
                 env!("CARGO_MANIFEST_DIR"),
                 "/src/kinds/keyspace.lua"
             )),
+        )
+    };
+    (queue) => {
+        concat!(
+            $crate::kinds::keyspace::prelude!(),
+            include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/src/kinds/keyspace_queue.lua"
+            )),
+        )
+    };
+}
+pub(crate) use prelude;
+
+/// The text of a script: the key space's prelude ([`prelude!`]), then the
+/// script's own files (relative to the caller; a kind's helpers first, its
+/// script last). `script!("x.lua")` puts the prelude and the queue
+/// (`queue.lua`: queueing, waking, letting go) before it; `script!(keys
+/// "x.lua")`, for scripts that only read and prolong keys, the prelude
+/// alone, which costs the node less per call.
+macro_rules! script {
+    ($($file:literal),+) => {
+        concat!(
+            $crate::kinds::keyspace::prelude!(queue),
             include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/wait/queue.lua")),
             $(include_str!($file)),+
         )
     };
     (keys $($file:literal),+) => {
         concat!(
-            include_str!(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/src/kinds/keyspace.lua"
-            )),
+            $crate::kinds::keyspace::prelude!(),
             $(include_str!($file)),+
         )
     };

@@ -28,6 +28,26 @@
 //! prelude before every script classifies a key for any kind, so that a
 //! kind's scripts speak only of their own layout. [`admin`] reads and
 //! clears any kind's key through it, for operators.
+//!
+//! **A kind owns everything about it in its folder**: its scripts; its
+//! layout's Lua (`layout.lua`: how its key looks, holds, is removed, has
+//! room, and what its waiters are told); its [`Kind`] (commands, how a
+//! node's reply becomes a vote, how its own error codes become failures:
+//! [`Kind::read_error`], and its end hook: [`OnEnd`]); its guarantee and
+//! why it holds (the module doc); and how an operator sees its holder (its
+//! `show`, for [`Holding`](admin::Holding)'s `Display`). A new kind the
+//! size of the semaphore touches, besides its folder and its tests:
+//!
+//! | file | what it adds |
+//! |---|---|
+//! | `kinds/mod.rs` | `pub(crate) mod <kind>;`, and its line in the list above |
+//! | `kinds/spec.rs` | its rule: which request options make it, and which it refuses ([`spec`]) |
+//! | `client.rs` | its option on `LockRequest` (the field, the setter, its `Debug` line) |
+//! | `kinds/keyspace.rs`, `tests/scripts.rs` | one line each in `prelude!` for its `layout.lua` (a kind that has a layout of its own) |
+//! | `kinds/keyspace.lua` | its fields in `look`, and its branch in `ask` (the same) |
+//! | `kinds/admin/mod.rs` | its [`Holding`](admin::Holding) variant: its arm in `read_inspect`, `same_holder` and `Display` |
+//! | `error.rs` | a [`NodeFailure`] variant, if it refuses with a failure of its own (the semaphore's `PermitsMismatch`; `proto/quorum.rs` counts that one as a mismatch no retry mends) |
+//! | `cli/src/inspect.rs` | its holder in `status --json` (the human form is its `show`) |
 
 pub(crate) mod admin;
 pub(crate) mod election;
@@ -37,6 +57,7 @@ pub(crate) mod mutex;
 pub(crate) mod reentrant;
 pub(crate) mod rwlock;
 pub(crate) mod semaphore;
+pub(crate) mod spec;
 
 use std::time::Duration;
 
@@ -72,6 +93,14 @@ pub(crate) trait Kind: Send + Sync + 'static {
     /// Prolongs the key to `plan.ttl` on one node, if it still holds our
     /// token. Never creates a key: an extension cannot resurrect a lock.
     fn extend(&self, id: &LockId, plan: &Plan) -> Command;
+    /// Reads an error one node answered to any of the kind's commands. A
+    /// script refuses with a code of its kind's own (`redis.error_reply`),
+    /// which `net`, knowing no kind, leaves as [`NodeFailure::Server`]; the
+    /// kind makes its failure of it here (see [`own_error`]). Any other
+    /// failure stays as it is, which is all most kinds do.
+    fn read_error(&self, failure: NodeFailure) -> NodeFailure {
+        failure
+    }
     /// Reads one node's reply to [`release`](Self::release) or
     /// [`extend`](Self::extend) (and to [`Agreed::confirm`]).
     fn read_outcome(&self, reply: Value) -> Answer {
@@ -99,6 +128,16 @@ pub(crate) trait Kind: Send + Sync + 'static {
     fn announce_rollback(&self) -> bool {
         false
     }
+}
+
+/// What a kind does when one of its locks ends, beyond the engine's
+/// release: the engine calls [`end`](OnEnd::end) when the
+/// [`Lock`](crate::Lock) is released or dropped (a read lock's entry among
+/// its client's read locks: the `Mark` of [`rwlock`]'s upgrade check).
+pub(crate) trait OnEnd: Send + Sync + 'static {
+    /// The lock has ended. Called at least once; only the first call acts
+    /// (the hook's drop may call it too).
+    fn end(&self);
 }
 
 /// What a kind makes of an acquisition a majority agreed to.
@@ -169,6 +208,29 @@ pub(crate) fn script_outcome(reply: &Value) -> Answer {
     vote.into()
 }
 
+/// The detail of `failure` if it is a node's error answer with the code
+/// `own` (a kind's, from its script's `redis.error_reply('<own> <detail>')`):
+/// what [`Kind::read_error`] reads. `net` leaves such an error a
+/// [`NodeFailure::Server`] whose message is redis-rs's text of an error of
+/// a code it does not know: `"<own>": <detail>`.
+pub(crate) fn own_error<'a>(failure: &'a NodeFailure, own: &str) -> Option<&'a str> {
+    let NodeFailure::Server { code, message } = failure else {
+        return None;
+    };
+    if code != own {
+        return None;
+    }
+    let quoted = format!("{own:?}");
+    let rest = message
+        .strip_prefix(quoted.as_str())
+        .or_else(|| message.strip_prefix(own))?;
+    Some(
+        rest.strip_prefix(": ")
+            .or_else(|| rest.strip_prefix(' '))
+            .unwrap_or(rest),
+    )
+}
+
 /// A reply no script of ours gives: the node is not running our script (or
 /// is not Redis).
 pub(crate) fn unexpected(reply: &Value) -> NodeFailure {
@@ -177,5 +239,43 @@ pub(crate) fn unexpected(reply: &Value) -> NodeFailure {
         message: format!(
             "unexpected reply {reply:?}: is this a Redis-compatible server running redquorum's scripts?"
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A node's error answer as `net` leaves it.
+    fn answered(text: &[u8]) -> NodeFailure {
+        let e = redis::parse_redis_value(text)
+            .unwrap()
+            .extract_error()
+            .unwrap_err();
+        crate::net::classify(&e)
+    }
+
+    #[test]
+    fn a_kind_reads_its_own_error_codes_and_no_other() {
+        // A counter's key that names a code of Redis's stays the kind's.
+        let bad = answered(b"-BADFENCE lock:BOOM:fence\r\n");
+        assert!(matches!(bad, NodeFailure::Server { .. }), "{bad:?}");
+        assert_eq!(
+            fenced::read_fence_error(bad.clone()),
+            NodeFailure::BadFenceCounter {
+                key: "lock:BOOM:fence".into()
+            }
+        );
+        let permits = answered(b"-PERMITS 3\r\n");
+        assert_eq!(
+            semaphore::kind(2).read_error(permits.clone()),
+            NodeFailure::PermitsMismatch { permits: 3 }
+        );
+        // Another kind's code is no failure of this one's.
+        assert_eq!(mutex::kind().read_error(bad.clone()), bad);
+        assert_eq!(fenced::read_fence_error(permits.clone()), permits);
+        // Redis's own codes, in a script error's text, are still told.
+        let wrapped = answered(b"-ERR Error running script: WRONGTYPE Operation\r\n");
+        assert!(matches!(wrapped, NodeFailure::WrongType(_)), "{wrapped:?}");
     }
 }

@@ -1010,18 +1010,6 @@ pub(crate) fn classify(e: &RedisError) -> NodeFailure {
         "NOPERM",
         "READONLY",
     ];
-    if e.code() == Some("BADFENCE") {
-        // The fenced scripts' refusal of a counter: `BADFENCE <counter key>`.
-        return NodeFailure::BadFenceCounter {
-            key: e.detail().unwrap_or_default().to_owned(),
-        };
-    }
-    if e.code() == Some("PERMITS")
-        && let Some(permits) = e.detail().and_then(|d| d.trim().parse().ok())
-    {
-        // The semaphore's refusal of another number of permits.
-        return NodeFailure::PermitsMismatch { permits };
-    }
     let message = e.to_string();
     let known = |code: Option<&str>| match code {
         Some("WRONGTYPE") => Some(NodeFailure::WrongType(message.clone())),
@@ -1051,8 +1039,13 @@ pub(crate) fn classify(e: &RedisError) -> NodeFailure {
         return NodeFailure::Connection(message);
     }
     // Errors raised inside a script, or answered within a pipeline, carry
-    // the code of the command that failed only in their text.
-    if let Some(failure) = known(KNOWN.into_iter().find(|code| message.contains(code))) {
+    // the code of the command that failed only in their text. An error
+    // with a code of its own (a script's refusal: a kind's code, which the
+    // kind reads, see `Kind::read_error`) is that code's, whatever its
+    // detail says (a key that names one).
+    if matches!(e.code(), None | Some("ERR"))
+        && let Some(failure) = known(KNOWN.into_iter().find(|code| message.contains(code)))
+    {
         return failure;
     }
     NodeFailure::Server {

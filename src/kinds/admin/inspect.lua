@@ -18,7 +18,7 @@ elseif not layout then
   return {'none', false, redis.call('PTTL', key), counter}
 end
 local reply = {layout, id, redis.call('PTTL', key), counter}
-for _, token in ipairs(holds(key, layout, id)) do
+for _, token in ipairs(ask('holds', key, layout, id)) do
   reply[#reply + 1] = token
 end
 return reply

@@ -18,6 +18,7 @@
 //! tokens are drawn fresh for every attempt, so the token of a stale lock
 //! names that lock and nothing else.
 
+use std::fmt;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -25,7 +26,7 @@ use redis::Value;
 
 use crate::error::NodeFailure;
 use crate::kinds::keyspace::script;
-use crate::kinds::{script_outcome, unexpected};
+use crate::kinds::{mutex, reentrant, rwlock, script_outcome, semaphore, unexpected};
 use crate::proto::{Answer, Call, Command, Effect, Keys, Script};
 
 /// Reads what one node holds for a key, changing nothing.
@@ -184,6 +185,25 @@ impl Holding {
     }
 }
 
+/// What `redquorum status` says of a holder: `token <token>`, `reentrant
+/// owner "job-1" (2 holds: …)`, `semaphore of 3 permits (1 held: 0: …)`,
+/// `2 readers (…)`, `a list key that is not a lock`; each kind says its
+/// own (its folder's `show`). The alternate form (`{:#}`) is short, for
+/// one line: the token's first 8 characters, the owner, how many permits
+/// or readers on this node.
+impl fmt::Display for Holding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Holding::Token(token) => mutex::show(f, token),
+            Holding::Reentrant { owner, holds } => reentrant::show(f, owner, holds),
+            Holding::Permits { permits, holders } => semaphore::show(f, *permits, holders),
+            Holding::Readers { readers } => rwlock::show(f, readers),
+            Holding::Other(kind) if f.alternate() => write!(f, "a {kind} key (not a lock)"),
+            Holding::Other(kind) => write!(f, "a {kind} key that is not a lock"),
+        }
+    }
+}
+
 /// The command that reads `keys[0]` and its counter `keys[1]` on a node.
 pub(crate) fn inspect(keys: Keys) -> Command {
     Command {
@@ -333,6 +353,49 @@ mod tests {
         // Not our script's reply, or a counter that is not a number.
         assert!(read_inspect(Value::Int(1)).is_err());
         assert!(read(vec![bulk("none"), Value::Nil, Value::Int(-2), bulk("x")]).is_err());
+    }
+
+    #[test]
+    fn each_kind_shows_its_holding_in_full_and_in_short() {
+        let token = "0123456789abcdef".to_owned();
+        let shown = |h: Holding| (format!("{h}"), format!("{h:#}"));
+        assert_eq!(
+            shown(Holding::Token(token.clone())),
+            ("token 0123456789abcdef".into(), "token 01234567…".into())
+        );
+        assert_eq!(
+            shown(Holding::Reentrant {
+                owner: "job-1".into(),
+                holds: vec!["h1".into(), "h2".into()]
+            }),
+            (
+                r#"reentrant owner "job-1" (2 holds: h1, h2)"#.into(),
+                r#"owner "job-1""#.into()
+            )
+        );
+        assert_eq!(
+            shown(Holding::Permits {
+                permits: 3,
+                holders: vec![(0, "a".into()), (2, "b".into())]
+            }),
+            (
+                "semaphore of 3 permits (2 held: 0: a, 2: b)".into(),
+                "2 of 3 permits".into()
+            )
+        );
+        assert_eq!(
+            shown(Holding::Readers {
+                readers: vec!["a".into(), "b".into()]
+            }),
+            ("2 readers (a, b)".into(), "2 readers".into())
+        );
+        assert_eq!(
+            shown(Holding::Other("list".into())),
+            (
+                "a list key that is not a lock".into(),
+                "a list key (not a lock)".into()
+            )
+        );
     }
 
     #[test]

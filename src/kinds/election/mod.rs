@@ -77,7 +77,8 @@ use std::sync::{Arc, LazyLock, Mutex};
 
 use redis::Value;
 
-use crate::kinds::fenced::Fenced;
+use crate::error::NodeFailure;
+use crate::kinds::fenced::{Fenced, read_fence_error};
 use crate::kinds::keyspace::script;
 use crate::kinds::{Agreed, Kind};
 use crate::proto::quorum::{Plan, Tally};
@@ -184,6 +185,12 @@ impl Kind for Campaigner {
 
     fn read_acquire(&self, reply: Value) -> Answer {
         self.fenced.read_acquire(reply)
+    }
+
+    /// The fenced kind's errors: its acquisition and the announcement
+    /// read the fencing counter.
+    fn read_error(&self, failure: NodeFailure) -> NodeFailure {
+        read_fence_error(failure)
     }
 
     fn release(&self, id: &LockId, announce: bool) -> Command {

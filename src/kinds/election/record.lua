@@ -70,7 +70,7 @@ local function write_record(key, token, identity, value, term, seq)
 end
 
 -- Gives the record of `key` the key's life (never none: the key has one),
--- as exactly as a double holds it (see keyspace.lua's Numbers).
+-- as exactly as a double holds it (see common.lua's Numbers).
 local function keep_record(key)
   local left = redis.call('PTTL', key)
   if left > 0 then

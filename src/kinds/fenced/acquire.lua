@@ -4,7 +4,7 @@
 -- told who holds the key we could not take, and queues for it (see
 -- queue.lua), ARGV[4] = the floor: the least the counter may become (our
 -- wall clock in microseconds; '0' without the time floor). The key is the
--- exclusive layout (keyspace.lua).
+-- exclusive layout (mutex/layout.lua).
 -- {n}: the key is ours, and the counter was raised to n = max(counter + 1,
 -- floor) in the same step (also when run twice: then the counter as it is);
 -- 0: another holder's key, of any kind, nothing changed; {holder, pttl}:

@@ -93,8 +93,8 @@
 //! fails every comparison and survives `math.max`: unchecked, `nan` took
 //! the key and drew a token of `i64::MIN`, and the second round agreed.
 //! Both scripts refuse such a counter with `BADFENCE <counter key>`, which
-//! the node reports as
-//! [`NodeFailure::BadFenceCounter`](crate::NodeFailure::BadFenceCounter).
+//! the kind reads ([`read_fence_error`]) as
+//! [`NodeFailure::BadFenceCounter`].
 //!
 //! **Counters accumulate**: one key per fenced resource per node
 //! (`<key>:fence`, a short string), kept without a TTL: about 91 bytes of
@@ -111,9 +111,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use redis::Value;
 
+use crate::error::NodeFailure;
 use crate::kinds::keyspace::script;
 use crate::kinds::mutex::Mutex;
-use crate::kinds::{Agreed, Kind, acquire_outcome};
+use crate::kinds::{Agreed, Kind, acquire_outcome, own_error};
 use crate::proto::quorum::{Plan, Tally};
 use crate::proto::{Answer, Call, Command, Effect, Keys, LockId, Script};
 
@@ -206,6 +207,10 @@ impl Kind for Fenced {
         acquire_outcome(&reply)
     }
 
+    fn read_error(&self, failure: NodeFailure) -> NodeFailure {
+        read_fence_error(failure)
+    }
+
     fn release(&self, id: &LockId, announce: bool) -> Command {
         Mutex.release(id, announce)
     }
@@ -233,10 +238,21 @@ impl Kind for Fenced {
     }
 }
 
+/// Reads a node's error to a script that reads the fencing counter
+/// (`counter.lua`): `BADFENCE <counter key>` is
+/// [`NodeFailure::BadFenceCounter`].
+pub(crate) fn read_fence_error(failure: NodeFailure) -> NodeFailure {
+    match own_error(&failure, "BADFENCE") {
+        Some(key) => NodeFailure::BadFenceCounter {
+            key: key.to_owned(),
+        },
+        None => failure,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::NodeFailure;
     use crate::proto::keys;
     use std::time::Duration;
 

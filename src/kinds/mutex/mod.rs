@@ -57,6 +57,7 @@
 //! contention), and the chaos suite's checker (`tests/chaos`), whose
 //! negative controls show that it catches two holders.
 
+use std::fmt;
 use std::sync::{Arc, LazyLock};
 
 use crate::kinds::Kind;
@@ -77,6 +78,16 @@ pub(crate) static EXTEND: LazyLock<Script> =
 /// The mutex kind.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Mutex;
+
+/// Shows the holder of an exclusive key, its token (`{:#}`: the first 8
+/// characters), for [`Holding`](crate::Holding)'s `Display`.
+pub(crate) fn show(f: &mut fmt::Formatter<'_>, token: &str) -> fmt::Result {
+    if f.alternate() {
+        write!(f, "token {}…", token.chars().take(8).collect::<String>())
+    } else {
+        write!(f, "token {token}")
+    }
+}
 
 /// The mutex, shared by every lock of the kind.
 pub(crate) fn kind() -> Arc<dyn Kind> {

@@ -1,7 +1,7 @@
 -- Takes one hold for an owner. KEYS[1] = the key, ARGV[1] = the owner id,
 -- ARGV[2] = this hold's token, ARGV[3] = TTL in milliseconds, ARGV[4] = the
 -- waiter ('' for none): it is told who holds the key when it is another
--- holder's, and queues for it (see queue.lua). The layout: keyspace.lua.
+-- holder's, and queues for it (see queue.lua). The layout: layout.lua.
 -- 1: the hold is taken (also when run twice), and the key lives at least the
 -- TTL; 0: another holder's key, of any kind, nothing changed; {holder, pttl}:
 -- the same, with the holder's token (false if unknown) and the key's PTTL.

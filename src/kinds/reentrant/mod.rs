@@ -69,6 +69,7 @@
 //!
 //! Needs Redis 4.0 or later (`HSET` with several fields).
 
+use std::fmt;
 use std::sync::{Arc, LazyLock};
 
 use crate::kinds::Kind;
@@ -90,6 +91,21 @@ pub(crate) static EXTEND: LazyLock<Script> =
 #[derive(Debug, Clone)]
 pub(crate) struct Reentrant {
     owner: Box<str>,
+}
+
+/// Shows an owner's holds on one node (`{:#}`: the owner alone), for
+/// [`Holding`](crate::Holding)'s `Display`.
+pub(crate) fn show(f: &mut fmt::Formatter<'_>, owner: &str, holds: &[String]) -> fmt::Result {
+    if f.alternate() {
+        write!(f, "owner {owner:?}")
+    } else {
+        write!(
+            f,
+            "reentrant owner {owner:?} ({} holds: {})",
+            holds.len(),
+            holds.join(", ")
+        )
+    }
 }
 
 /// The reentrant lock of `owner`.

@@ -104,9 +104,10 @@
 
 mod upgrade;
 
+use std::fmt;
 use std::sync::{Arc, LazyLock};
 
-pub(crate) use upgrade::{Mark, Shares};
+pub(crate) use upgrade::Shares;
 
 use crate::kinds::Kind;
 use crate::kinds::keyspace::script;
@@ -129,6 +130,16 @@ pub(crate) struct Shared {
     /// Asked by a task that reads the name already: a waiting writer's
     /// intent does not turn it away.
     nested: bool,
+}
+
+/// Shows the readers on one node (`{:#}`: how many), for
+/// [`Holding`](crate::Holding)'s `Display`.
+pub(crate) fn show(f: &mut fmt::Formatter<'_>, readers: &[String]) -> fmt::Result {
+    if f.alternate() {
+        write!(f, "{} readers", readers.len())
+    } else {
+        write!(f, "{} readers ({})", readers.len(), readers.join(", "))
+    }
 }
 
 /// The reader's kind, shared by every read lock; `nested` for a task that

@@ -1,4 +1,4 @@
--- Takes a reader's share of the lock (the readers layout: keyspace.lua).
+-- Takes a reader's share of the lock (the readers layout: layout.lua).
 -- KEYS[1] = the key, ARGV[1] = our token, ARGV[2] = TTL in milliseconds,
 -- ARGV[3] = the waiter ('' for none): told who keeps it out, and queued;
 -- ARGV[4] = '1' for a nested read (its task reads the key already: a

@@ -57,6 +57,8 @@ use std::thread::ThreadId;
 
 use tokio::task::Id;
 
+use crate::kinds::OnEnd;
+
 /// Who reads: a tokio task, or a thread for code outside any task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Who {
@@ -162,9 +164,9 @@ pub(crate) struct Mark {
     ended: AtomicBool,
 }
 
-impl Mark {
+impl OnEnd for Mark {
     /// Stops counting the read lock (once; later calls do nothing).
-    pub(crate) fn end(&self) {
+    fn end(&self) {
         if !self.ended.swap(true, Ordering::AcqRel) {
             self.shares.end(&self.resource, self.who);
         }

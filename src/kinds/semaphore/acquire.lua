@@ -1,5 +1,5 @@
 -- Takes one permit of a semaphore on this node: one of its k slots (the
--- layout: keyspace.lua). KEYS[1] = the key, ARGV[1] = our token, ARGV[2] =
+-- layout: layout.lua). KEYS[1] = the key, ARGV[1] = our token, ARGV[2] =
 -- TTL in milliseconds, ARGV[3] = k, ARGV[4] = the slot to take if it is
 -- free (the caller's hint), ARGV[5] = the waiter ('' for none): it is told
 -- when the first slot expires when every slot is held, and queues for the
@@ -12,7 +12,7 @@
 -- the caller's next hint should the nodes' grants differ; 0: every slot is
 -- held, or the key is another kind's, and nothing changed; {holder, pttl}:
 -- the same, with the name of the semaphore's holders, 'permits:<k>:<digest
--- of who holds which slot>' (keyspace.lua's `semaphore_name`), and the
+-- of who holds which slot>' (layout.lua's `semaphore_name`), and the
 -- soonest slot's PTTL (or the other kind's holder and its key's PTTL);
 -- error PERMITS <n>: the key is a semaphore of n permits, not k.
 local key, token, ttl, k = KEYS[1], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])

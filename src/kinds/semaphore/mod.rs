@@ -57,7 +57,7 @@
 //!
 //! **`k` belongs to the semaphore.** The first holder on a node sets it;
 //! a caller that asks for another number of permits gets
-//! [`NodeFailure::PermitsMismatch`](crate::NodeFailure::PermitsMismatch)
+//! [`NodeFailure::PermitsMismatch`]
 //! from that node, never a silent over-admission. Once every permit has
 //! been let go (or has expired) the key is gone, and the next holder may
 //! set a new `k`.
@@ -73,8 +73,8 @@
 //! [`wait`](crate::wait)), which tries again. The key stays while any
 //! slot is held, so a wake-up that reached a wait that had ended, or a
 //! waiter that leaves, wakes the next one wherever a slot is free (let go
-//! or expired), not only where the key is gone: `keyspace.lua`'s `room`
-//! counts the slots.
+//! or expired), not only where the key is gone: the layout's `room`
+//! (`layout.lua`, asked through `keyspace.lua`) counts the slots.
 //!
 //! **Contenders are not a holder.** Contenders that come at once each take
 //! a slot on the nodes they reach first (across zones: its own zone's), and
@@ -111,13 +111,15 @@
 //! every kind: a semaphore's key is another holder's to a mutex, and a
 //! mutex's key another holder's to the semaphore.
 
+use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, LazyLock};
 
 use redis::Value;
 
+use crate::error::NodeFailure;
 use crate::kinds::keyspace::script;
-use crate::kinds::{Agreed, Kind, acquire_outcome, unexpected};
+use crate::kinds::{Agreed, Kind, acquire_outcome, own_error, unexpected};
 use crate::proto::quorum::{Plan, Tally};
 use crate::proto::{Answer, Call, Command, Effect, LockId, Script};
 
@@ -150,6 +152,28 @@ pub(crate) struct Semaphore {
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Shows the permits held on one node, each slot with its holder's token
+/// (`{:#}`: how many), for [`Holding`](crate::Holding)'s `Display`.
+pub(crate) fn show(
+    f: &mut fmt::Formatter<'_>,
+    permits: u32,
+    holders: &[(u32, String)],
+) -> fmt::Result {
+    if f.alternate() {
+        return write!(f, "{} of {permits} permits", holders.len());
+    }
+    let held: Vec<String> = holders
+        .iter()
+        .map(|(slot, token)| format!("{slot}: {token}"))
+        .collect();
+    write!(
+        f,
+        "semaphore of {permits} permits ({} held: {})",
+        holders.len(),
+        held.join(", ")
+    )
 }
 
 /// A semaphore of `permits` permits, for one call.
@@ -225,6 +249,14 @@ impl Kind for Semaphore {
             // the yes votes of any slot.
             answer if answer.vote.is_ok() => Err(unexpected(&reply)).into(),
             answer => answer,
+        }
+    }
+
+    /// `PERMITS <n>`: the key is a semaphore of `n` permits, not ours.
+    fn read_error(&self, failure: NodeFailure) -> NodeFailure {
+        match own_error(&failure, "PERMITS").and_then(|d| d.trim().parse().ok()) {
+            Some(permits) => NodeFailure::PermitsMismatch { permits },
+            None => failure,
         }
     }
 
