@@ -37,10 +37,7 @@ fn the_compose_test_says_at_once_when_its_ports_are_taken() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
     let port = listener.local_addr().expect("its address").port();
     let panic = std::panic::catch_unwind(|| ports_free(&[port])).expect_err("a taken port passed");
-    let message = panic
-        .downcast_ref::<String>()
-        .cloned()
-        .unwrap_or_default();
+    let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
     assert!(
         message.contains(&port.to_string()) && message.contains("redquorum servers down"),
         "{message}"

@@ -66,7 +66,7 @@ use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 
 use crate::client::Redlock;
-use crate::election::{Leader, judge, unexpected};
+use crate::election::leader::{Leader, judge, unexpected};
 use crate::error::{Error, NodeFailure};
 use crate::kinds::election::{self, Entry, History, Seen};
 use crate::wait::announcements;

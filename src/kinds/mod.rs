@@ -252,7 +252,7 @@ mod tests {
             .unwrap()
             .extract_error()
             .unwrap_err();
-        crate::net::classify(&e)
+        crate::net::classify::classify(&e)
     }
 
     #[test]

@@ -608,7 +608,7 @@ pub(crate) async fn ask<C: redis::aio::ConnectionLike>(
     ) -> Result<Result<String, String>, redis::RedisError> {
         match redis::cmd("INFO").arg(section).query_async(conn).await {
             Ok(text) => Ok(Ok(text)),
-            Err(e) if crate::net::is_connection_error(&e) => Err(e),
+            Err(e) if crate::net::classify::is_connection_error(&e) => Err(e),
             Err(e) => Ok(Err(e.to_string())),
         }
     }
@@ -630,7 +630,7 @@ pub(crate) async fn ask<C: redis::aio::ConnectionLike>(
             .await
         {
             Ok(members) => members,
-            Err(e) if crate::net::is_connection_error(&e) => return Err(e),
+            Err(e) if crate::net::classify::is_connection_error(&e) => return Err(e),
             Err(_) => Vec::new(),
         },
         false => Vec::new(),

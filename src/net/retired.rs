@@ -40,7 +40,7 @@ use std::future::poll_fn;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Poll;
 
-use super::CommandConn;
+use super::topology::CommandConn;
 use futures::FutureExt;
 use redis::{RedisError, Value};
 
@@ -185,7 +185,9 @@ async fn drain(
         };
         // An error answer was read all the same; a broken connection
         // delivers nothing more.
-        let failed = answered.as_ref().is_err_and(super::is_connection_error);
+        let failed = answered
+            .as_ref()
+            .is_err_and(super::classify::is_connection_error);
         let mut list = retired.lock();
         let Some(at) = list.iter().position(|e| e.generation == generation) else {
             return;

@@ -27,7 +27,7 @@ use std::sync::atomic::{self, AtomicPtr, AtomicU8, AtomicU64, AtomicUsize, Order
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
-use super::Gate;
+use super::gate::Gate;
 
 /// Bytes in a raw token; its hex form has twice as many.
 pub(crate) const TOKEN_BYTES: usize = 20;

@@ -7,14 +7,13 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::channel::{Channel, Mark, Wake};
-use super::subscriber::Waiters;
-use super::{lock, queue};
+use super::queue;
+use super::subscriber::{Channel, Mark, Wake, lock};
 
 /// The channels of one call's keys, listened to together. Dropping one
 /// that was used to wait (or to subscribe) leaves each channel subscribed
-/// for [`LINGER`](super::channel::LINGER) more; one taken by a call that then never waited
-/// ([`Waiters::listening`], and the first attempt succeeded) does not, so
+/// for [`LINGER`](super::subscriber::LINGER) more; one taken by a call that then never waited
+/// ([`Waiters::listening`](super::Waiters::listening), and the first attempt succeeded) does not, so
 /// that a resource contended once does not stay subscribed for good.
 pub(crate) struct Listener {
     pub(super) channels: Vec<Arc<Channel>>,
@@ -41,15 +40,9 @@ impl Drop for Listener {
 #[derive(Debug, Clone)]
 pub(crate) struct Marks(Vec<Mark>);
 
-impl Waiters {
-    /// The channels of `keys`, registered but not yet subscribed.
-    pub(crate) fn listen(&self, keys: &[Box<str>]) -> Listener {
-        self.listener(keys.iter().map(|key| self.channel(key)).collect())
-    }
-
-    /// A new wait on `channels`.
-    pub(super) fn listener(&self, channels: Vec<Arc<Channel>>) -> Listener {
-        let wait = self.inner.waits.fetch_add(1, Ordering::Relaxed);
+impl Listener {
+    /// A new wait, numbered `wait`, of the client `client`, on `channels`.
+    pub(super) fn new(channels: Vec<Arc<Channel>>, wait: u64, client: &str) -> Listener {
         for channel in &channels {
             lock(&channel.waits).insert(wait);
         }
@@ -57,12 +50,10 @@ impl Waiters {
             channels,
             used: AtomicBool::new(false),
             wait,
-            member: queue::member(since_epoch_us(), &self.inner.client, wait).into(),
+            member: queue::member(since_epoch_us(), client, wait).into(),
         }
     }
-}
 
-impl Listener {
     /// The name this wait queues under on the nodes (see [`queue`]).
     pub(crate) fn member(&self) -> &str {
         &self.member

@@ -15,8 +15,8 @@
 //! waiter one attempt, not every waiter one each. A [`Redlock`] keeps one
 //! subscriber connection per node ([`subscriber`]), made when the first of
 //! its `lock()` calls has to wait and shared by all of them, and a registry
-//! of the channels its calls wait on ([`channel`]), each subscribed while
-//! it has waiters and for [`LINGER`](channel::LINGER) after. Each `lock()`
+//! of the channels its calls wait on ([`subscriber`]), each subscribed while
+//! it has waiters and for [`LINGER`](subscriber::LINGER) after. Each `lock()`
 //! call that waits is one waiter of its own (a [`Listener`], numbered),
 //! queued on the nodes by its attempts, which carry its name: several calls
 //! of one process on one resource queue there like calls of different
@@ -114,7 +114,7 @@
 //! listening (a waiter whose client is gone then costs the next one its
 //! timer too).
 //! Below that the waiter is
-//! [`listening`](channel::Channel::listening) no more, and
+//! [`listening`](subscriber::Channel::listening) no more, and
 //! the retry loop falls back to its ordinary retry pause. The
 //! subscriptions that count for a wait are those made before the attempt
 //! that preceded it ([`Channel::heard_since`]): one made later may have
@@ -123,7 +123,7 @@
 //! **Whom does a wake-up wake?** Only the wait it names, whatever its last
 //! attempt saw ([`Channel::wake`]): the nodes took that wait out of their
 //! queues, so if it did not act the turn would be lost. Wake-ups
-//! are remembered (the last [`RECENT`](channel::RECENT)), not just
+//! are remembered (the last [`RECENT`](subscriber::RECENT)), not just
 //! signalled, so one heard while the waiter was still busy with its
 //! attempt still wakes it; one for a wait that has ended wakes nobody.
 //!
@@ -141,13 +141,15 @@
 //! release is noticed too. How a broken or silent subscriber connection
 //! degrades to timers, never to a hang, is [`subscriber`]'s; how copies of
 //! one release, lingering channels and multi-resource waits are heard,
-//! [`channel`]'s.
+//! too.
 //!
 //! ## Where the code is
 //!
-//! * [`subscriber`]: the subscriber connections of one `Redlock`, one per
-//!   node, and the registry of its channels ([`Waiters`]).
-//! * [`channel`]: one key's wake-up channel, its wake-ups and lingering.
+//! * [`waiters`]: the handle on one `Redlock`'s waiting ([`Waiters`]):
+//!   its channels, registered by key, and each call's listener.
+//! * [`subscriber`]: the subscriber connections, one per node, and the
+//!   channels on them: one key's wake-up channel, its wake-ups and
+//!   lingering (one file, as each needs the other).
 //! * [`listener`]: one call's wait, a [`Listener`] over the channels of its
 //!   keys.
 //! * [`queue`]: the node-side queue — the names, the wake-up's format, the
@@ -159,23 +161,17 @@
 //!
 //! [`Redlock`]: crate::Redlock
 //! [`Endpoint::pubsub`]: crate::net::Endpoint::pubsub
-//! [`Channel::heard_since`]: channel::Channel::heard_since
-//! [`Channel::wake`]: channel::Channel::wake
+//! [`Channel::heard_since`]: subscriber::Channel::heard_since
+//! [`Channel::wake`]: subscriber::Channel::wake
 
 pub(crate) mod announcements;
-pub(crate) mod channel;
 pub(crate) mod listener;
 pub(crate) mod pause;
 pub(crate) mod queue;
 pub(crate) mod subscriber;
+pub(crate) mod waiters;
 
-use std::sync::{Mutex, MutexGuard};
-
-pub(crate) use channel::Wake;
-pub(crate) use listener::{Listener, Marks};
+pub(crate) use listener::Listener;
 pub(crate) use pause::Waiting;
-pub(crate) use subscriber::Waiters;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+pub(crate) use subscriber::Wake;
+pub(crate) use waiters::Waiters;

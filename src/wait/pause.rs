@@ -13,7 +13,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Listener, Marks, Waiters};
+use super::listener::{Listener, Marks};
+use super::waiters::Waiters;
 use crate::config::Options;
 use crate::proto::quorum::{Seen, Tally};
 

@@ -1,5 +1,5 @@
 //! The subscriber connections of one `Redlock`, one per node, and the
-//! registry of the channels its waiters listen on ([`Waiters`]); the
+//! registry of the channels its waiters listen on ([`Waiters`](super::Waiters)); the
 //! protocol they serve is in the [module doc of `wait`](super).
 //!
 //! A subscriber connection that breaks (a restart,
@@ -24,26 +24,51 @@
 //! command connections: made in the background, shared, replaced by
 //! generation.
 
-use std::collections::HashMap;
+//!
+//! **Channels.** One key's wake-up channel ([`Channel`]): what this process's waiters
+//! hear of the key's releases, and when each wakes (the protocol is in the
+//! [module doc of `wait`](super); one call listens on the channels of its
+//! keys through a [`Listener`](super::Listener)).
+//!
+//! One release wakes the same waiter on every node it reached; the channel
+//! counts the copies heard before the waiter's next attempt once. A copy
+//! heard after that attempt began wakes it again: that node may have let
+//! go only after the attempt reached it, refused it there and then taken
+//! it out of its queue (see [`Channel::announce`]).
+//!
+//! **Hot channels stay subscribed for a while.** When a channel's last
+//! waiter goes, its subscriptions are kept for [`LINGER`] before they are
+//! dropped: a resource that is waited on again soon (a hand-off, a queue of
+//! jobs) costs no `SUBSCRIBE` and `UNSUBSCRIBE` on every node per wait, and
+//! a call that finds its channels still listening takes its mark before its
+//! first attempt, so it need not try a second time at once after
+//! subscribing. Only a call that waited (or subscribed) prolongs it: a
+//! resource contended once and then taken freely stops lingering after
+//! [`LINGER`]. The price: while a channel lingers, a call's first attempt
+//! on the resource asks who holds the key (the kind's acquisition script
+//! where a plain lock would send `SET NX PX`), which costs the nodes a
+//! little more, as every attempt of a waiter does. A lingering channel is
+//! an ordinary channel without waiters: it hears and remembers releases
+//! like any other. Dropping the `Redlock` ends the lingering at once.
+
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use redis::aio::PubSubSink;
-
-use crate::net::Endpoint;
 use tokio::sync::{Notify, oneshot};
 
 use crate::clock::Moment;
 use crate::error::NodeFailure;
+use crate::net::classify::is_connection_error;
 use crate::net::slot::Slot;
-use crate::net::{Limits, Node, Patience};
+use crate::net::{Endpoint, Limits, Node, Patience};
 use crate::proto::Prepared;
 
-use super::channel::Channel;
-use super::listener::Listener;
-use super::{lock, queue};
+use super::queue;
 
 /// How often an idle subscriber connection is pinged.
 pub(crate) const PING_EVERY: Duration = Duration::from_secs(1);
@@ -51,11 +76,6 @@ pub(crate) const PING_EVERY: Duration = Duration::from_secs(1);
 /// How often an idle subscriber connection is pinged all the same while
 /// its node answers the command connection (see [`PING_EVERY`]).
 pub(crate) const PING_IDLE: Duration = Duration::from_secs(10);
-
-/// The subscriber connections of one `Redlock`, and the channels waited on.
-pub(crate) struct Waiters {
-    pub(super) inner: Arc<Inner>,
-}
 
 pub(super) struct Inner {
     /// This `Redlock`'s id among the waiters on the nodes: 16 random hex
@@ -73,7 +93,7 @@ pub(super) struct Inner {
     pub(super) registered: AtomicUsize,
     /// How many subscriber connections have been dropped.
     pub(super) drops: AtomicU64,
-    /// Set when the [`Waiters`] are dropped: lingering channels let go.
+    /// Set when the [`Waiters`](super::Waiters) are dropped: lingering channels let go.
     pub(super) closed: AtomicBool,
     pub(super) closing: Notify,
 }
@@ -94,89 +114,6 @@ pub(super) struct Subscriber {
 pub(super) struct Live {
     pub(super) sink: tokio::sync::Mutex<PubSubSink>,
     pub(super) _reader: oneshot::Sender<()>,
-}
-
-impl Waiters {
-    /// The subscriber side of `nodes`: a subscriber connection to each,
-    /// made when first needed, under the same limits.
-    pub(crate) fn new(nodes: &[Node]) -> Waiters {
-        let quorum = crate::proto::quorum::quorum(nodes.len());
-        Waiters {
-            inner: Arc::new(Inner {
-                client: hex::encode(rand::random::<[u8; 8]>()).into(),
-                waits: AtomicU64::new(1),
-                nodes: nodes
-                    .iter()
-                    .map(|node| Subscriber {
-                        endpoint: node.endpoint().clone(),
-                        node: node.clone(),
-                        limits: node.limits(),
-                        slot: Slot::new(node.limits().connect),
-                    })
-                    .collect(),
-                needed: nodes.len() + 1 - quorum,
-                channels: Mutex::default(),
-                registered: AtomicUsize::new(0),
-                drops: AtomicU64::new(0),
-                closed: AtomicBool::new(false),
-                closing: Notify::new(),
-            }),
-        }
-    }
-
-    /// The channels of `keys` if every one is already listening (kept
-    /// subscribed by other waiters or lingering), so that a call can take
-    /// its mark before its first attempt; `None` otherwise, and then
-    /// nothing is registered.
-    pub(crate) fn listening(&self, keys: &[Box<str>]) -> Option<Listener> {
-        // Upgraded only once the registry is unlocked: an upgraded channel
-        // may be the last reference (its other holders let go meanwhile),
-        // and dropping it takes the registry's lock.
-        if self.inner.registered.load(Ordering::Relaxed) == 0 {
-            // Nobody waits, nothing lingers: the common case. (A channel
-            // registered just now and missed here costs only the second
-            // attempt this would have spared.)
-            return None;
-        }
-        let weak = {
-            let registry = lock(&self.inner.channels);
-            keys.iter()
-                .map(|key| registry.get(self.inner.channel_name(key).as_str()).cloned())
-                .collect::<Option<Vec<_>>>()?
-        };
-        let channels = weak.iter().map(Weak::upgrade).collect::<Option<Vec<_>>>()?;
-        // (A `Listener` made and dropped would extend the lingering.)
-        if channels.iter().all(|c| c.listening()) {
-            Some(self.listener(channels))
-        } else {
-            None
-        }
-    }
-
-    /// The channel of `key`, registered (shared with this process's other
-    /// waiters on it) but not yet subscribed: see [`Channel::ensure`].
-    pub(super) fn channel(&self, key: &str) -> Arc<Channel> {
-        let name = self.inner.channel_name(key);
-        let mut channels = lock(&self.inner.channels);
-        match channels.get(name.as_str()).and_then(Weak::upgrade) {
-            Some(channel) => channel,
-            None => {
-                let channel = Arc::new(Channel::new(name.into(), self.inner.clone()));
-                channels.insert(channel.name.clone(), Arc::downgrade(&channel));
-                self.inner
-                    .registered
-                    .store(channels.len(), Ordering::Relaxed);
-                channel
-            }
-        }
-    }
-}
-
-impl Drop for Waiters {
-    fn drop(&mut self) {
-        self.inner.closed.store(true, Ordering::Release);
-        self.inner.closing.notify_waiters();
-    }
 }
 
 impl Inner {
@@ -338,4 +275,507 @@ async fn connect(
         sink: tokio::sync::Mutex::new(sink),
         _reader: stop,
     }))
+}
+
+/// The lock of `m`, also when a thread panicked holding it (what it guards
+/// stays consistent at every step).
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// How long a channel stays subscribed after its last waiter went.
+pub(crate) const LINGER: Duration = Duration::from_secs(2);
+
+/// The releases of one key that woke this process's waiters, as heard by
+/// it; unsubscribed when its last waiter has gone and [`LINGER`] has
+/// passed.
+pub(crate) struct Channel {
+    pub(super) name: Box<str>,
+    pub(super) notify: Notify,
+    /// The waits on it now, by number.
+    pub(super) waits: Mutex<HashSet<u64>>,
+    /// The wake-ups heard lately.
+    recent: Mutex<Recent>,
+    /// Per node, the generation of the connection that confirmed the
+    /// subscription (0: none).
+    confirmed: Vec<AtomicU64>,
+    /// Until when it stays subscribed without waiters, a [`Moment`] in
+    /// nanoseconds; see [`Channel::linger`].
+    linger_until: AtomicU64,
+    /// Whether a task keeps it alive until then.
+    lingering: AtomicBool,
+    inner: Arc<Inner>,
+}
+
+/// The last wake-ups heard on a channel, numbered.
+#[derive(Default)]
+struct Recent {
+    /// How many wake-ups have been heard.
+    count: u64,
+    /// The last few: their numbers, the wait each woke, and the token of
+    /// the holder that let go.
+    tokens: VecDeque<(u64, u64, Box<[u8]>)>,
+}
+
+/// How many wake-ups a channel remembers.
+pub(super) const RECENT: usize = 64;
+
+/// What had happened on a channel at some moment; see [`Channel::mark`].
+#[derive(Debug, Clone)]
+pub(crate) struct Mark {
+    releases: u64,
+    drops: u64,
+    /// Per node, the generation of the connection subscribed then (0: none).
+    subscribed: Vec<u64>,
+}
+
+/// Why [`Channel::wake`] woke a waiter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// A release woke this wait (its turn came).
+    Released,
+    /// A subscriber connection was dropped.
+    Dropped,
+}
+
+impl Channel {
+    /// The channel `name`, of no node yet, registered by its `Waiters`
+    /// ([`Waiters::channel`](super::Waiters::channel)).
+    pub(super) fn new(name: Box<str>, inner: Arc<Inner>) -> Channel {
+        Channel {
+            name,
+            notify: Notify::new(),
+            waits: Mutex::default(),
+            recent: Mutex::default(),
+            confirmed: inner.nodes.iter().map(|_| AtomicU64::new(0)).collect(),
+            linger_until: AtomicU64::new(0),
+            lingering: AtomicBool::new(false),
+            inner,
+        }
+    }
+
+    /// What has happened on the channel so far: take it before an attempt;
+    /// [`wake`](Self::wake) and [`heard_since`](Self::heard_since) look
+    /// only at what happens after.
+    pub(crate) fn mark(&self) -> Mark {
+        Mark {
+            releases: lock(&self.recent).count,
+            drops: self.inner.drops.load(Ordering::Acquire),
+            subscribed: (0..self.inner.nodes.len())
+                .map(|i| {
+                    if self.subscribed(i) {
+                        self.confirmed[i].load(Ordering::Acquire)
+                    } else {
+                        0
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    /// Whether `token`'s release has woken a waiter of ours (it is
+    /// remembered for the last [`RECENT`] wake-ups).
+    pub(crate) fn was_announced(&self, token: &str) -> bool {
+        lock(&self.recent)
+            .tokens
+            .iter()
+            .any(|(_, _, t)| **t == *token.as_bytes())
+    }
+
+    /// Whether a wake-up heard after the first `count` named `wait`. One
+    /// for a wait that has ended wakes nobody: late copies of the wake-up
+    /// that woke it (the other nodes'), or a wait that gave up and whose
+    /// leaving a node missed (see [`wait`](super)).
+    fn woken_after(&self, count: u64, wait: u64) -> bool {
+        lock(&self.recent)
+            .tokens
+            .iter()
+            .any(|&(n, w, _)| n > count && w == wait)
+    }
+
+    /// Resolves when, since `mark`, a release woke `wait` (see [`wait`](super)),
+    /// or a subscriber connection was dropped (the waiter may have counted
+    /// on it to be woken). A wake-up that names `wait` was taken for it: the
+    /// nodes took it out of their queues and no one passes it on, so it
+    /// acts, whatever its last attempt saw (a holder on a majority, or
+    /// none: a split vote, too few answers). Ignored after a split or an
+    /// unreachable attempt, as it once was, the turn was lost and the
+    /// waiters queued behind slept out the holder's whole PTTL (found under
+    /// load: a 30 s stall of
+    /// `wait.rs::independent_clients_hand_a_busy_lock_round…`). A named
+    /// wake-up reaches one wait only, so acting on it undoes no split's
+    /// random back-off. Its own timer covers every case no wake-up does.
+    pub(crate) async fn wake(&self, mark: &Mark, wait: u64) -> Wake {
+        loop {
+            // Armed before the checks, so that nothing between them is missed.
+            let notified = self.notify.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            if self.woken_after(mark.releases, wait) {
+                return Wake::Released;
+            }
+            if self.inner.drops.load(Ordering::Acquire) != mark.drops {
+                return Wake::Dropped;
+            }
+            notified.await;
+        }
+    }
+
+    /// Whether every release since `mark` that reached a majority was
+    /// heard: enough of the subscriptions of then are still on the same
+    /// connections. A subscription made since may have come after a
+    /// release, so it does not count.
+    pub(crate) fn heard_since(&self, mark: &Mark) -> bool {
+        let kept = mark
+            .subscribed
+            .iter()
+            .enumerate()
+            .filter(|&(i, &g)| {
+                g != 0 && self.subscribed(i) && self.confirmed[i].load(Ordering::Acquire) == g
+            })
+            .count();
+        kept >= self.inner.needed
+    }
+
+    /// Whether every release that reaches a majority of nodes is heard.
+    pub(crate) fn listening(&self) -> bool {
+        self.subscribed_nodes() >= self.inner.needed
+    }
+
+    fn subscribed_nodes(&self) -> usize {
+        (0..self.inner.nodes.len())
+            .filter(|&i| self.subscribed(i))
+            .count()
+    }
+
+    /// Whether the live connection to node `i` confirmed the subscription.
+    fn subscribed(&self, i: usize) -> bool {
+        let g = self.confirmed[i].load(Ordering::Acquire);
+        g != 0 && g == self.inner.nodes[i].slot.generation()
+    }
+
+    /// Subscribes on every node where it is not subscribed, connecting
+    /// first where needed; returns once [`listening`](Self::listening) (at
+    /// once if it already is), or when every node has answered or timed
+    /// out. The slower nodes go on in the background.
+    pub(crate) async fn ensure(self: &Arc<Self>) {
+        if self.subscribed_nodes() == self.inner.nodes.len() {
+            return;
+        }
+        let mut pending: FuturesUnordered<_> = (0..self.inner.nodes.len())
+            .filter(|&i| !self.subscribed(i))
+            .map(|i| tokio::spawn(self.clone().subscribe(i)))
+            .collect();
+        while !self.listening() && pending.next().await.is_some() {}
+    }
+
+    /// Subscribes on node `i`, bounded by the node timeout (connecting goes
+    /// on in the background).
+    async fn subscribe(self: Arc<Self>, i: usize) {
+        let node = &self.inner.nodes[i];
+        let work = async {
+            let (live, _) = self.inner.connection(i).await.ok()?;
+            if self.confirmed[i].load(Ordering::Acquire) == live.generation {
+                return Some(());
+            }
+            let mut sink = live.conn.sink.lock().await;
+            match sink.subscribe(&*self.name).await {
+                Ok(()) => {
+                    self.confirmed[i].store(live.generation, Ordering::Release);
+                    Some(())
+                }
+                // The connection is broken: drop it (the next waiter makes
+                // a new one) and tell the waiters that counted on it.
+                Err(e) if is_connection_error(&e) => {
+                    self.inner.forget(i, live.generation);
+                    None
+                }
+                // Refused (an ACL without this channel, say): the connection
+                // is fine, this node just does not hear this channel.
+                Err(e) => {
+                    tracing::debug!(node = i, channel = %self.name, error = %e, "subscription refused");
+                    None
+                }
+            }
+        };
+        let _ = tokio::time::timeout(node.limits.request, work).await;
+    }
+
+    /// Keeps the channel (and so its subscriptions) alive for [`LINGER`]
+    /// from now, by a task that holds it until then; one task per channel,
+    /// moved on by later calls. Where the channel is not subscribed there
+    /// is nothing to keep.
+    pub(super) fn linger(self: &Arc<Self>) {
+        if self.inner.closed.load(Ordering::Acquire) || self.subscribed_nodes() == 0 {
+            return;
+        }
+        let until = Moment::now().after(LINGER).as_nanos();
+        self.linger_until.fetch_max(until, Ordering::AcqRel);
+        if self.lingering.swap(true, Ordering::AcqRel) {
+            return; // Its task sees the new time.
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            self.lingering.store(false, Ordering::Release);
+            return;
+        };
+        let mut hold = Lingering {
+            channel: self.clone(),
+            armed: true,
+        };
+        handle.spawn(async move {
+            let channel = hold.channel.clone();
+            loop {
+                let until = channel.linger_until.load(Ordering::Acquire);
+                let left = Moment::from_nanos(until).remaining();
+                if !left.is_zero() {
+                    let closing = channel.inner.closing.notified();
+                    let mut closing = std::pin::pin!(closing);
+                    closing.as_mut().enable();
+                    if channel.inner.closed.load(Ordering::Acquire) {
+                        return;
+                    }
+                    tokio::select! {
+                        () = closing => return,
+                        () = tokio::time::sleep(left) => continue,
+                    }
+                }
+                // A swap, not a store: `linger` moves the time on and then
+                // swaps the flag, so either its swap comes first and this
+                // one, reading it, sees the new time below; or this comes
+                // first and `linger` starts a task of its own.
+                hold.arm(false);
+                channel.lingering.swap(false, Ordering::AcqRel);
+                if channel.linger_until.load(Ordering::Acquire) <= until
+                    || channel.lingering.swap(true, Ordering::AcqRel)
+                {
+                    return;
+                }
+                hold.arm(true);
+            }
+        });
+    }
+
+    /// Wakes `wait` for a release of the holder `token` (every node it
+    /// reached that has `wait` first in its queue says so). False if the
+    /// wake-up is to be passed on: `wait` has ended and the release woke no
+    /// wait of ours.
+    ///
+    /// A copy of a release heard before (from another node) is
+    /// remembered anew, as of now: it wakes `wait` again if the wait has
+    /// begun an attempt since the copy it acted on ([`Channel::wake`] looks
+    /// only at what came after its mark). A release can reach the nodes
+    /// one by one: the first node's wake-up brings the waiter in at once,
+    /// the others still count the releasing holder and refuse it, and each
+    /// of them, when the release reaches it, takes the waiter out of its
+    /// queue and wakes it. Taken for a mere copy of the first wake-up and
+    /// ignored, it left the waiter out of every queue, asleep on the holder
+    /// its attempt saw. (A mutex's waiter saw the very token whose release
+    /// was announced, and so retried soon; a semaphore's waiter sees its
+    /// holders by a digest of theirs, `permits:<k>:…`, and slept out the
+    /// soonest permit's PTTL while a permit was free: `long_retry` in the
+    /// chaos suite.) A copy that comes before the next attempt wakes
+    /// nothing more; one that comes during it may cost an attempt that
+    /// finds what the first did, at most one per node per release.
+    pub(super) fn announce(&self, wait: u64, token: &[u8]) -> bool {
+        let mut recent = lock(&self.recent);
+        let waits = lock(&self.waits);
+        if !waits.contains(&wait) {
+            // Taken only if the same release woke a wait that still waits
+            // (it acts on it); else passed on (the node wakes the next
+            // waiter only where the lock has room).
+            return recent
+                .tokens
+                .iter()
+                .any(|(_, w, t)| **t == *token && waits.contains(w));
+        }
+        drop(waits);
+        // One entry per wait and release: the latest copy's.
+        recent
+            .tokens
+            .retain(|(_, w, t)| !(*w == wait && **t == *token));
+        recent.count += 1;
+        let n = recent.count;
+        recent.tokens.push_back((n, wait, token.into()));
+        if recent.tokens.len() > RECENT {
+            recent.tokens.pop_front();
+        }
+        drop(recent);
+        self.notify.notify_waiters();
+        true
+    }
+}
+
+/// A lingering channel's task's hold on it. Should the task be dropped
+/// before it is done (its runtime shut down), the channel may linger again
+/// later by another task.
+struct Lingering {
+    channel: Arc<Channel>,
+    armed: bool,
+}
+
+impl Lingering {
+    /// Whether dropping it is to let the channel linger again: not while
+    /// the task itself hands the flag over.
+    fn arm(&mut self, armed: bool) {
+        self.armed = armed;
+    }
+}
+
+impl Drop for Lingering {
+    fn drop(&mut self) {
+        if self.armed {
+            self.channel.lingering.store(false, Ordering::Release);
+        }
+    }
+}
+
+impl Drop for Channel {
+    fn drop(&mut self) {
+        {
+            let mut channels = lock(&self.inner.channels);
+            if channels
+                .get(&self.name)
+                .is_some_and(|w| w.strong_count() == 0)
+            {
+                channels.remove(&self.name);
+                self.inner
+                    .registered
+                    .store(channels.len(), Ordering::Relaxed);
+            }
+        }
+        // Once the `Redlock` is dropped its subscriber connections close
+        // anyway: no unsubscribing (which could queue behind a frozen node).
+        if self.inner.closed.load(Ordering::Acquire) {
+            return;
+        }
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let (inner, name) = (self.inner.clone(), self.name.clone());
+            handle.spawn(async move { inner.unsubscribe(&name).await });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::{Limits, Node};
+    use crate::wait::Waiters;
+
+    fn waiters() -> Waiters {
+        // Nothing here connects: the registry alone is under test.
+        let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
+        let limits = Limits {
+            request: Duration::from_secs(1),
+            connect: Duration::from_secs(1),
+            in_flight: 8,
+        };
+        Waiters::new(&[Node::new(
+            crate::net::Endpoint::Server(client),
+            limits,
+            None,
+        )])
+    }
+
+    /// A wake-up that names a wait wakes it, even when its last attempt
+    /// saw no one holder (a split vote, too few answers): the nodes took it
+    /// out of their queues, and ignoring it lost the turn (the waiters
+    /// behind slept out the holder's PTTL). A copy of the same release
+    /// (another node's) heard before the wait's next mark wakes nothing
+    /// more; one heard after it wakes the wait again (that node let go only
+    /// then, and took the wait out of its queue: see `Channel::announce`).
+    /// One for an ended wait is passed on unless the same release woke a
+    /// wait that still waits.
+    #[tokio::test]
+    async fn a_wake_up_that_names_a_wait_wakes_it_whatever_its_attempt_saw() {
+        let waiters = waiters();
+        let listener = waiters.listen(&["k".into()]);
+        let marks = listener.mark();
+        let channel = &listener.channels[0];
+        assert!(
+            channel.announce(listener.wait, b"tok"),
+            "taken, not passed on"
+        );
+        let woke = tokio::time::timeout(Duration::from_millis(200), listener.wake(&marks)).await;
+        assert_eq!(
+            woke.ok(),
+            Some(Wake::Released),
+            "a taken wake-up was ignored"
+        );
+        // A copy before the next attempt's mark: nothing more.
+        assert!(channel.announce(listener.wait, b"tok"), "a copy: taken");
+        let marks = listener.mark();
+        let woke = tokio::time::timeout(Duration::from_millis(100), listener.wake(&marks)).await;
+        assert!(
+            woke.is_err(),
+            "a copy heard before the attempt woke the wait after it"
+        );
+        // A copy after it: the release reached that node only after the
+        // attempt did, and the node took the wait out of its queue.
+        assert!(channel.announce(listener.wait, b"tok"), "a copy: taken");
+        let woke = tokio::time::timeout(Duration::from_millis(200), listener.wake(&marks)).await;
+        assert_eq!(
+            woke.ok(),
+            Some(Wake::Released),
+            "a copy heard after the attempt was ignored"
+        );
+        assert_eq!(
+            lock(&channel.recent).tokens.len(),
+            1,
+            "one entry per wait and release"
+        );
+        // An ended wait (never registered here): passed on, unless the same
+        // release woke a live one.
+        assert!(!channel.announce(999, b"other"));
+        assert!(channel.announce(999, b"tok"));
+        let ended = listener.wait;
+        drop(listener);
+        let listener = waiters.listen(&["k".into()]);
+        assert!(
+            !listener.channels[0].announce(ended, b"tok"),
+            "the wait it woke has ended: passed on"
+        );
+    }
+
+    /// `listening` over several keys, one of them not registered, while
+    /// another thread registers and drops the first key's channel: the
+    /// channel must never be dropped (which takes the registry's lock)
+    /// while `listening` holds that lock. It once upgraded the channels
+    /// under the lock, and hung here within a second or so.
+    #[test]
+    fn listening_never_drops_a_channel_under_the_registry_lock() {
+        let waiters = Arc::new(waiters());
+        // Registered for the whole test, so that `listening` upgrades many
+        // channels before it finds the missing last key.
+        let middle: Vec<Box<str>> = (0..200).map(|i| format!("c{i}").into()).collect();
+        let _held = waiters.listen(&middle);
+        let mut keys: Vec<Box<str>> = vec!["a".into()];
+        keys.extend(middle.iter().cloned());
+        keys.push("never".into());
+        let until = std::time::Instant::now() + Duration::from_millis(1_500);
+        let (done, finished) = std::sync::mpsc::channel();
+        for churn in [true, false] {
+            let (waiters, keys, done) = (waiters.clone(), keys.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut rounds = 0u64;
+                loop {
+                    if churn {
+                        drop(waiters.listen(&keys[..1]));
+                    } else {
+                        assert!(waiters.listening(&keys).is_none());
+                    }
+                    rounds += 1;
+                    if std::time::Instant::now() >= until {
+                        break;
+                    }
+                }
+                let _ = done.send(rounds);
+            });
+        }
+        for _ in 0..2 {
+            let rounds = finished
+                .recv_timeout(Duration::from_secs(20))
+                .expect("a thread hung: a channel was dropped under the registry lock");
+            assert!(rounds > 0);
+        }
+    }
 }

@@ -257,7 +257,7 @@ pub(crate) async fn primaries(
             .await
         {
             Ok(members) => members,
-            Err(e) if crate::net::is_connection_error(&e) => return Err(e),
+            Err(e) if crate::net::classify::is_connection_error(&e) => return Err(e),
             Err(_) => Vec::new(),
         },
         false => Vec::new(),

@@ -55,7 +55,7 @@ use redis::aio::{ConnectionLike, MultiplexedConnection, PubSub};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use crate::error::{ConfigError, NodeFailure};
-use crate::net::classify;
+use crate::net::classify::classify;
 use redact::redact;
 #[cfg(feature = "sentinel")]
 use sentinel::Sentinel;

@@ -93,7 +93,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ConnectionAddr, Value};
 
 use crate::error::NodeFailure;
-use crate::net::{classify, is_connection_error};
+use crate::net::classify::{classify, is_connection_error};
 
 pub(crate) mod url;
 
