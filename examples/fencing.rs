@@ -3,7 +3,7 @@
 //! refused by the storage because its token is older.
 //!
 //! ```text
-//! cargo run --example fencing        # starts a local 5-node cluster and a storage node
+//! cargo run --example fencing        # starts five local redis-server processes and a storage node
 //! ```
 //!
 //! The storage here is one Redis key guarded by a Lua compare: it keeps the
@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use redquorum::Redlock;
-use redquorum::local_cluster::LocalCluster;
+use redquorum::local_servers::LocalServers;
 
 /// The storage side: write only with a token at least the highest seen.
 const WRITE: &str = r"
@@ -40,8 +40,8 @@ async fn write(
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let nodes = LocalCluster::start(5)?;
-    let storage_node = LocalCluster::start(1)?;
+    let nodes = LocalServers::start(5)?;
+    let storage_node = LocalServers::start(1)?;
     let redlock = Redlock::new(nodes.urls())?;
     let mut storage = redis::Client::open(storage_node.url(0))?
         .get_multiplexed_async_connection()

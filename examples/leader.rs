@@ -6,12 +6,12 @@
 //! wakes, finds that it lost and that its late write is refused).
 //!
 //! ```text
-//! cargo run --example leader          # starts a local 5-node cluster and a storage node
+//! cargo run --example leader          # starts five local redis-server processes and a storage node
 //! ```
 
 use std::time::Duration;
 
-use redquorum::local_cluster::LocalCluster;
+use redquorum::local_servers::LocalServers;
 use redquorum::{Leadership, Observed, Redlock};
 
 /// The storage side: write only with a term at least the highest seen.
@@ -37,8 +37,8 @@ async fn write(
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let nodes = LocalCluster::start(5)?;
-    let storage_node = LocalCluster::start(1)?;
+    let nodes = LocalServers::start(5)?;
+    let storage_node = LocalServers::start(1)?;
     let redlock = Redlock::new(nodes.urls())?;
     let mut storage = redis::Client::open(storage_node.url(0))?
         .get_multiplexed_async_connection()

@@ -1,8 +1,8 @@
-//! Several workers contend for one resource on a five-node cluster; one node
+//! Several workers contend for one resource on five local servers; one node
 //! is killed mid-run, and the lock carries on.
 //!
 //! ```text
-//! cargo run --example quickstart                       # starts its own local cluster
+//! cargo run --example quickstart                       # starts its own five local servers
 //! REDQUORUM_NODES=redis://127.0.0.1:7001,redis://127.0.0.1:7002,... cargo run --example quickstart
 //! ```
 //!
@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use redquorum::Redlock;
-use redquorum::local_cluster::LocalCluster;
+use redquorum::local_servers::LocalServers;
 use tokio::sync::Mutex;
 
 const WORKERS: usize = 4;
@@ -31,9 +31,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (urls, mut local) = match std::env::var("REDQUORUM_NODES") {
         Ok(nodes) => (split_urls(&nodes), None),
         Err(_) => {
-            let cluster = LocalCluster::start(5)?;
-            println!("started a local cluster of 5 redis-server processes:");
-            (cluster.urls(), Some(cluster))
+            let servers = LocalServers::start(5)?;
+            println!("started 5 local redis-server processes:");
+            (servers.urls(), Some(servers))
         }
     };
     for url in &urls {
@@ -99,15 +99,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // Kill one node once a few locks have been taken.
     let mut lines = Vec::new();
-    if let Some(cluster) = local.as_mut() {
+    if let Some(servers) = local.as_mut() {
         while acquired.load(Ordering::SeqCst) < WORKERS * ROUNDS / 3 {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
-        cluster.kill(0);
+        servers.kill(0);
         lines.push(format!(
             "[{:>6.1} ms] ---- killed node {} (SIGKILL) after {} acquisitions ----",
             started.elapsed().as_secs_f64() * 1e3,
-            cluster.url(0),
+            servers.url(0),
             acquired.load(Ordering::SeqCst)
         ));
     }

@@ -393,8 +393,8 @@ impl Builder {
     /// A node restarted less than a TTL ago thus costs a fresh process up
     /// to one TTL of that node's vote: the price of the promise. A node
     /// started empty as a *new* node can be declared born empty (its
-    /// `run_id` in the set `redquorum-born-empty`; the `local-cluster`
-    /// launchers and `redquorum cluster up` do it), and then costs nothing.
+    /// `run_id` in the set `redquorum-born-empty`; the `local-servers`
+    /// launchers and `redquorum servers up` do it), and then costs nothing.
     ///
     /// Releases and extensions are still sent: they compare the token, and
     /// cannot create a key.

@@ -86,7 +86,7 @@
 //!   `net::topology`, what a node is (one server, a Sentinel-managed
 //!   primary, a Redis Cluster): its URL, its redaction, its connections.
 //! * `config`, `error`, `clock` (the suspend-aware monotonic clock).
-//! * `local_cluster` (feature `local-cluster`): local `redis-server`
+//! * `local_servers` (feature `local-servers`): local `redis-server`
 //!   processes for tests, examples and benchmarks; `local_sentinel`, the
 //!   same for Sentinel-managed nodes (a primary and a replica each, and
 //!   three sentinels).
@@ -96,7 +96,7 @@
 
 mod client;
 mod clock;
-#[cfg(all(test, feature = "cluster", feature = "local-cluster"))]
+#[cfg(all(test, feature = "cluster", feature = "local-servers"))]
 mod cluster_tests;
 mod config;
 mod election;
@@ -111,15 +111,15 @@ mod net;
 mod proto;
 mod wait;
 
-#[cfg(feature = "local-cluster")]
-#[cfg_attr(docsrs, doc(cfg(feature = "local-cluster")))]
-pub mod local_cluster;
-#[cfg(feature = "local-cluster")]
-#[cfg_attr(docsrs, doc(cfg(feature = "local-cluster")))]
+#[cfg(feature = "local-servers")]
+#[cfg_attr(docsrs, doc(cfg(feature = "local-servers")))]
 pub mod local_sentinel;
+#[cfg(feature = "local-servers")]
+#[cfg_attr(docsrs, doc(cfg(feature = "local-servers")))]
+pub mod local_servers;
 
-#[cfg(feature = "local-cluster")]
-#[cfg_attr(docsrs, doc(cfg(feature = "local-cluster")))]
+#[cfg(feature = "local-servers")]
+#[cfg_attr(docsrs, doc(cfg(feature = "local-servers")))]
 pub mod local_redis_cluster;
 
 pub use client::{LockRequest, Redlock};

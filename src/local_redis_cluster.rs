@@ -1,8 +1,8 @@
 //! A real Redis Cluster on this machine, for tests and benchmarks (feature
-//! `local-cluster`).
+//! `local-servers`).
 //!
 //! [`LocalRedisCluster::start`] launches six `redis-server --cluster-enabled
-//! yes` processes through [`LocalCluster`] (free loopback ports, no
+//! yes` processes through [`LocalServers`] (free loopback ports, no
 //! persistence, a temp dir each, stopped on drop), joins them with
 //! `redis-cli --cluster create … --cluster-replicas 1` into three shards of
 //! a primary and a replica, with a short `cluster-node-timeout` (1 s), and
@@ -20,7 +20,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::info::info_field;
-use crate::local_cluster::{LocalCluster, Reply, command, declare_born_empty, expect_ok};
+use crate::local_servers::{LocalServers, Reply, command, declare_born_empty, expect_ok};
 use crate::net::guard::BORN_EMPTY_KEY;
 
 /// How long the cluster may take to form, or to settle after a change.
@@ -28,7 +28,7 @@ const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Six local `redis-server`s as one Redis Cluster of three shards.
 pub struct LocalRedisCluster {
-    servers: LocalCluster,
+    servers: LocalServers,
 }
 
 /// One node of the cluster, as `CLUSTER NODES` tells it.
@@ -56,7 +56,7 @@ impl LocalRedisCluster {
     /// When `redis-server` or `redis-cli` cannot be run, or the cluster does
     /// not form within 30 s.
     pub fn start() -> io::Result<LocalRedisCluster> {
-        let servers = LocalCluster::start_with_args(
+        let servers = LocalServers::start_with_args(
             6,
             &[
                 "--cluster-enabled",

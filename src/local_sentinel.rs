@@ -1,9 +1,9 @@
 //! Sentinel-managed nodes on this machine, for tests (feature
-//! `local-cluster`; the library reaches them with feature `sentinel`).
+//! `local-servers`; the library reaches them with feature `sentinel`).
 //!
 //! [`LocalSentinels::start`] launches N nodes, each a primary and one
 //! replica (`REPLICAOF`), all `redis-server` processes without persistence
-//! (a [`LocalCluster`] of 2N servers), and three sentinels (`redis-server
+//! (a [`LocalServers`] of 2N servers), and three sentinels (`redis-server
 //! --sentinel`) that monitor every node's primary under the name
 //! `redquorum-<i>`, with a quorum of 2, `down-after-milliseconds` 1000 and
 //! `failover-timeout` 3000, so that a failover takes a few seconds. Every
@@ -28,8 +28,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::info::info_field;
-use crate::local_cluster::{
-    LocalCluster, Reply, answering_pid, command, expect_ok, find_redis_server, free_port, log_tail,
+use crate::local_servers::{
+    LocalServers, Reply, answering_pid, command, expect_ok, find_redis_server, free_port, log_tail,
     node_dir,
 };
 
@@ -45,7 +45,7 @@ const FAILOVER_TIMEOUT: Duration = Duration::from_secs(40);
 #[derive(Debug)]
 pub struct LocalSentinels {
     /// Server `2i` started as node `i`'s primary, `2i + 1` as its replica.
-    servers: LocalCluster,
+    servers: LocalServers,
     sentinels: Vec<SentinelProcess>,
     nodes: usize,
 }
@@ -66,7 +66,7 @@ impl LocalSentinels {
     /// When `redis-server` cannot be found, or a process does not come up
     /// (the message has its log's tail), or replication does not start.
     pub fn start(n: usize) -> io::Result<LocalSentinels> {
-        let servers = LocalCluster::start(2 * n)?;
+        let servers = LocalServers::start(2 * n)?;
         for i in 0..n {
             let primary = servers.port(2 * i).to_string();
             expect_ok(

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use redquorum::local_cluster::{Reply, command};
 use redquorum::local_redis_cluster::LocalRedisCluster;
+use redquorum::local_servers::{Reply, command};
 use redquorum::{Error, Redlock};
 
 fn secs(n: u64) -> Duration {

@@ -1,4 +1,4 @@
-//! The `docker-compose.yml` cluster, for real: five containers on host ports
+//! The `docker-compose.yml` servers, for real: five containers on host ports
 //! 7001–7005, locked through, with one container killed and one paused. And
 //! its profiles: three Sentinel-managed nodes (`sentinel`) and three Redis
 //! Clusters (`cluster`), locked through a failover on one of them.
@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use common::compose::{Compose, PORTS, await_ping, docker_or_skip, ports_free};
 use common::*;
 use redquorum::Redlock;
-use redquorum::local_cluster::{Reply, command_with_timeout, declare_born_empty};
+use redquorum::local_servers::{Reply, command_with_timeout, declare_born_empty};
 
 /// How many of `ports` hold `key`.
 fn holders_at(ports: &[u16], key: &str) -> usize {
@@ -47,9 +47,9 @@ fn the_compose_test_says_at_once_when_its_ports_are_taken() {
 }
 
 #[test]
-fn the_compose_cluster_grants_locks_through_a_kill_and_a_pause() {
+fn the_compose_servers_grant_locks_through_a_kill_and_a_pause() {
     if let Err(reason) = docker_or_skip() {
-        eprintln!("SKIPPED the compose cluster test: {reason}");
+        eprintln!("SKIPPED the compose servers test: {reason}");
         return;
     }
     let compose = Compose::up(&format!("redquorumtest{}", std::process::id()));

@@ -1,4 +1,4 @@
-//! Durations at their extremes, against a real cluster: every duration the
+//! Durations at their extremes, against a real servers: every duration the
 //! builder or a call accepts works (deadlines saturate) or is refused with
 //! a `ConfigError` that names the bound; none panics, in the caller or in a
 //! background task.
@@ -25,7 +25,7 @@ const HUGE: Duration = Duration::from_secs(1 << 60);
 /// panicked (`start + timeout` on tokio's clock). A day is the most.
 #[tokio::test]
 async fn a_node_timeout_beyond_a_day_is_refused_and_a_day_works() {
-    let c = cluster(3);
+    let c = servers(3);
     for timeout in [Duration::MAX, HUGE, DAY + Duration::from_nanos(1)] {
         match builder(&c).node_timeout(timeout).build() {
             Err(Error::Config(
@@ -57,7 +57,7 @@ async fn a_node_timeout_beyond_a_day_is_refused_and_a_day_works() {
 /// for the whole TTL. A day is the most, and works.
 #[tokio::test]
 async fn a_connect_timeout_beyond_a_day_is_refused_and_a_day_works() {
-    let c = cluster(3);
+    let c = servers(3);
     for timeout in [Duration::MAX, DAY + Duration::from_nanos(1)] {
         match builder(&c).connect_timeout(timeout).build() {
             Err(Error::Config(
@@ -92,7 +92,7 @@ async fn a_connect_timeout_beyond_a_day_is_refused_and_a_day_works() {
 /// truncated them to 64 bits: 2^60 s became 0).
 #[tokio::test]
 async fn a_huge_retry_delay_is_not_cut_short() {
-    let c = cluster(3);
+    let c = servers(3);
     let holder = redlock(&c).lock("r", secs(30)).await.unwrap();
     for jitter in [Duration::ZERO, HUGE, Duration::MAX] {
         let waiter = builder(&c)
@@ -129,7 +129,7 @@ async fn a_huge_retry_delay_is_not_cut_short() {
 /// soon as its holder lets go (the release is announced).
 #[tokio::test]
 async fn the_longest_waits_and_pauses_work() {
-    let c = cluster(3);
+    let c = servers(3);
     let holder = redlock(&c).lock("r", secs(30)).await.unwrap();
     let waiter = builder(&c)
         .wait_timeout(Duration::MAX)
@@ -156,7 +156,7 @@ async fn the_longest_waits_and_pauses_work() {
 /// The per-call wait, as long as a `Duration` goes, on a free resource.
 #[tokio::test]
 async fn a_call_may_wait_for_ever() {
-    let c = cluster(3);
+    let c = servers(3);
     let redlock = redlock(&c);
     let lock = redlock
         .lock("r", secs(5))

@@ -37,7 +37,7 @@ async fn next_leader(observer: &mut Observer, limit: Duration) -> Leader {
 
 #[tokio::test]
 async fn a_free_election_is_won_named_by_a_majority_and_handed_on_at_a_resignation() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = redlock(&c);
     assert_eq!(redlock.leader("sched").await.unwrap(), None);
     let a = redlock
@@ -96,7 +96,7 @@ async fn a_free_election_is_won_named_by_a_majority_and_handed_on_at_a_resignati
 
 #[tokio::test]
 async fn a_proclamation_is_seen_while_leading_and_refused_once_lost() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = redlock(&c);
     // Renewed every second.
     let ttl = Duration::from_secs(3);
@@ -143,7 +143,7 @@ async fn a_proclamation_is_seen_while_leading_and_refused_once_lost() {
 /// another process still reads.
 #[tokio::test]
 async fn a_campaign_from_a_task_that_reads_the_name_is_refused_at_once() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = redlock(&c);
     let read = redlock.lock("sched", TTL).shared().await.unwrap();
     let asked = redlock.campaign("sched", "host-a", TTL).into_future();
@@ -188,7 +188,7 @@ async fn a_campaign_from_a_task_that_reads_the_name_is_refused_at_once() {
 /// finds it lost before it acts.
 #[tokio::test]
 async fn a_paused_leader_is_replaced_and_finds_it_lost_before_it_acts() {
-    let c = cluster(5);
+    let c = servers(5);
     let short = ms(1_500);
     let urls = c.urls();
     let (elected, told) = std::sync::mpsc::channel();
@@ -243,7 +243,7 @@ async fn a_paused_leader_is_replaced_and_finds_it_lost_before_it_acts() {
 
 #[tokio::test]
 async fn an_observer_sees_every_change_pushed() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = redlock(&c);
     // Polled only every minute: what it sees in time was pushed.
     let mut observer = redlock.observe("push").every(Duration::from_secs(60));
@@ -270,7 +270,7 @@ async fn an_observer_sees_every_change_pushed() {
 /// the leader's key and record, a minority).
 #[tokio::test]
 async fn a_read_without_a_majority_names_nobody() {
-    let mut c = cluster(5);
+    let mut c = servers(5);
     let redlock = redlock(&c);
     let a = redlock.campaign("split", "a", TTL).await.unwrap();
     c.freeze(0);
@@ -297,7 +297,7 @@ async fn a_read_without_a_majority_names_nobody() {
 /// guard does for acquisitions, and the read names nobody either way.
 #[tokio::test]
 async fn nodes_restarted_empty_are_not_taken_for_no_leader() {
-    let mut c = cluster(5);
+    let mut c = servers(5);
     let redlock = redlock(&c);
     let a = redlock.campaign("boot", "a", TTL).await.unwrap();
     for i in 0..3 {
@@ -324,7 +324,7 @@ async fn nodes_restarted_empty_are_not_taken_for_no_leader() {
 /// short leaderships away: it yielded 9 of 20, and then only "no leader".)
 #[tokio::test]
 async fn an_observer_yields_every_leadership_back_to_back() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = redlock(&c);
     let mut observer = redlock.observe("relay");
     assert_eq!(
@@ -356,7 +356,7 @@ async fn an_observer_yields_every_leadership_back_to_back() {
                 }
             }
             Observed::Vacant => {}
-            skipped => panic!("{skipped:?} on a healthy cluster; saw {seen:?}"),
+            skipped => panic!("{skipped:?} on a healthy servers; saw {seen:?}"),
         }
         assert!(start.elapsed() < Duration::from_secs(30), "{seen:?}");
     }
@@ -375,7 +375,7 @@ async fn an_observer_yields_every_leadership_back_to_back() {
 /// inside a `Skipped` range, which the leadership it names comes after.
 #[tokio::test]
 async fn an_observer_that_falls_behind_says_which_leaderships_it_skipped() {
-    let c = cluster(3);
+    let c = servers(3);
     let redlock = redlock(&c);
     let mut observer = redlock.observe("lagging");
     assert_eq!(

@@ -1,4 +1,4 @@
-//! The lock against a five-node cluster with nodes killed (SIGKILL) and
+//! The lock against five local servers with nodes killed (SIGKILL) and
 //! frozen (SIGSTOP): every subset of failed nodes, a minority down, a
 //! majority down.
 
@@ -7,14 +7,14 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use redquorum::local_cluster::LocalCluster;
+use redquorum::local_servers::LocalServers;
 use redquorum::{Error, NodeFailure};
 
 const ALL: [usize; 5] = [0, 1, 2, 3, 4];
 
 /// Takes down the nodes of `subset`, killing and freezing them in turn, and
 /// returns the ones it froze.
-fn take_down(c: &mut LocalCluster, subset: &[usize]) -> Vec<usize> {
+fn take_down(c: &mut LocalServers, subset: &[usize]) -> Vec<usize> {
     let mut frozen = Vec::new();
     for (n, &i) in subset.iter().enumerate() {
         if n % 2 == 0 {
@@ -29,7 +29,7 @@ fn take_down(c: &mut LocalCluster, subset: &[usize]) -> Vec<usize> {
 
 #[tokio::test]
 async fn granted_exactly_when_a_majority_is_up_for_all_32_subsets() {
-    let mut c = cluster(5);
+    let mut c = servers(5);
     // Short enough to keep 32 rounds quick, long enough for a loaded machine.
     // The nodes restarted at the end of a round must vote in the next one,
     // which the restart guard would (rightly) refuse for a TTL: see
@@ -83,7 +83,7 @@ async fn granted_exactly_when_a_majority_is_up_for_all_32_subsets() {
 /// round trips), and on a loaded machine that once took longer than the
 /// node timeout: a round with three nodes "up", one of them the node just
 /// restarted, was refused with 2 yes votes and a timeout.
-async fn every_node_answers(c: &LocalCluster, redlock: &redquorum::Redlock) {
+async fn every_node_answers(c: &LocalServers, redlock: &redquorum::Redlock) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         if let Ok(lock) = redlock.try_lock("back", Duration::from_secs(10)).await {
@@ -106,7 +106,7 @@ async fn every_node_answers(c: &LocalCluster, redlock: &redquorum::Redlock) {
 
 #[tokio::test]
 async fn one_node_killed_and_one_frozen_cost_nothing() {
-    let mut c = cluster(5);
+    let mut c = servers(5);
     let node_timeout = Duration::from_secs(5);
     let redlock = builder(&c).node_timeout(node_timeout).build().unwrap();
     // Connect everything first, so that the frozen node has a connection
@@ -134,7 +134,7 @@ async fn one_node_killed_and_one_frozen_cost_nothing() {
 
 #[tokio::test]
 async fn three_of_five_down_is_a_clear_error_and_leaves_no_keys() {
-    let mut c = cluster(5);
+    let mut c = servers(5);
     let redlock = builder(&c)
         .node_timeout(Duration::from_millis(300))
         .build()
@@ -184,7 +184,7 @@ async fn three_of_five_down_is_a_clear_error_and_leaves_no_keys() {
 /// three frozen is an outage, whatever the other two answer.
 #[tokio::test]
 async fn contention_is_told_from_an_outage() {
-    let mut c = cluster(5);
+    let mut c = servers(5);
     let holder = redlock(&c);
     let _held = holder.lock("h", Duration::from_secs(30)).await.unwrap();
     await_holders(&c, &ALL, &key("h"), 5, Duration::from_secs(5)).await;
@@ -219,7 +219,7 @@ async fn contention_is_told_from_an_outage() {
 /// waiting does not mend it.
 #[tokio::test]
 async fn refused_credentials_on_a_majority_end_a_wait_at_once() {
-    let c = cluster(5);
+    let c = servers(5);
     for i in 0..3 {
         run(&c, i, &["CONFIG", "SET", "requirepass", "s3cret"]);
     }
@@ -245,7 +245,7 @@ async fn refused_credentials_on_a_majority_end_a_wait_at_once() {
     assert!(err.is_unavailable() && !err.is_contended(), "{err}");
     assert!(took < Duration::from_secs(10), "took {took:?}");
     // Two of five refusing is no outage: the other three grant it.
-    let two = cluster(5);
+    let two = servers(5);
     for i in 0..2 {
         run(&two, i, &["CONFIG", "SET", "requirepass", "s3cret"]);
     }
@@ -266,7 +266,7 @@ async fn refused_credentials_on_a_majority_end_a_wait_at_once() {
 /// see `late_sets_of_frozen_nodes…`.)
 #[tokio::test]
 async fn a_node_never_reached_costs_the_drain_nothing() {
-    let mut c = cluster(5);
+    let mut c = servers(5);
     c.kill(4);
     let redlock = redlock(&c);
     let lock = redlock.lock("r", Duration::from_secs(30)).await.unwrap();
@@ -279,7 +279,7 @@ async fn a_node_never_reached_costs_the_drain_nothing() {
 
 #[tokio::test]
 async fn a_lock_survives_a_minority_restart_and_release_cleans_up() {
-    let mut c = cluster(5);
+    let mut c = servers(5);
     let redlock = redlock(&c);
     let mut lock = redlock.lock("r", Duration::from_secs(10)).await.unwrap();
     await_holders(&c, &ALL, &key("r"), 5, Duration::from_secs(5)).await;
@@ -303,7 +303,7 @@ async fn a_lock_survives_a_minority_restart_and_release_cleans_up() {
 #[tokio::test]
 async fn late_sets_of_frozen_nodes_are_rolled_back_after_idling_and_after_a_replacement() {
     let ms = Duration::from_millis;
-    let mut c = cluster(3);
+    let mut c = servers(3);
     let redlock = builder(&c)
         .node_timeout(ms(100))
         .restart_guard(false)

@@ -1,4 +1,4 @@
-//! Fencing tokens against a real five-node cluster: every new holder's
+//! Fencing tokens against five real local servers: every new holder's
 //! token is greater (released or expired, across `Redlock`s), the naive
 //! "largest INCR of the granting nodes" goes backwards where ours does not,
 //! the second round is sent only when the counters disagree, tokens after
@@ -9,7 +9,7 @@ mod common;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::*;
-use redquorum::local_cluster::{LocalCluster, Reply};
+use redquorum::local_servers::{LocalServers, Reply};
 use redquorum::{ConfigError, Error, Lock, NodeFailure, Redlock};
 
 const ALL: [usize; 5] = [0, 1, 2, 3, 4];
@@ -18,7 +18,7 @@ fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
 }
 
-fn counter(c: &LocalCluster, i: usize, resource: &str) -> Option<u64> {
+fn counter(c: &LocalServers, i: usize, resource: &str) -> Option<u64> {
     get(c, i, &format!("{}:fence", key(resource))).map(|v| v.parse().unwrap())
 }
 
@@ -35,7 +35,7 @@ async fn fenced(redlock: &Redlock, resource: &str, ttl: Duration) -> Result<Lock
 
 #[tokio::test]
 async fn every_new_holder_gets_a_greater_token_released_or_expired() {
-    let c = cluster(5);
+    let c = servers(5);
     let one = short_ttl(&c);
     let other = builder(&c).fenced(true).build().unwrap();
     let mut last = 0;
@@ -79,7 +79,7 @@ async fn every_new_holder_gets_a_greater_token_released_or_expired() {
 /// Takes `resource` on exactly the nodes of `grant`, by holding its key for
 /// someone else on the others; the attempt succeeds if `grant` is a
 /// majority.
-async fn fenced_on(c: &LocalCluster, redlock: &Redlock, grant: &[usize]) -> Result<Lock, Error> {
+async fn fenced_on(c: &LocalServers, redlock: &Redlock, grant: &[usize]) -> Result<Lock, Error> {
     let blocked: Vec<usize> = ALL.iter().copied().filter(|i| !grant.contains(i)).collect();
     for &i in &blocked {
         run(c, i, &["SET", &key("r"), "someone-else", "PX", "60000"]);
@@ -95,7 +95,7 @@ async fn fenced_on(c: &LocalCluster, redlock: &Redlock, grant: &[usize]) -> Resu
 
 /// What the naive scheme would do: `INCR` a counter on each node that
 /// granted, and take the largest; run for real on a shadow key.
-fn naive(c: &LocalCluster, grant: &[usize]) -> u64 {
+fn naive(c: &LocalServers, grant: &[usize]) -> u64 {
     grant
         .iter()
         .map(|&i| match run(c, i, &["INCR", "naive:r"]) {
@@ -111,7 +111,7 @@ fn naive(c: &LocalCluster, grant: &[usize]) -> u64 {
 /// A's; ours writes A's token to a majority before handing A the lock.
 #[tokio::test]
 async fn the_naive_largest_incr_goes_backwards_and_ours_does_not() {
-    let c = cluster(5);
+    let c = servers(5);
     // Without the time floor the counters alone must carry the guarantee.
     let redlock = builder(&c).fence_time_floor(false).build().unwrap();
     let first = fenced_on(&c, &redlock, &ALL).await.unwrap();
@@ -130,7 +130,7 @@ async fn the_naive_largest_incr_goes_backwards_and_ours_does_not() {
     assert_eq!(counters, [Some(4), Some(4), Some(1), Some(1), Some(1)]);
 
     // A gets nodes 0, 1 and 2.
-    let evalsha = |c: &LocalCluster| -> u64 {
+    let evalsha = |c: &LocalServers| -> u64 {
         ALL.iter()
             .map(|&i| command_stat(c, i, "evalsha", "calls"))
             .sum()
@@ -161,7 +161,7 @@ async fn the_naive_largest_incr_goes_backwards_and_ours_does_not() {
 
 #[tokio::test]
 async fn a_healthy_acquisition_is_one_round_trip() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = redlock(&c);
     // Warm up: connections made, scripts loaded.
     fenced(&redlock, "r", secs(5))
@@ -171,7 +171,7 @@ async fn a_healthy_acquisition_is_one_round_trip() {
         .await
         .unwrap();
     assert!(redlock.drain(secs(5)).await);
-    let calls = |c: &LocalCluster| -> u64 {
+    let calls = |c: &LocalServers| -> u64 {
         ALL.iter()
             .map(|&i| command_stat(c, i, "evalsha", "calls"))
             .sum()
@@ -194,7 +194,7 @@ async fn a_healthy_acquisition_is_one_round_trip() {
 /// Two lock managers for the tests that restart nodes empty: with the time
 /// floor and without it. The restart guard is off: the restarted nodes
 /// voted for nothing since, and the tests are about counters, not keys.
-fn floor_and_counts(c: &LocalCluster) -> (Redlock, Redlock) {
+fn floor_and_counts(c: &LocalServers) -> (Redlock, Redlock) {
     let with_floor = builder(c).restart_guard(false).build().unwrap();
     let counts = builder(c)
         .restart_guard(false)
@@ -208,7 +208,7 @@ fn floor_and_counts(c: &LocalCluster) -> (Redlock, Redlock) {
 /// without it they start again at 1, as documented.
 #[tokio::test]
 async fn tokens_after_every_node_lost_its_counters() {
-    let mut c = cluster(5);
+    let mut c = servers(5);
     let (with_floor, counts) = floor_and_counts(&c);
     let before_floor = fenced(&with_floor, "r", secs(5)).await.unwrap();
     let before_count = fenced(&counts, "s", secs(5)).await.unwrap();
@@ -246,8 +246,8 @@ async fn token_after_a_loss(redlock: &Redlock, resource: &str) -> u64 {
 /// past its validity comes back and writes: refused.
 #[tokio::test]
 async fn a_storage_that_checks_the_token_refuses_a_paused_holder() {
-    let c = cluster(5);
-    let storage = cluster(1);
+    let c = servers(5);
+    let storage = servers(1);
     let redlock = short_ttl(&c);
     const WRITE: &str = "if tonumber(ARGV[1]) < tonumber(redis.call('HGET', KEYS[1], 'fence') or '0') \
                          then return 0 end \
@@ -311,7 +311,7 @@ async fn fencing_does_not_combine_with_sets_or_reentrant_holds() {
 /// which is why plain counts need every node to persist them.
 #[tokio::test]
 async fn one_node_losing_its_counters_with_and_without_the_floor() {
-    let mut c = cluster(3);
+    let mut c = servers(3);
     let (with_floor, counts) = floor_and_counts(&c);
     for r in ["f", "n"] {
         run(&c, 2, &["SET", &key(r), "someone-else", "PX", "60000"]);
@@ -346,7 +346,7 @@ async fn one_node_losing_its_counters_with_and_without_the_floor() {
 /// operator to put right. Once they are, fenced locks work again.
 #[tokio::test]
 async fn a_counter_that_is_not_a_whole_number_refuses_the_lock() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = redlock(&c);
     let counter = format!("{}:fence", key("r"));
     for bad in ["nan", "inf", "-5", "1.5"] {

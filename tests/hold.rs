@@ -1,7 +1,7 @@
 //! Holding a lock for longer than its TTL: the watchdog of `keep_alive` and
 //! `with_lock`, the lost signal (from the clock too, whether or not the
 //! watchdog runs), and `extend` racing the watchdog, against a real
-//! five-node cluster.
+//! five local servers.
 
 mod common;
 
@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
-use redquorum::local_cluster::LocalCluster;
+use redquorum::local_servers::LocalServers;
 use redquorum::{Held, Lock, Redlock};
 
 const ALL: [usize; 5] = [0, 1, 2, 3, 4];
@@ -20,7 +20,7 @@ fn ms(n: u64) -> Duration {
 }
 
 /// Short TTLs, so that five of them pass quickly; a node timeout well below.
-fn keeper(c: &redquorum::local_cluster::LocalCluster) -> Redlock {
+fn keeper(c: &redquorum::local_servers::LocalServers) -> Redlock {
     builder(c)
         .node_timeout(ms(150))
         .retry_count(20)
@@ -30,7 +30,7 @@ fn keeper(c: &redquorum::local_cluster::LocalCluster) -> Redlock {
 
 #[tokio::test]
 async fn with_lock_keeps_the_lock_for_five_ttls_and_releases_at_the_end() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = keeper(&c);
     let other = redlock.clone();
     let ttl = ms(600);
@@ -70,7 +70,7 @@ async fn with_lock_keeps_the_lock_for_five_ttls_and_releases_at_the_end() {
 
 #[tokio::test]
 async fn a_panic_inside_with_lock_releases_the_lock() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = keeper(&c);
     let task = {
         let redlock = redlock.clone();
@@ -97,7 +97,7 @@ async fn a_panic_inside_with_lock_releases_the_lock() {
 
 #[tokio::test]
 async fn keep_alive_on_a_guard_outlives_the_ttl_and_stops_on_release() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = keeper(&c);
     let mut lock = redlock.lock("r", ms(600)).await.unwrap();
     let held = lock.keep_alive();
@@ -114,7 +114,7 @@ async fn keep_alive_on_a_guard_outlives_the_ttl_and_stops_on_release() {
 
 #[tokio::test]
 async fn the_lost_signal_fires_when_another_owner_takes_the_keys() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = keeper(&c);
     let mut lock = redlock.lock("r", ms(900)).await.unwrap();
     let held = lock.keep_alive();
@@ -136,7 +136,7 @@ async fn the_lost_signal_fires_when_another_owner_takes_the_keys() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_majority_fires_the_lost_signal_before_validity_ends() {
-    let mut c = cluster(5);
+    let mut c = servers(5);
     let node_timeout = ms(200);
     let redlock = builder(&c).node_timeout(node_timeout).build().unwrap();
     let ttl = ms(1_500);
@@ -195,12 +195,12 @@ async fn lost_within(held: &Held, span: Duration) -> bool {
 }
 
 /// Keeps `lock` (of `ttl`, on resource `r`) alive for three TTLs on a
-/// healthy cluster: it must not be lost, and a majority still holds it.
-async fn kept_for_three_ttls(c: &LocalCluster, mut lock: Lock, ttl: Duration) {
+/// healthy servers: it must not be lost, and a majority still holds it.
+async fn kept_for_three_ttls(c: &LocalServers, mut lock: Lock, ttl: Duration) {
     let held = lock.keep_alive();
     assert!(
         !lost_within(&held, ttl * 3).await,
-        "a lock of {ttl:?} was lost on a healthy cluster"
+        "a lock of {ttl:?} was lost on a healthy servers"
     );
     assert!(holders(c, &ALL, &key("r")) >= 3);
     lock.release().await.unwrap();
@@ -214,7 +214,7 @@ async fn kept_for_three_ttls(c: &LocalCluster, mut lock: Lock, ttl: Duration) {
 /// is due): the lock is kept for three TTLs.
 #[tokio::test]
 async fn keep_alive_called_late_keeps_the_lock() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = keeper(&c);
     let ttl = ms(1_500);
     let lock = redlock.lock("r", ttl).await.unwrap();
@@ -229,7 +229,7 @@ async fn keep_alive_called_late_keeps_the_lock() {
 /// drift allowance) has nearly run out, and must be sent earlier.
 #[tokio::test]
 async fn keep_alive_renews_at_a_fraction_near_one() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = builder(&c)
         .node_timeout(ms(150))
         .retry_count(20)
@@ -244,10 +244,10 @@ async fn keep_alive_renews_at_a_fraction_near_one() {
 /// The shortest TTL a 1 s node timeout accepts (as the CLI's default node
 /// timeout with a short `--ttl`): the validity is less than a node timeout
 /// past the first extension's due time, or less than one node timeout at
-/// all. Every TTL that is accepted is renewed on a healthy cluster.
+/// all. Every TTL that is accepted is renewed on a healthy servers.
 #[tokio::test]
 async fn the_shortest_ttl_a_node_timeout_accepts_is_renewed() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = builder(&c)
         .node_timeout(ms(1_000))
         .retry_count(20)
@@ -280,7 +280,7 @@ async fn keep_alive_fraction_is_checked() {
 /// A thousand years' lock is held, extends, and says it has centuries left.
 #[tokio::test]
 async fn a_lock_of_a_thousand_years_is_held_and_extends() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = redlock(&c);
     let years = |n: u64| Duration::from_secs(n * 365 * 24 * 3600);
     let mut lock = redlock.lock("r", years(1_000)).await.unwrap();
@@ -297,7 +297,7 @@ async fn a_lock_of_a_thousand_years_is_held_and_extends() {
 /// Found in review: a `Held` must not outlive its lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_held_clone_says_lost_once_the_lock_is_released_or_dropped() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = keeper(&c);
     for release in [true, false] {
         let how = if release { "released" } else { "dropped" };
@@ -344,7 +344,7 @@ async fn every_held_clone_says_lost_once_the_lock_is_released_or_dropped() {
 /// says when the validity is over, whether or not the watchdog got to run.
 #[tokio::test(flavor = "current_thread")]
 async fn held_reports_lost_at_the_deadline_even_if_the_watchdog_never_runs() {
-    let mut c = cluster(5);
+    let mut c = servers(5);
     let redlock = builder(&c)
         .node_timeout(ms(80))
         .retry_count(10)
@@ -414,7 +414,7 @@ async fn held_reports_lost_at_the_deadline_even_if_the_watchdog_never_runs() {
 /// Checks that `lock.remaining()` ends no later than the key's expiry on a
 /// majority of nodes (the third-largest PTTL of five), allowing for the time
 /// the check itself takes.
-fn assert_not_beyond_majority(c: &LocalCluster, lock: &Lock, key: &str, what: &str) {
+fn assert_not_beyond_majority(c: &LocalServers, lock: &Lock, key: &str, what: &str) {
     let started = Instant::now();
     let remaining = lock.remaining();
     let mut pttls: Vec<i64> = ALL.iter().map(|&i| pttl(c, i, key)).collect();
@@ -433,7 +433,7 @@ fn assert_not_beyond_majority(c: &LocalCluster, lock: &Lock, key: &str, what: &s
 /// believing in more validity than a majority of nodes holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extend_racing_the_watchdog_never_overstates_the_validity() {
-    let c = cluster(5);
+    let c = servers(5);
     // The watchdog extends by the lock's TTL nearly all the time.
     let redlock = builder(&c)
         .node_timeout(ms(300))

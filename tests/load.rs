@@ -14,12 +14,12 @@ use std::time::Instant;
 use common::*;
 use futures::future::join_all;
 use redquorum::Redlock;
-use redquorum::local_cluster::{LocalCluster, Reply};
+use redquorum::local_servers::{LocalServers, Reply};
 
 const TTL: Duration = Duration::from_secs(30);
 
 /// How many keys under the default prefix node `i` holds.
-fn keys_on(c: &LocalCluster, i: usize) -> i64 {
+fn keys_on(c: &LocalServers, i: usize) -> i64 {
     match run(
         c,
         i,
@@ -64,7 +64,7 @@ fn all_ok<T>(results: &[Result<T, redquorum::Error>], done: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_locks_then_of_releases_takes_all_and_leaves_no_key() {
     const N: usize = 5_000;
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = Redlock::new(c.urls()).unwrap();
     let names: Vec<String> = (0..N).map(|i| format!("burst-{i}")).collect();
     let taken = join_all(
@@ -93,7 +93,7 @@ async fn a_burst_of_locks_then_of_releases_takes_all_and_leaves_no_key() {
 /// one until answered, removes it. (Before: the key stayed for its TTL.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_that_timed_out_on_a_frozen_node_leaves_no_key_after_the_thaw() {
-    let mut c = cluster(3);
+    let mut c = servers(3);
     let redlock = Redlock::builder()
         .nodes(c.urls())
         .node_timeout(Duration::from_millis(200))
@@ -134,7 +134,7 @@ async fn a_release_that_timed_out_on_a_frozen_node_leaves_no_key_after_the_thaw(
 async fn many_waiters_cost_the_nodes_per_acquisition_what_few_do() {
     const WAITERS: usize = 64;
     const ACQUISITIONS: usize = 640;
-    let c = cluster(5);
+    let c = servers(5);
     let clients: Vec<Redlock> = (0..WAITERS)
         .map(|_| {
             Redlock::builder()

@@ -1,4 +1,4 @@
-//! The lock against a real, healthy five-node cluster: acquisition, mutual
+//! The lock against five real, healthy local servers: acquisition, mutual
 //! exclusion, release, extension, drop and cancellation, script cache loss,
 //! and the errors Redis can answer with.
 
@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
-use redquorum::local_cluster::Reply;
+use redquorum::local_servers::Reply;
 use redquorum::{ConfigError, Error, GaveUp, NodeFailure, Redlock};
 
 const ALL: [usize; 5] = [0, 1, 2, 3, 4];
@@ -21,7 +21,7 @@ fn ms(n: u64) -> Duration {
 
 #[tokio::test]
 async fn lock_sets_the_token_on_every_node_and_release_removes_it() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = redlock(&c);
     let lock = redlock
         .lock("report", Duration::from_secs(10))
@@ -51,7 +51,7 @@ async fn lock_sets_the_token_on_every_node_and_release_removes_it() {
 
 #[tokio::test]
 async fn a_held_lock_is_refused_to_others_and_their_rollback_spares_it() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = redlock(&c);
     let first = redlock.lock("job", Duration::from_secs(10)).await.unwrap();
     await_holders(&c, &ALL, &key("job"), 5, Duration::from_secs(5)).await;
@@ -89,7 +89,7 @@ async fn a_held_lock_is_refused_to_others_and_their_rollback_spares_it() {
 
 #[tokio::test]
 async fn lock_retries_until_the_holder_lets_go() {
-    let c = cluster(5);
+    let c = servers(5);
     let waiting = builder(&c).retry_count(200).build().unwrap();
     let holder = redlock(&c)
         .lock("r", Duration::from_secs(10))
@@ -109,7 +109,7 @@ async fn lock_retries_until_the_holder_lets_go() {
 
 #[tokio::test]
 async fn wait_deadline_ends_lock_and_says_so() {
-    let c = cluster(3);
+    let c = servers(3);
     let wait = ms(300);
     let deadline_error = async |redlock: Redlock, resource: &str| {
         let _held = redlock
@@ -150,7 +150,7 @@ async fn wait_deadline_ends_lock_and_says_so() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mutual_exclusion_under_contention() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = builder(&c)
         .retry_count(10_000)
         .retry_delay(ms(3))
@@ -196,7 +196,7 @@ async fn mutual_exclusion_under_contention() {
 
 #[tokio::test]
 async fn release_never_deletes_another_owners_key() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = redlock(&c);
     let short = short_ttl(&c);
     let stale = short.lock("r", ms(200)).await.unwrap();
@@ -216,7 +216,7 @@ async fn release_never_deletes_another_owners_key() {
 
 #[tokio::test]
 async fn releasing_an_expired_lock_says_expired_not_taken() {
-    let c = cluster(5);
+    let c = servers(5);
     let lock = short_ttl(&c).lock("r", ms(200)).await.unwrap();
     tokio::time::sleep(ms(300)).await;
     assert!(lock.is_expired());
@@ -226,7 +226,7 @@ async fn releasing_an_expired_lock_says_expired_not_taken() {
 
 #[tokio::test]
 async fn extend_keeps_the_key_alive_past_the_first_ttl() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = short_ttl(&c);
     let mut lock = redlock.lock("r", ms(1_000)).await.unwrap();
     for _ in 0..6 {
@@ -243,7 +243,7 @@ async fn extend_keeps_the_key_alive_past_the_first_ttl() {
 
 #[tokio::test]
 async fn an_expired_lock_cannot_be_extended_and_is_not_recreated() {
-    let c = cluster(5);
+    let c = servers(5);
     let mut lock = short_ttl(&c).lock("r", ms(200)).await.unwrap();
     tokio::time::sleep(ms(300)).await;
     let err = lock.extend(Duration::from_secs(10)).await.unwrap_err();
@@ -257,7 +257,7 @@ async fn an_expired_lock_cannot_be_extended_and_is_not_recreated() {
 
 #[tokio::test]
 async fn extend_does_not_give_a_key_back_to_nodes_that_lost_it() {
-    let c = cluster(5);
+    let c = servers(5);
     let mut lock = redlock(&c)
         .lock("r", Duration::from_secs(10))
         .await
@@ -280,7 +280,7 @@ async fn extend_does_not_give_a_key_back_to_nodes_that_lost_it() {
 
 #[tokio::test]
 async fn dropping_a_guard_releases_it_in_the_background() {
-    let c = cluster(5);
+    let c = servers(5);
     let lock = redlock(&c)
         .lock("r", Duration::from_secs(30))
         .await
@@ -292,7 +292,7 @@ async fn dropping_a_guard_releases_it_in_the_background() {
 
 #[test]
 fn dropping_a_guard_outside_a_runtime_does_not_panic() {
-    let c = cluster(3);
+    let c = servers(3);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let lock = rt
         .block_on(redlock(&c).lock("r", Duration::from_secs(30)).into_future())
@@ -308,7 +308,7 @@ fn dropping_a_guard_outside_a_runtime_does_not_panic() {
 
 #[tokio::test]
 async fn cancelled_acquisitions_leave_no_keys() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = redlock(&c);
     // Cancel at many points of the acquisition: before, during and after
     // the requests reach the nodes.
@@ -325,7 +325,7 @@ async fn cancelled_acquisitions_leave_no_keys() {
 
 #[tokio::test]
 async fn a_cancelled_acquisition_waiting_on_frozen_nodes_leaves_no_keys() {
-    let mut c = cluster(5);
+    let mut c = servers(5);
     let redlock = builder(&c)
         .node_timeout(Duration::from_secs(5))
         .build()
@@ -347,7 +347,7 @@ async fn a_cancelled_acquisition_waiting_on_frozen_nodes_leaves_no_keys() {
 
 #[tokio::test]
 async fn scripts_survive_script_flush() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = redlock(&c);
     let mut lock = redlock.lock("r", Duration::from_secs(10)).await.unwrap();
     // An extension could overtake the acquisition on a node it has not
@@ -394,7 +394,7 @@ async fn scripts_survive_script_flush() {
     assert!(!stats.contains("cmdstat_eval:"), "{stats}");
 }
 
-fn info(c: &redquorum::local_cluster::LocalCluster, i: usize, section: &str) -> String {
+fn info(c: &redquorum::local_servers::LocalServers, i: usize, section: &str) -> String {
     match run(c, i, &["INFO", section]) {
         Reply::Bulk(Some(text)) => String::from_utf8(text).unwrap(),
         other => panic!("{other:?}"),
@@ -402,7 +402,7 @@ fn info(c: &redquorum::local_cluster::LocalCluster, i: usize, section: &str) -> 
 }
 
 fn info_field(
-    c: &redquorum::local_cluster::LocalCluster,
+    c: &redquorum::local_servers::LocalServers,
     i: usize,
     section: &str,
     field: &str,
@@ -417,7 +417,7 @@ fn info_field(
 
 #[tokio::test]
 async fn a_key_of_another_type_is_reported_as_wrongtype() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = redlock(&c);
     // One node holds a list under the lock's key: it votes against.
     run(&c, 0, &["RPUSH", &key("r"), "x"]);
@@ -444,7 +444,7 @@ async fn a_key_of_another_type_is_reported_as_wrongtype() {
 
 #[tokio::test]
 async fn out_of_memory_nodes_vote_against() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = redlock(&c);
     // maxmemory below what is already used: every write is refused.
     for i in [0, 1, 2] {
@@ -472,7 +472,7 @@ async fn out_of_memory_nodes_vote_against() {
 
 #[tokio::test]
 async fn authentication_is_reported_and_urls_carry_passwords() {
-    let c = cluster(3);
+    let c = servers(3);
     for i in 0..3 {
         run(&c, i, &["CONFIG", "SET", "requirepass", "s3cret"]);
     }
@@ -505,7 +505,7 @@ async fn authentication_is_reported_and_urls_carry_passwords() {
 
 #[tokio::test]
 async fn an_even_number_of_nodes_never_hangs_on_a_split_vote() {
-    let c = cluster(4);
+    let c = servers(4);
     let redlock = builder(&c)
         .node_timeout(Duration::from_secs(30))
         .build()
@@ -531,7 +531,7 @@ async fn an_even_number_of_nodes_never_hangs_on_a_split_vote() {
 
 #[tokio::test]
 async fn nodes_reconnect_after_a_restart() {
-    let mut c = cluster(5);
+    let mut c = servers(5);
     // Restarted nodes vote at once only without the restart guard (see
     // tests/restart.rs for it).
     let redlock = builder(&c).restart_guard(false).build().unwrap();
@@ -620,7 +620,7 @@ async fn every_configuration_mistake_has_its_own_error() {
 /// that wait for the nodes: dropped then, it is finished in the background.
 #[tokio::test]
 async fn a_cancelled_release_still_removes_the_keys() {
-    let mut c = cluster(5);
+    let mut c = servers(5);
     let redlock = redlock(&c);
     let lock = redlock.lock("r", Duration::from_secs(30)).await.unwrap();
     await_holders(&c, &ALL, &key("r"), 5, Duration::from_secs(5)).await;
@@ -643,7 +643,7 @@ async fn a_cancelled_release_still_removes_the_keys() {
 /// node frozen until after the drop: once it returns, no node holds the key.
 #[tokio::test]
 async fn drain_waits_for_background_releases() {
-    let mut c = cluster(5);
+    let mut c = servers(5);
     let redlock = redlock(&c);
     let lock = redlock.lock("r", Duration::from_secs(30)).await.unwrap();
     await_holders(&c, &ALL, &key("r"), 5, Duration::from_secs(5)).await;
@@ -694,7 +694,7 @@ async fn a_min_validity_no_acquisition_can_meet_fails_before_any_io() {
     assert!(started.elapsed() < ms(500), "took {:?}", started.elapsed());
 
     // Comfortably below the validity: it works.
-    let c = cluster(3);
+    let c = servers(3);
     let redlock = builder(&c)
         .node_timeout(ms(200))
         .min_validity(ms(500))
@@ -709,7 +709,7 @@ async fn a_min_validity_no_acquisition_can_meet_fails_before_any_io() {
 /// is not the same as a release that found the keys gone.
 #[tokio::test]
 async fn release_tells_a_late_release_from_keys_that_were_gone() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = builder(&c)
         .node_timeout(ms(100))
         .retry_count(10)
@@ -749,7 +749,7 @@ async fn release_tells_a_late_release_from_keys_that_were_gone() {
 /// majority still holds the key for about 30 s and the lock says so.
 #[tokio::test]
 async fn an_extension_never_shortens_a_key_nor_the_validity() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = redlock(&c);
     let mut lock = redlock.lock("r", Duration::from_secs(30)).await.unwrap();
     await_holders(&c, &ALL, &key("r"), 5, Duration::from_secs(5)).await;

@@ -76,7 +76,7 @@ async fn every_outcome_is_counted_and_requests_are_timed_per_node() {
     };
     metrics::set_global_recorder(recorder).unwrap();
 
-    let c = cluster(3);
+    let c = servers(3);
     let redlock = short_ttl(&c);
     let mutex = [("kind", "mutex")];
     let plain = redlock.lock("r", Duration::from_secs(10)).await.unwrap();

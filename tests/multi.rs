@@ -1,4 +1,4 @@
-//! Multi-resource locks (`lock_all`) against a real five-node cluster:
+//! Multi-resource locks (`lock_all`) against five real local servers:
 //! every key or none, a partially taken set rolled back on every node,
 //! exclusion with single-resource locks in both directions, overlapping
 //! sets never held together, progress under contention, and a waiter woken
@@ -21,7 +21,7 @@ fn secs(n: u64) -> Duration {
 
 #[tokio::test]
 async fn a_set_is_taken_whole_sorted_and_deduplicated_and_released_whole() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = redlock(&c);
     let lock = redlock
         .lock_all(["c", "a", "b", "a"], secs(10))
@@ -53,7 +53,7 @@ async fn a_set_is_taken_whole_sorted_and_deduplicated_and_released_whole() {
 
 #[tokio::test]
 async fn a_held_member_refuses_the_whole_set_and_nothing_is_kept() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = redlock(&c);
     let b = redlock.lock("b", secs(10)).await.unwrap();
     await_holders(&c, &ALL, &key("b"), 5, secs(5)).await;
@@ -97,7 +97,7 @@ async fn a_held_member_refuses_the_whole_set_and_nothing_is_kept() {
 /// which is not a majority: the attempt fails and is rolled back there.
 #[tokio::test]
 async fn a_set_taken_on_a_minority_is_rolled_back_on_every_node() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = redlock(&c);
     for i in [0, 1, 2] {
         run(&c, i, &["SET", &key("b"), "someone-else", "PX", "10000"]);
@@ -123,7 +123,7 @@ async fn a_set_taken_on_a_minority_is_rolled_back_on_every_node() {
 
 #[tokio::test]
 async fn a_set_waiter_is_woken_by_the_release_of_any_member() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = redlock(&c);
     let b = redlock.lock("b", secs(10)).await.unwrap();
     let waiter = {
@@ -149,7 +149,7 @@ async fn a_set_waiter_is_woken_by_the_release_of_any_member() {
 
 #[tokio::test]
 async fn a_set_extends_only_while_every_member_is_ours() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = redlock(&c);
     let mut lock = redlock.lock_all(["a", "b"], secs(5)).await.unwrap();
     // The acquisition returned at a majority; its requests to the other
@@ -190,7 +190,7 @@ async fn a_set_extends_only_while_every_member_is_ours() {
 /// resource is ever inside two critical sections at once.
 #[tokio::test]
 async fn overlapping_sets_never_overlap_and_all_make_progress() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = builder(&c)
         .retry_count(1_000)
         .wait_timeout(secs(20))

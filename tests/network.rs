@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::proxy::{Proxy, in_front_of as proxies};
 use common::*;
-use redquorum::local_cluster::{LocalCluster, Reply};
+use redquorum::local_servers::{LocalServers, Reply};
 use redquorum::{Error, Lock, NodeFailure, Redlock};
 
 const TTL: Duration = Duration::from_secs(10);
@@ -59,7 +59,7 @@ fn ping(stream: &mut TcpStream, limit: Duration) -> std::io::Result<Vec<u8>> {
 /// blackholed connection stays open and silent while new ones work.
 #[test]
 fn the_proxy_delays_and_blackholes() {
-    let c = cluster(1);
+    let c = servers(1);
     let proxy = Proxy::start(c.port(0));
     let connect = || TcpStream::connect(("127.0.0.1", proxy.port())).unwrap();
     let mut first = connect();
@@ -104,7 +104,7 @@ fn the_proxy_delays_and_blackholes() {
 /// unreachable for good.
 #[tokio::test]
 async fn connection_set_up_is_not_bounded_by_the_request_timeout() {
-    let c = cluster(3);
+    let c = servers(3);
     let proxies = proxies(&c);
     for proxy in &proxies {
         // 50 ms round trips: set-up and request take about 4 of them.
@@ -152,7 +152,7 @@ async fn connection_set_up_is_not_bounded_by_the_request_timeout() {
 /// timeouts, and the lock works again; a healthy connection is kept.
 #[tokio::test]
 async fn a_blackholed_connection_is_replaced() {
-    let c = cluster(3);
+    let c = servers(3);
     let proxies = proxies(&c);
     let redlock = Redlock::builder()
         .nodes(urls(&proxies))
@@ -221,7 +221,7 @@ async fn a_blackholed_connection_is_replaced() {
 }
 
 /// How many subscriber connections node `i` has.
-fn subscriber_connections(c: &LocalCluster, i: usize) -> usize {
+fn subscriber_connections(c: &LocalServers, i: usize) -> usize {
     let Reply::Bulk(Some(list)) = run(c, i, &["CLIENT", "LIST", "TYPE", "pubsub"]) else {
         panic!("CLIENT LIST")
     };
@@ -229,7 +229,7 @@ fn subscriber_connections(c: &LocalCluster, i: usize) -> usize {
 }
 
 /// Waits (bounded) until every node of `c` has a subscriber connection.
-async fn subscribed_everywhere(c: &LocalCluster) {
+async fn subscribed_everywhere(c: &LocalServers) {
     let subscribed = Instant::now();
     while (0..c.len()).any(|i| subscriber_connections(c, i) == 0) {
         assert!(
@@ -287,7 +287,7 @@ fn patient_waiter(proxies: &[Proxy]) -> Redlock {
 #[tokio::test]
 async fn a_waiter_with_silently_dead_connections_still_takes_over() {
     const WITHIN: Duration = Duration::from_secs(5);
-    let c = cluster(3);
+    let c = servers(3);
     let proxies = proxies(&c);
     // Connected directly, so that its release reaches every node.
     let holder = builder(&c).build().unwrap();
@@ -329,7 +329,7 @@ async fn a_waiter_with_silently_dead_connections_still_takes_over() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_waiter_with_silently_dead_connections_still_takes_over() {
     const WITHIN: Duration = Duration::from_secs(5);
-    let c = cluster(3);
+    let c = servers(3);
     let proxies = proxies(&c);
     let holder = builder(&c).build().unwrap();
     let waiter = std::sync::Arc::new(patient_waiter(&proxies));
@@ -369,7 +369,7 @@ async fn a_busy_waiter_with_silently_dead_connections_still_takes_over() {
 /// its TTL, held by nobody.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_attempt_that_ran_before_its_connection_broke_is_rolled_back() {
-    let c = cluster(3);
+    let c = servers(3);
     let direct = |i: usize| format!("redis://127.0.0.1:{}", c.port(i));
     let slow = Proxy::start(c.port(2));
     slow.set_delay(ms(20));
@@ -426,7 +426,7 @@ async fn an_attempt_that_ran_before_its_connection_broke_is_rolled_back() {
 /// lost. Once lost, a lock stays lost, and `extend` says so.
 #[tokio::test]
 async fn an_extension_that_gets_through_after_the_validity_ran_out_is_an_error() {
-    let c = cluster(1);
+    let c = servers(1);
     let proxy = Proxy::start(c.port(0));
     let redlock = Redlock::builder()
         .node(proxy.url())
@@ -458,7 +458,7 @@ async fn an_extension_that_gets_through_after_the_validity_ran_out_is_an_error()
 /// deleted; under load that turned releases into errors.
 #[tokio::test]
 async fn a_release_counts_answers_slower_than_the_node_timeout() {
-    let c = cluster(3);
+    let c = servers(3);
     let proxies = proxies(&c);
     let redlock = Redlock::builder()
         .nodes(urls(&proxies))
@@ -482,7 +482,7 @@ async fn a_release_counts_answers_slower_than_the_node_timeout() {
 /// then says that it could not confirm the release.
 #[tokio::test]
 async fn a_release_waits_for_a_silent_majority_no_longer_than_the_connect_timeout() {
-    let c = cluster(3);
+    let c = servers(3);
     let proxies = proxies(&c);
     let redlock = Redlock::builder()
         .nodes(urls(&proxies))
@@ -515,7 +515,7 @@ async fn a_release_waits_for_a_silent_majority_no_longer_than_the_connect_timeou
 }
 
 /// The keys under the default prefix on node `i`.
-fn lock_keys(c: &LocalCluster, i: usize) -> Vec<String> {
+fn lock_keys(c: &LocalServers, i: usize) -> Vec<String> {
     match run(c, i, &["KEYS", "redquorum:*"]) {
         Reply::Array(keys) => keys
             .unwrap_or_default()
@@ -554,7 +554,7 @@ async fn taken_and_released(redlock: &Redlock, name: &str, what: &str) -> bool {
 /// had its time, no node holds a key of a released lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_key_of_a_released_lock_survives_a_healed_partition() {
-    let c = cluster(5);
+    let c = servers(5);
     let proxies = proxies(&c);
     let redlock = Redlock::builder().nodes(urls(&proxies)).build().unwrap();
     let mut taken = 0;
@@ -631,7 +631,7 @@ async fn no_key_of_a_released_lock_survives_a_healed_partition() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquisition_delivered_after_the_heal_is_followed_by_its_release() {
     const SHORT_TTL: Duration = Duration::from_secs(2);
-    let c = cluster(3);
+    let c = servers(3);
     let proxies = proxies(&c);
     let redlock = Redlock::builder()
         .nodes(urls(&proxies))
@@ -699,7 +699,7 @@ async fn an_acquisition_delivered_after_the_heal_is_followed_by_its_release() {
 /// the cut) is sent again once the node answers, not left to the TTL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_a_partition_swallowed_is_sent_again_after_the_heal() {
-    let c = cluster(3);
+    let c = servers(3);
     let proxies = proxies(&c);
     let redlock = Redlock::builder()
         .nodes(urls(&proxies))

@@ -1,4 +1,4 @@
-//! Reentrant holds against a real five-node cluster: nested takes and
+//! Reentrant holds against five real local servers: nested takes and
 //! releases one by one, other owners and plain locks kept out throughout,
 //! the TTL refreshed by each take, expiry clearing every hold, and the trap
 //! of counting holds per node (divergent counts) shown not to open a gap.
@@ -8,7 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use redquorum::local_cluster::{LocalCluster, Reply};
+use redquorum::local_servers::{LocalServers, Reply};
 use redquorum::{ConfigError, Error, Lock, NodeFailure, Redlock};
 
 const ALL: [usize; 5] = [0, 1, 2, 3, 4];
@@ -19,7 +19,7 @@ fn secs(n: u64) -> Duration {
 
 /// The hold fields of `key` on node `i` (the hash's fields but the owner
 /// `o` and the creator `i`), sorted; empty if the key is missing.
-fn holds(c: &LocalCluster, i: usize, key: &str) -> Vec<String> {
+fn holds(c: &LocalServers, i: usize, key: &str) -> Vec<String> {
     match run(c, i, &["HKEYS", key]) {
         Reply::Array(fields) => {
             let mut holds: Vec<String> = fields
@@ -46,7 +46,7 @@ fn sorted(tokens: &[&str]) -> Vec<String> {
 
 /// Waits (bounded) until every node in `nodes` shows exactly `expected`
 /// holds: requests beyond the majority finish in the background.
-async fn await_holds(c: &LocalCluster, nodes: &[usize], key: &str, expected: &[&str]) {
+async fn await_holds(c: &LocalServers, nodes: &[usize], key: &str, expected: &[&str]) {
     let start = Instant::now();
     let expected = sorted(expected);
     loop {
@@ -84,7 +84,7 @@ async fn assert_excluded(redlock: &Redlock) {
 
 #[tokio::test]
 async fn nested_takes_hold_until_the_last_release_and_exclude_others_throughout() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = redlock(&c);
     let k = key("r");
     let outer = take(&redlock, "owner-a", secs(10)).await.unwrap();
@@ -123,7 +123,7 @@ async fn nested_takes_hold_until_the_last_release_and_exclude_others_throughout(
 }
 
 /// The value of `field` in the hash `key` on node `i`.
-fn get_field(c: &LocalCluster, i: usize, key: &str, field: &str) -> Option<String> {
+fn get_field(c: &LocalServers, i: usize, key: &str, field: &str) -> Option<String> {
     match run(c, i, &["HGET", key, field]) {
         Reply::Bulk(v) => v.map(|b| String::from_utf8(b).unwrap()),
         other => panic!("HGET on node {i}: {other:?}"),
@@ -132,7 +132,7 @@ fn get_field(c: &LocalCluster, i: usize, key: &str, field: &str) -> Option<Strin
 
 #[tokio::test]
 async fn a_plain_lock_keeps_a_reentrant_owner_out_and_is_never_a_type_error() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = redlock(&c);
     let plain = redlock.lock("r", secs(10)).await.unwrap();
     await_holders(&c, &ALL, &key("r"), 5, secs(5)).await;
@@ -214,7 +214,7 @@ fn not_waited(report: &redquorum::Report) -> usize {
 
 #[tokio::test]
 async fn a_waiting_owner_is_woken_by_the_last_release_not_the_first() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = redlock(&c);
     let outer = take(&redlock, "owner-a", secs(10)).await.unwrap();
     let inner = take(&redlock, "owner-a", secs(10)).await.unwrap();
@@ -224,7 +224,7 @@ async fn a_waiting_owner_is_woken_by_the_last_release_not_the_first() {
 
 #[tokio::test]
 async fn each_take_refreshes_the_ttl_and_none_shortens_it() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = redlock(&c);
     let k = key("r");
     let outer = take(&redlock, "owner-a", secs(3)).await.unwrap();
@@ -255,7 +255,7 @@ async fn each_take_refreshes_the_ttl_and_none_shortens_it() {
 
 #[tokio::test]
 async fn expiry_clears_every_hold() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = short_ttl(&c);
     let k = key("r");
     let ttl = Duration::from_millis(400);
@@ -292,7 +292,7 @@ async fn expiry_clears_every_hold() {
 /// holds. With holds as fields, the inner release removes only its own.
 #[tokio::test]
 async fn divergent_takes_leave_no_gap_for_another_owner() {
-    let mut c = cluster(5);
+    let mut c = servers(5);
     // The nodes restarted here held nothing of ours: no quarantine needed.
     let redlock = builder(&c).restart_guard(false).build().unwrap();
     let k = key("r");
@@ -338,7 +338,7 @@ async fn divergent_takes_leave_no_gap_for_another_owner() {
 
 #[tokio::test]
 async fn a_hold_extends_keeps_alive_and_is_released_when_dropped() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = short_ttl(&c);
     let k = key("r");
     let ttl = Duration::from_millis(600);
@@ -393,7 +393,7 @@ async fn bad_reentrant_requests_fail_before_any_io() {
 /// lock soon after the last release.
 #[tokio::test]
 async fn a_waiter_outlasts_diverging_holds_and_wakes_at_the_last_release() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = redlock(&c);
     let outer = take(&redlock, "owner-a", secs(30)).await.unwrap();
     await_holds(&c, &ALL, &key("r"), &[outer.token()]).await;

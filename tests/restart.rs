@@ -8,13 +8,13 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use redquorum::local_cluster::LocalCluster;
+use redquorum::local_servers::LocalServers;
 use redquorum::{Error, NodeFailure, Redlock};
 
 const ALL: [usize; 3] = [0, 1, 2];
 
 /// Node `i` as reports name it.
-fn name(c: &LocalCluster, i: usize) -> String {
+fn name(c: &LocalServers, i: usize) -> String {
     format!("127.0.0.1:{}", c.port(i))
 }
 
@@ -31,13 +31,13 @@ fn restarted(err: &Error) -> Vec<String> {
 }
 
 /// How many `SET`s node `i` has run since it started.
-fn sets(c: &LocalCluster, i: usize) -> u64 {
+fn sets(c: &LocalServers, i: usize) -> u64 {
     command_stat(c, i, "set", "calls")
 }
 
 /// Locks "a" for 30 s on all three nodes, then restarts nodes 0 and 1, which
 /// come back without the key. Returns the lock, still held on node 2.
-async fn hold_then_restart_two(c: &mut LocalCluster, redlock: &Redlock) -> redquorum::Lock {
+async fn hold_then_restart_two(c: &mut LocalServers, redlock: &Redlock) -> redquorum::Lock {
     let lock = redlock.lock("a", Duration::from_secs(30)).await.unwrap();
     await_holders(c, &ALL, &key("a"), 3, Duration::from_secs(5)).await;
     c.restart(0).unwrap();
@@ -48,7 +48,7 @@ async fn hold_then_restart_two(c: &mut LocalCluster, redlock: &Redlock) -> redqu
 
 #[tokio::test]
 async fn restarted_nodes_get_no_vote_while_the_lock_they_forgot_may_be_held() {
-    let mut c = cluster(3);
+    let mut c = servers(3);
     let redlock = redlock(&c);
     let first = hold_then_restart_two(&mut c, &redlock).await;
     // Two of three nodes are empty, but the first holder is still valid:
@@ -91,7 +91,7 @@ async fn restarted_nodes_get_no_vote_while_the_lock_they_forgot_may_be_held() {
 
 #[tokio::test]
 async fn without_the_guard_the_forgotten_lock_is_handed_out_twice() {
-    let mut c = cluster(3);
+    let mut c = servers(3);
     let redlock = builder(&c).restart_guard(false).build().unwrap();
     let first = hold_then_restart_two(&mut c, &redlock).await;
     // The unsafety the guard prevents: a second holder while the first is
@@ -112,7 +112,7 @@ async fn without_the_guard_the_forgotten_lock_is_handed_out_twice() {
 
 #[tokio::test]
 async fn the_quarantine_ends_when_the_ttl_has_passed_since_the_restart() {
-    let mut c = cluster(3);
+    let mut c = servers(3);
     let ttl = Duration::from_millis(1_500);
     // A node timeout well below the TTL, yet generous for a loaded machine.
     let redlock = builder(&c)
@@ -160,7 +160,7 @@ async fn the_quarantine_ends_when_the_ttl_has_passed_since_the_restart() {
 /// key sent with it could still be alive.
 #[tokio::test]
 async fn one_long_ttl_once_does_not_make_every_later_restart_cost_that_long() {
-    let mut c = cluster(3);
+    let mut c = servers(3);
     let redlock = builder(&c)
         .node_timeout(Duration::from_millis(300))
         .build()
@@ -211,8 +211,8 @@ async fn one_long_ttl_once_does_not_make_every_later_restart_cost_that_long() {
 
 #[tokio::test]
 async fn a_node_that_forbids_info_still_locks_but_its_restarts_go_unseen() {
-    let mut c = cluster(3);
-    let forbid_info = |c: &LocalCluster| {
+    let mut c = servers(3);
+    let forbid_info = |c: &LocalServers| {
         for i in [0, 1] {
             run(c, i, &["ACL", "SETUSER", "default", "-info"]);
         }
@@ -236,7 +236,7 @@ async fn a_node_that_forbids_info_still_locks_but_its_restarts_go_unseen() {
 /// Locks `name` for 60 s on all three nodes with its own client, then
 /// restarts nodes 0 and 1 empty: the holder is still valid for about a
 /// minute, on node 2 alone.
-async fn hold_a_minute_then_restart_two(c: &mut LocalCluster, name: &str) -> redquorum::Lock {
+async fn hold_a_minute_then_restart_two(c: &mut LocalServers, name: &str) -> redquorum::Lock {
     let holder = redlock(c);
     let lock = holder.lock(name, Duration::from_secs(60)).await.unwrap();
     await_holders(c, &ALL, &key(name), 3, Duration::from_secs(5)).await;
@@ -248,7 +248,7 @@ async fn hold_a_minute_then_restart_two(c: &mut LocalCluster, name: &str) -> red
 
 /// An acquisition that must fail because nodes 0 and 1 restarted: each
 /// refused with nothing sent.
-fn refused_by_the_restarted(c: &LocalCluster, result: Result<redquorum::Lock, Error>) {
+fn refused_by_the_restarted(c: &LocalServers, result: Result<redquorum::Lock, Error>) {
     let err = result.expect_err("a second holder while the first is valid");
     assert!(matches!(err, Error::NotAcquired { .. }), "{err}");
     // Refused by the restarted nodes (one may not have been waited for:
@@ -269,7 +269,7 @@ async fn a_restart_seen_first_by_a_read_quarantines_the_next_acquisition() {
     // `campaign()`): it has taken no lock, so it knows no TTL when its read
     // finds the restarts; the moment is kept, and its own acquisition is
     // held to its TTL from there.
-    let mut c = cluster(3);
+    let mut c = servers(3);
     let reader = redlock(&c);
     assert!(reader.status("pr").await.holder().is_none());
     let first = hold_a_minute_then_restart_two(&mut c, "pr").await;
@@ -285,7 +285,7 @@ async fn a_process_started_after_the_restart_gives_the_restarted_nodes_no_vote()
     // A client whose first connection to a node is made after the node
     // restarted empty has no earlier run_id to compare; the node's uptime
     // (0 s) says it may have forgotten keys granted a TTL ago.
-    let mut c = cluster(3);
+    let mut c = servers(3);
     let first = hold_a_minute_then_restart_two(&mut c, "pr").await;
     let restarted_at = Instant::now();
     let fresh = redlock(&c);
@@ -322,7 +322,7 @@ async fn a_candidate_that_first_reaches_nodes_after_their_restart_does_not_lead_
     // back empty (no earlier run_id to compare), and a reader's
     // `leader()` finds restarts before its process ever locked. Neither
     // may begin to lead while the leader still believes itself valid.
-    let mut c = cluster(3);
+    let mut c = servers(3);
     let leading = redlock(&c);
     let leader = leading
         .campaign("sched", "a", Duration::from_secs(60))
@@ -364,7 +364,7 @@ async fn a_waiter_waits_out_a_quarantine_within_its_wait() {
     // 5 s lock right after two of three nodes restarted empty sleeps until
     // their quarantine ends, within its wait, rather than spending its
     // retries on nodes that cannot vote yet.
-    let mut c = cluster(3);
+    let mut c = servers(3);
     c.restart(0).unwrap();
     c.restart(1).unwrap();
     let restarted_at = Instant::now();

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::proxy::{Proxy, in_front_of, steered};
 use common::*;
-use redquorum::local_cluster::{LocalCluster, Reply, command};
+use redquorum::local_servers::{LocalServers, Reply, command};
 use redquorum::{ConfigError, Error, Holding, Lock, Redlock};
 
 const TTL: Duration = Duration::from_secs(10);
@@ -50,7 +50,7 @@ async fn readers(redlock: &Redlock, name: &str) -> Vec<String> {
 /// and writers out while it writes.
 #[tokio::test]
 async fn readers_share_and_a_writer_excludes_everyone() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = redlock(&c);
     let r1 = read(&redlock, "config").await.unwrap();
     let r2 = read(&redlock, "config").await.unwrap();
@@ -102,7 +102,7 @@ const ALL: [usize; 5] = [0, 1, 2, 3, 4];
 /// reader goes.
 #[tokio::test]
 async fn an_upgrade_is_refused_and_another_tasks_write_waits() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = redlock(&c);
     let reader = read(&redlock, "doc").await.unwrap();
     let refused = |e: Error| match e {
@@ -196,7 +196,7 @@ async fn an_upgrade_is_refused_and_another_tasks_write_waits() {
 /// both of the task's reads are released.
 #[tokio::test]
 async fn a_nested_read_behind_a_waiting_writer_goes_in() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = redlock(&c);
     let first = read(&redlock, "shelf").await.unwrap();
     let writer = builder(&c).retry_count(u32::MAX).build().unwrap();
@@ -255,7 +255,7 @@ async fn a_nested_read_behind_a_waiting_writer_goes_in() {
 /// the writer would wait for the key's TTL after the last release.)
 #[tokio::test]
 async fn a_vanished_readers_share_ends_at_its_own_ttl() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = builder(&c).node_timeout(ms(150)).build().unwrap();
     let short = ms(800);
     let mut renewing = redlock.lock("feed", short).shared().await.unwrap();
@@ -286,7 +286,7 @@ async fn a_vanished_readers_share_ends_at_its_own_ttl() {
 /// readers stopped: see the CHANGELOG.)
 #[tokio::test]
 async fn a_writer_under_continuous_readers_gets_in() {
-    let c = cluster(5);
+    let c = servers(5);
     let inside = Arc::new(AtomicUsize::new(0));
     let writing = Arc::new(AtomicBool::new(false));
     let overlapped = Arc::new(AtomicBool::new(false));
@@ -369,7 +369,7 @@ async fn a_writer_under_continuous_readers_gets_in() {
 /// get in at once, not when the intent would have lapsed.
 #[tokio::test]
 async fn a_writer_that_gives_up_lets_readers_in_at_once() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = redlock(&c);
     let reader = read(&redlock, "page").await.unwrap();
     let writer = builder(&c)
@@ -418,7 +418,7 @@ async fn a_writer_that_gives_up_lets_readers_in_at_once() {
 /// control below.)
 #[tokio::test]
 async fn a_release_that_reaches_more_nodes_than_its_take_frees_nothing_of_another_reader() {
-    let c = cluster(5);
+    let c = servers(5);
     let (pa, pb) = (in_front_of(&c), in_front_of(&c));
     let a = steered(&pa, &[0, 1, 2]).retry_count(0).build().unwrap();
     let b = steered(&pb, &[2, 3, 4]).retry_count(0).build().unwrap();
@@ -452,7 +452,7 @@ async fn a_release_that_reaches_more_nodes_than_its_take_frees_nothing_of_anothe
 fn negative_control_per_node_reader_counts_free_a_majority_under_a_reader() {
     const DECR: &str = "if tonumber(redis.call('GET', KEYS[1]) or '0') > 0 then \
          return redis.call('DECR', KEYS[1]) end return 0";
-    let c = cluster(5);
+    let c = servers(5);
     let count = |i: usize, args: &[&str]| command(c.port(i), args).unwrap();
     for i in [0, 1, 2] {
         count(i, &["INCR", "readers"]); // A
@@ -480,17 +480,17 @@ fn negative_control_per_node_reader_counts_free_a_majority_under_a_reader() {
 /// away on one node.
 const GHOST_WAITER: &str = "0000000000000001:ab:1";
 
-fn exists(c: &LocalCluster, i: usize, key: &str) -> bool {
+fn exists(c: &LocalServers, i: usize, key: &str) -> bool {
     holders(c, &[i], key) == 1
 }
 
 /// How many scripts node `i` has run.
-fn script_calls(c: &LocalCluster, i: usize) -> u64 {
+fn script_calls(c: &LocalServers, i: usize) -> u64 {
     command_stat(c, i, "evalsha", "calls") + command_stat(c, i, "eval", "calls")
 }
 
 /// Polls (bounded) until `key` exists on node `i`.
-async fn until_exists(c: &LocalCluster, i: usize, key: &str) {
+async fn until_exists(c: &LocalServers, i: usize, key: &str) {
     let start = Instant::now();
     while !exists(c, i, key) {
         assert!(
@@ -513,7 +513,7 @@ async fn failed_reads_that_free_the_key_wake_the_writer_they_turned_away() {
     // One-way delay of the readers' traffic: each share lives on its node
     // from the attempt's arrival until the rollback's, 2 D later.
     const D: Duration = Duration::from_millis(600);
-    let c = cluster(3);
+    let c = servers(3);
     let name = "ledger";
     let k = key(name);
     let intent = format!("{k}:intent");
@@ -609,7 +609,7 @@ async fn failed_reads_that_free_the_key_wake_the_writer_they_turned_away() {
 /// within a few seconds, not live out its 11 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_that_got_the_lock_during_a_partition_leaves_no_intent_after_the_heal() {
-    let c = cluster(3);
+    let c = servers(3);
     let proxies = in_front_of(&c);
     let name = "doc";
     let intent = format!("{}:intent", key(name));

@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use redquorum::local_cluster::{LocalCluster, Reply};
+use redquorum::local_servers::{LocalServers, Reply};
 
 /// The key space's prelude, as the crate builds it (see
 /// `src/kinds/keyspace.rs`): what every layout uses, each kind's layout,
@@ -92,29 +92,29 @@ const PASS_ON: &str = script!("../src/wait/pass_on.lua");
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef01234567";
 
-fn eval(c: &LocalCluster, script: &str, keys: &[&str], args: &[&str]) -> Reply {
+fn eval(c: &LocalServers, script: &str, keys: &[&str], args: &[&str]) -> Reply {
     let n = keys.len().to_string();
     let mut cmd = vec!["EVAL", script, &n];
     cmd.extend(keys);
     cmd.extend(args);
-    redquorum::local_cluster::command(c.port(0), &cmd).unwrap()
+    redquorum::local_servers::command(c.port(0), &cmd).unwrap()
 }
 
 /// Runs `script` twice; both replies must be `expected`.
-fn twice(c: &LocalCluster, script: &str, keys: &[&str], args: &[&str], expected: Reply) {
+fn twice(c: &LocalServers, script: &str, keys: &[&str], args: &[&str], expected: Reply) {
     for run in 1..=2 {
         assert_eq!(eval(c, script, keys, args), expected, "run {run}");
     }
 }
 
 /// An extension since the first run: 60 s on each key.
-fn extend_by_hand(c: &LocalCluster, keys: &[&str]) {
+fn extend_by_hand(c: &LocalServers, keys: &[&str]) {
     for key in keys {
         run(c, 0, &["PEXPIRE", key, "60000"]);
     }
 }
 
-fn assert_long(c: &LocalCluster, keys: &[&str]) {
+fn assert_long(c: &LocalServers, keys: &[&str]) {
     for key in keys {
         let left = pttl(c, 0, key);
         assert!(
@@ -126,7 +126,7 @@ fn assert_long(c: &LocalCluster, keys: &[&str]) {
 
 #[test]
 fn a_resent_set_acquisition_leaves_extended_keys_alone() {
-    let c = cluster(1);
+    let c = servers(1);
     let keys = ["a", "b"];
     assert_eq!(
         eval(&c, MUTEX_ACQUIRE, &keys, &[TOKEN, "5000", ""]),
@@ -154,7 +154,7 @@ fn a_resent_set_acquisition_leaves_extended_keys_alone() {
 
 #[test]
 fn a_resent_take_counts_its_hold_once_and_shortens_nothing() {
-    let c = cluster(1);
+    let c = servers(1);
     let owner = "job-1";
     let other = "fedcba9876543210fedcba9876543210fedcba98";
     twice(
@@ -202,7 +202,7 @@ fn a_resent_take_counts_its_hold_once_and_shortens_nothing() {
     assert_eq!(run(&c, 0, &["HLEN", "r"]), Reply::Int(3));
 }
 
-fn hget(c: &LocalCluster, key: &str, field: &str) -> String {
+fn hget(c: &LocalServers, key: &str, field: &str) -> String {
     match run(c, 0, &["HGET", key, field]) {
         Reply::Bulk(Some(v)) => String::from_utf8(v).unwrap(),
         other => panic!("HGET {key} {field}: {other:?}"),
@@ -211,7 +211,7 @@ fn hget(c: &LocalCluster, key: &str, field: &str) -> String {
 
 #[test]
 fn a_resent_fenced_acquisition_draws_no_second_token() {
-    let c = cluster(1);
+    let c = servers(1);
     let keys = ["r", "r:fence"];
     let first = eval(&c, FENCED_ACQUIRE, &keys, &[TOKEN, "5000", "", "0"]);
     assert_eq!(first, Reply::Array(Some(vec![Reply::Int(1)])));
@@ -247,7 +247,7 @@ fn a_resent_fenced_acquisition_draws_no_second_token() {
 
 #[test]
 fn a_key_of_a_foreign_type_is_wrongtype_to_every_kind() {
-    let c = cluster(1);
+    let c = servers(1);
     run(&c, 0, &["RPUSH", "r", "x"]);
     let wrongtype = |reply: Reply| matches!(reply, Reply::Error(e) if e.starts_with("WRONGTYPE"));
     assert!(wrongtype(eval(
@@ -313,7 +313,7 @@ fn a_key_of_a_foreign_type_is_wrongtype_to_every_kind() {
 /// token whichever kind made it, as that kind's own release would.
 #[test]
 fn every_kind_sees_every_other_kind_as_another_holder() {
-    let c = cluster(1);
+    let c = servers(1);
     let other = "fedcba9876543210fedcba9876543210fedcba98";
     let waiter = "0000000000000001:c:1";
     // A mutex holds "m": the reentrant kind is refused, and told the token.
@@ -393,7 +393,7 @@ fn every_kind_sees_every_other_kind_as_another_holder() {
 /// left behind an error vote.
 #[test]
 fn a_fenced_counter_that_cannot_grow_fails_before_any_write() {
-    let c = cluster(1);
+    let c = servers(1);
     let cannot_grow = |reply: &Reply| matches!(reply, Reply::Error(e) if e.contains("cannot grow"));
     let not_a_counter =
         |reply: &Reply, key: &str| *reply == Reply::Error(format!("BADFENCE {key}:fence"));
@@ -437,7 +437,7 @@ fn a_fenced_counter_that_cannot_grow_fails_before_any_write() {
 /// anything.
 #[test]
 fn a_fenced_counter_that_is_not_a_whole_number_is_refused_before_any_write() {
-    let c = cluster(1);
+    let c = servers(1);
     for (i, bad) in ["nan", "-nan", "inf", "-inf", "-5", "1.5", "1e300"]
         .into_iter()
         .enumerate()
@@ -479,7 +479,7 @@ fn a_fenced_counter_that_is_not_a_whole_number_is_refused_before_any_write() {
 #[test]
 fn the_queue_orders_waiters_by_when_they_began_and_a_release_wakes_the_first_heard() {
     use std::io::{BufRead, BufReader, Write};
-    let c = cluster(1);
+    let c = servers(1);
     let (aa, bb, cc) = (
         "0000000000000001:aa:1",
         "0000000000000002:bb:1",
@@ -494,7 +494,7 @@ fn the_queue_orders_waiters_by_when_they_began_and_a_release_wakes_the_first_hea
             reply => panic!("{reply:?}"),
         }
     }
-    let queue = |c: &LocalCluster| match run(c, 0, &["ZRANGE", "k:waiters", "0", "-1"]) {
+    let queue = |c: &LocalServers| match run(c, 0, &["ZRANGE", "k:waiters", "0", "-1"]) {
         Reply::Array(Some(names)) => names
             .into_iter()
             .map(|n| match n {
@@ -605,7 +605,7 @@ fn slot(reply: Reply) -> (i64, String) {
 /// each slot ends at its own expiry.
 #[test]
 fn a_resent_permit_takes_one_slot_and_shortens_nothing() {
-    let c = cluster(1);
+    let c = servers(1);
     let other = "fedcba9876543210fedcba9876543210fedcba98";
     // The hint, slot 1, is free: taken, twice.
     let args = [TOKEN, "5000", "3", "1", ""];
@@ -813,7 +813,7 @@ fn is_readers(seen: &Reply) -> bool {
 /// readers away, and taking the key clears it.
 #[test]
 fn a_resent_share_is_one_share_and_writers_and_readers_exclude_each_other() {
-    let c = cluster(1);
+    let c = servers(1);
     let other = "fedcba9876543210fedcba9876543210fedcba98";
     twice(&c, READ, &["d"], &[TOKEN, "5000", ""], Reply::Int(1));
     run(&c, 0, &["HSET", "d", TOKEN, "99999999999999"]);
@@ -862,7 +862,7 @@ fn a_resent_share_is_one_share_and_writers_and_readers_exclude_each_other() {
 /// shares whose readers vanished are purged when another reader comes.
 #[test]
 fn the_intent_is_a_writers_only_and_vanished_shares_are_purged() {
-    let c = cluster(1);
+    let c = servers(1);
     let other = "fedcba9876543210fedcba9876543210fedcba98";
     // A mutex and a reentrant hash named "e:intent", of other users.
     assert_eq!(
@@ -936,7 +936,7 @@ fn the_intent_is_a_writers_only_and_vanished_shares_are_purged() {
 /// value; the record lives as long as the key and goes with it.
 #[test]
 fn election_records_are_the_key_holders_only_and_never_go_back() {
-    let c = cluster(1);
+    let c = servers(1);
     let other = "fedcba9876543210fedcba9876543210fedcba98";
     let record = |field: &str| hget(&c, "e:leader", field);
     run(&c, 0, &["SET", "e", TOKEN, "PX", "30000"]);
@@ -1030,7 +1030,7 @@ struct Listening {
 }
 
 impl Listening {
-    fn subscribe(c: &LocalCluster, channel: &str) -> Listening {
+    fn subscribe(c: &LocalServers, channel: &str) -> Listening {
         use std::io::Write;
         let mut stream = std::net::TcpStream::connect(("127.0.0.1", c.port(0))).unwrap();
         stream
@@ -1066,7 +1066,7 @@ impl Listening {
     /// What was published on the channel since the last look, up to a
     /// marker published now: deterministic, since a node delivers one
     /// connection's messages in order.
-    fn heard(&mut self, c: &LocalCluster) -> Vec<String> {
+    fn heard(&mut self, c: &LocalServers) -> Vec<String> {
         let marker = "--marker--";
         run(c, 0, &["PUBLISH", &self.channel, marker]);
         let mut heard = Vec::new();
@@ -1092,11 +1092,11 @@ impl Listening {
 /// its timer while a permit was free.)
 #[test]
 fn a_pass_on_or_a_leave_wakes_the_next_waiter_whenever_the_lock_has_room() {
-    let c = cluster(1);
+    let c = servers(1);
     // `bb` waits; `aa`, ahead of it, is the wait that ended or leaves.
     let (aa, bb) = ("0000000000000001:aa:1", "0000000000000002:bb:1");
     let mut listening = Listening::subscribe(&c, "k:wake:bb");
-    type Setup = fn(&LocalCluster);
+    type Setup = fn(&LocalServers);
     let cases: [(&str, Setup, bool); 9] = [
         ("free", |_| {}, true),
         (
@@ -1240,10 +1240,10 @@ fn is_whole(text: &str) -> bool {
 /// cut to 2^62 ms.
 #[test]
 fn every_number_a_script_hands_redis_is_whole_at_any_ttl() {
-    let c = cluster(1);
+    let c = servers(1);
     let other = "fedcba9876543210fedcba9876543210fedcba98";
     let waiter = "0000000000000001:aa:1";
-    let queued = |c: &LocalCluster, key: &str| {
+    let queued = |c: &LocalServers, key: &str| {
         let queue = format!("{key}:waiters");
         assert_eq!(
             run(c, 0, &["ZSCORE", &queue, waiter]),
@@ -1410,7 +1410,7 @@ fn every_number_a_script_hands_redis_is_whole_at_any_ttl() {
 /// the leaderships above a term, with who leads.
 #[test]
 fn an_election_history_keeps_the_latest_leaderships_and_says_what_it_dropped() {
-    let c = cluster(1);
+    let c = servers(1);
     let token = |i: u64| format!("{i:040x}");
     let observe = |above: &str| -> Vec<Reply> {
         match eval(&c, OBSERVE, &["h"], &[above]) {
@@ -1486,11 +1486,11 @@ fn an_election_history_keeps_the_latest_leaderships_and_says_what_it_dropped() {
 /// the lock free).
 #[test]
 fn a_release_announces_the_holder_by_the_name_its_waiters_were_told() {
-    let c = cluster(1);
+    let c = servers(1);
     let waiter = "0000000000000002:bb:1";
     let mut listening = Listening::subscribe(&c, "k:wake:bb");
     let other = "fedcba9876543210fedcba9876543210fedcba98";
-    type Step = fn(&LocalCluster);
+    type Step = fn(&LocalServers);
     // Each case: how the holder takes the key, and how it lets go.
     let cases: [(&str, Step, Step); 5] = [
         (

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::proxy::{Proxy, in_front_of, steered};
 use common::*;
-use redquorum::local_cluster::{Reply, command};
+use redquorum::local_servers::{Reply, command};
 use redquorum::{ConfigError, Error, GaveUp, Lock, NodeFailure, Redlock};
 
 const TTL: Duration = Duration::from_secs(10);
@@ -29,7 +29,7 @@ async fn permit(redlock: &Redlock, name: &str, k: u32) -> Result<Lock, Error> {
 /// is gone.
 #[tokio::test]
 async fn at_most_k_hold_and_a_release_lets_the_next_in() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = redlock(&c);
     let a = permit(&redlock, "pool", 2).await.unwrap();
     let b = permit(&redlock, "pool", 2).await.unwrap();
@@ -78,7 +78,7 @@ const ALL: [usize; 5] = [0, 1, 2, 3, 4];
 /// another is refused at once, by every node, with what they hold.
 #[tokio::test]
 async fn callers_that_disagree_on_k_are_refused_at_once() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = builder(&c).retry_count(100).build().unwrap();
     let held = permit(&redlock, "jobs", 2).await.unwrap();
     let asked = Instant::now();
@@ -132,7 +132,7 @@ async fn callers_that_disagree_on_k_are_refused_at_once() {
 /// one.
 #[tokio::test]
 async fn status_shows_the_permits_and_release_token_clears_one() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = redlock(&c);
     let a = permit(&redlock, "ops", 2).await.unwrap();
     let b = permit(&redlock, "ops", 2).await.unwrap();
@@ -157,7 +157,7 @@ async fn status_shows_the_permits_and_release_token_clears_one() {
 /// A semaphore and a plain lock on one name keep each other out, both ways.
 #[tokio::test]
 async fn a_semaphore_and_a_mutex_on_one_name_exclude_each_other() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = redlock(&c);
     let p = permit(&redlock, "shared-name", 3).await.unwrap();
     let err = redlock.try_lock("shared-name", TTL).await.unwrap_err();
@@ -181,7 +181,7 @@ async fn a_semaphore_and_a_mutex_on_one_name_exclude_each_other() {
 /// by every holder, would keep the vanished one's permit for as long).
 #[tokio::test]
 async fn a_vanished_holders_permit_ends_at_its_own_ttl() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = builder(&c)
         .node_timeout(ms(150))
         .retry_count(u32::MAX)
@@ -211,7 +211,7 @@ async fn a_vanished_holders_permit_ends_at_its_own_ttl() {
 #[tokio::test]
 async fn many_callers_never_exceed_k() {
     const K: usize = 3;
-    let c = cluster(5);
+    let c = servers(5);
     let inside = Arc::new(AtomicUsize::new(0));
     let most = Arc::new(AtomicUsize::new(0));
     let tasks: Vec<_> = (0..8)
@@ -254,7 +254,7 @@ const MAJORITIES: [[usize; 3]; 3] = [[0, 1, 2], [2, 3, 4], [0, 1, 3]];
 /// admits all three under "each node admits at most k".
 #[tokio::test]
 async fn holders_steered_onto_majorities_that_fool_a_per_node_count_are_still_at_most_k() {
-    let c = cluster(5);
+    let c = servers(5);
     let mut held = Vec::new();
     let mut refused = 0;
     let mut all_proxies = Vec::new();
@@ -299,7 +299,7 @@ async fn negative_control_a_per_node_count_admits_three_of_two() {
     const PER_NODE: &str = "if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return 1 end \
          if redis.call('SCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end \
          redis.call('SADD', KEYS[1], ARGV[1]) return 1";
-    let c = cluster(5);
+    let c = servers(5);
     let mut admitted = 0;
     for (holder, majority) in MAJORITIES.iter().enumerate() {
         let token = format!("holder-{holder}");
@@ -328,7 +328,7 @@ async fn negative_control_a_per_node_count_admits_three_of_two() {
 /// up within a second.)
 #[tokio::test]
 async fn a_waiter_on_a_full_semaphore_waits_without_using_up_its_retries() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = redlock(&c);
     let mut held = Vec::new();
     for _ in 0..3 {
@@ -389,7 +389,7 @@ const RACES: usize = 3;
 /// (through a proxy without delay) and the two other nodes [`FAR`] away,
 /// each through a proxy of its own. Default options, but for a node timeout
 /// that a far node's round trip fits in on a loaded machine.
-fn across_zones(c: &redquorum::local_cluster::LocalCluster) -> (Vec<Redlock>, Vec<Proxy>) {
+fn across_zones(c: &redquorum::local_servers::LocalServers) -> (Vec<Redlock>, Vec<Proxy>) {
     let mut all = Vec::new();
     let clients = (0..c.len())
         .map(|home| {
@@ -487,7 +487,7 @@ fn all_got_in(what: &str, took: &[Result<Duration, Error>]) {
 /// contenders do, and each gets in (the mutex's times are printed beside).
 #[tokio::test]
 async fn semaphore_contenders_across_zones_each_get_in() {
-    let c = cluster(3);
+    let c = servers(3);
     let (clients, _proxies) = across_zones(&c);
     warm_all(&clients).await;
     all_get_in(&clients, "mutex", "zones-mutex", None).await;
@@ -500,7 +500,7 @@ async fn semaphore_contenders_across_zones_each_get_in() {
 /// grants as `permits:2` on a majority).
 #[tokio::test]
 async fn the_free_permit_is_taken_across_zones_while_the_other_is_held() {
-    let c = cluster(3);
+    let c = servers(3);
     let (clients, _proxies) = across_zones(&c);
     let mut kept = redlock(&c).lock("zones-two", TTL).permits(2).await.unwrap();
     let held = kept.keep_alive();
@@ -524,7 +524,7 @@ async fn the_free_permit_is_taken_across_zones_while_the_other_is_held() {
 /// whole TTL).
 #[tokio::test]
 async fn a_release_that_reaches_the_nodes_one_by_one_still_lets_the_waiter_in() {
-    let c = cluster(3);
+    let c = servers(3);
     // The other permit of two, held throughout: the waiter waits for the
     // second one.
     let mut kept = redlock(&c).lock("staggered", TTL).permits(2).await.unwrap();

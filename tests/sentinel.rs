@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 use common::warm;
-use redquorum::local_cluster::{Reply, answering_pid, command, declare_born_empty};
 use redquorum::local_sentinel::LocalSentinels;
+use redquorum::local_servers::{Reply, answering_pid, command, declare_born_empty};
 use redquorum::{ConfigError, Error, NodeFailure, Redlock};
 
 /// Generous, as in the other suites: a loaded machine never misses it.

@@ -1,4 +1,4 @@
-//! An operator's tools against a real five-node cluster: `Redlock::status`
+//! An operator's tools against five real local servers: `Redlock::status`
 //! (what each node holds, and whether a majority agrees) and
 //! `Redlock::release_token` (compare-and-delete by token, never blind).
 
@@ -17,7 +17,7 @@ fn secs(n: u64) -> Duration {
 
 #[tokio::test]
 async fn status_shows_free_held_split_fenced_and_reentrant_locks() {
-    let mut c = cluster(5);
+    let mut c = servers(5);
     let redlock = redlock(&c);
     let free = redlock.status("r").await;
     assert!(free.is_free());
@@ -114,7 +114,7 @@ async fn status_shows_free_held_split_fenced_and_reentrant_locks() {
 
 #[tokio::test]
 async fn release_token_deletes_only_the_key_holding_that_token() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = redlock(&c);
     let lock = redlock.lock("r", secs(30)).await.unwrap();
     let token = lock.token().to_owned();
@@ -180,7 +180,7 @@ async fn release_token_deletes_only_the_key_holding_that_token() {
 
 #[tokio::test]
 async fn release_token_removes_one_reentrant_hold_and_the_key_with_the_last() {
-    let c = cluster(5);
+    let c = servers(5);
     let redlock = redlock(&c);
     let outer = redlock.lock("h", secs(30)).reentrant("job").await.unwrap();
     let inner = redlock.lock("h", secs(30)).reentrant("job").await.unwrap();

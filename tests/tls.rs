@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::logs::Logs;
 use common::*;
-use redquorum::local_cluster::LocalCluster;
+use redquorum::local_servers::LocalServers;
 use redquorum::{ConfigError, Error, NodeFailure, Redlock};
 use tracing::Level;
 
@@ -133,7 +133,7 @@ fn tls_nodes(
     extra: &[&str],
     password: &str,
     auth: &str,
-) -> (Vec<LocalCluster>, Vec<String>) {
+) -> (Vec<LocalServers>, Vec<String>) {
     let mut nodes = Vec::new();
     let mut urls = Vec::new();
     for _ in 0..n {
@@ -159,7 +159,7 @@ fn tls_nodes(
             &ca,
         ];
         args.extend(extra);
-        let node = LocalCluster::start_with_args(1, &args).expect("a TLS redis-server");
+        let node = LocalServers::start_with_args(1, &args).expect("a TLS redis-server");
         // With a password: an ACL user `locker` that has it, for the lock
         // keys, their channels and every command; the default user gets it
         // too (`requirepass`).

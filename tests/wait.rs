@@ -1,4 +1,4 @@
-//! Waiting for a busy lock against a real five-node cluster: waiters are
+//! Waiting for a busy lock against five real local servers: waiters are
 //! woken by the release instead of polling, notice an expiry without a
 //! release by timer, and survive their subscriptions being killed; a wait
 //! ends at its deadline however many releases are announced, and one that
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::proxy::Proxy;
 use common::*;
-use redquorum::local_cluster::{LocalCluster, Reply, command};
+use redquorum::local_servers::{LocalServers, Reply, command};
 use redquorum::{Error, GaveUp, Lock, Redlock};
 
 const ALL: [usize; 5] = [0, 1, 2, 3, 4];
@@ -23,7 +23,7 @@ fn ms(n: u64) -> Duration {
 }
 
 /// A waiter that would poll only every `poll` if it were not woken.
-fn waiter(c: &LocalCluster, poll: Duration) -> Redlock {
+fn waiter(c: &LocalServers, poll: Duration) -> Redlock {
     builder(c)
         .node_timeout(ms(300))
         .retry_count(1_000)
@@ -72,7 +72,7 @@ async fn hand_over(lock: Lock, waiting: Waiting) -> Duration {
 
 /// How many subscriptions node `i` has to the wake-up channels of `key`
 /// (one per `Redlock` that waits on it: `<key>:wake:<client id>`).
-fn subscribers(c: &LocalCluster, i: usize, key: &str) -> i64 {
+fn subscribers(c: &LocalServers, i: usize, key: &str) -> i64 {
     let channels = match run(c, i, &["PUBSUB", "CHANNELS", &format!("{key}:wake:*")]) {
         Reply::Array(Some(names)) => names,
         other => panic!("PUBSUB CHANNELS: {other:?}"),
@@ -98,13 +98,13 @@ fn subscribers(c: &LocalCluster, i: usize, key: &str) -> i64 {
 /// holds the key and queues for it, is the acquisition script, which
 /// adds the waiter to the key's queue once (`ZADD`; releases and
 /// rollbacks never do).
-fn attempts(c: &LocalCluster, i: usize) -> u64 {
+fn attempts(c: &LocalServers, i: usize) -> u64 {
     command_stat(c, i, "set", "calls") + command_stat(c, i, "zadd", "calls")
 }
 
 #[tokio::test]
 async fn a_waiter_takes_over_within_milliseconds_of_the_release_with_a_node_frozen() {
-    let mut c = cluster(5);
+    let mut c = servers(5);
     let holder = redlock(&c);
     let waiting = waiter(&c, Duration::from_secs(5));
     c.freeze(4);
@@ -121,7 +121,7 @@ async fn a_waiter_takes_over_within_milliseconds_of_the_release_with_a_node_froz
 
 #[tokio::test]
 async fn a_waiter_does_not_poll_while_the_lock_is_held_and_a_polling_one_does() {
-    let c = cluster(5);
+    let c = servers(5);
     let holder = redlock(&c);
     for wake in [true, false] {
         let waiting = builder(&c)
@@ -150,7 +150,7 @@ async fn a_waiter_does_not_poll_while_the_lock_is_held_and_a_polling_one_does() 
 
 #[tokio::test]
 async fn expiry_without_release_is_noticed_by_timer_with_subscriptions_killed() {
-    let c = cluster(5);
+    let c = servers(5);
     // Polling would take 10 s; the holder's keys expire after 1.5 s and are
     // never released.
     let waiting = waiter(&c, Duration::from_secs(10));
@@ -193,11 +193,11 @@ async fn expiry_without_release_is_noticed_by_timer_with_subscriptions_killed() 
 
 #[tokio::test]
 async fn a_channel_stays_subscribed_a_while_after_a_wait_and_then_goes() {
-    let c = cluster(5);
+    let c = servers(5);
     let holder = redlock(&c);
     let waiting = waiter(&c, Duration::from_secs(5));
     let channel = key("r");
-    let subscribed = |c: &LocalCluster| ALL.map(|i| subscribers(c, i, &channel));
+    let subscribed = |c: &LocalServers| ALL.map(|i| subscribers(c, i, &channel));
     let lock = holder.lock("r", LONG_TTL).await.unwrap();
     let task = start_waiting(&waiting).await;
     hand_over(lock, task).await;
@@ -251,7 +251,7 @@ async fn a_channel_stays_subscribed_a_while_after_a_wait_and_then_goes() {
 
 #[tokio::test]
 async fn a_release_after_the_subscriptions_were_killed_still_wakes_the_waiter() {
-    let c = cluster(5);
+    let c = servers(5);
     let holder = redlock(&c);
     let waiting = waiter(&c, Duration::from_secs(5));
     let lock = holder.lock("r", LONG_TTL).await.unwrap();
@@ -269,7 +269,7 @@ async fn a_release_after_the_subscriptions_were_killed_still_wakes_the_waiter() 
 
 #[tokio::test]
 async fn the_retry_limit_still_ends_a_wait_and_says_so() {
-    let c = cluster(5);
+    let c = servers(5);
     // A key with no expiry (not a lock of ours): nothing to wait for but
     // polls, and each poll counts. Four attempts: the first, the free one
     // right after subscribing, and two polls.
@@ -298,7 +298,7 @@ async fn independent_clients_hand_a_busy_lock_round_without_polling_or_overlap()
     use std::sync::atomic::{AtomicUsize, Ordering};
     const CLIENTS: usize = 8;
     const ROUNDS: usize = 5;
-    let c = cluster(5);
+    let c = servers(5);
     let inside = Arc::new(AtomicUsize::new(0));
     let overlaps = Arc::new(AtomicUsize::new(0));
     // Each client is a process of its own as far as the nodes can tell (its
@@ -346,7 +346,7 @@ async fn independent_clients_hand_a_busy_lock_round_without_polling_or_overlap()
 }
 
 /// How many client connections node `i` has, this test's own query aside.
-fn clients(c: &LocalCluster, i: usize) -> usize {
+fn clients(c: &LocalServers, i: usize) -> usize {
     let Reply::Bulk(Some(list)) = run(c, i, &["CLIENT", "LIST"]) else {
         panic!("CLIENT LIST")
     };
@@ -355,7 +355,7 @@ fn clients(c: &LocalCluster, i: usize) -> usize {
 
 #[tokio::test]
 async fn dropping_a_redlock_closes_its_connections_subscribers_included() {
-    let c = cluster(5);
+    let c = servers(5);
     let before = clients(&c, 0);
     {
         let holder = redlock(&c);
@@ -379,7 +379,7 @@ async fn dropping_a_redlock_closes_its_connections_subscribers_included() {
 
 #[tokio::test]
 async fn a_waiter_refused_subscriptions_falls_back_to_polling() {
-    let c = cluster(5);
+    let c = servers(5);
     for i in ALL {
         // No channel may be subscribed to: SUBSCRIBE answers NOPERM.
         run(
@@ -428,7 +428,7 @@ async fn a_waiter_refused_subscriptions_falls_back_to_polling() {
 /// neither reconnects nor tries again because of it.
 #[tokio::test]
 async fn a_healthy_subscriber_answers_its_pings_and_is_kept() {
-    let c = cluster(3);
+    let c = servers(3);
     let holder = redlock(&c);
     let waiting = waiter(&c, Duration::from_secs(5));
     let lock = holder.lock("r", LONG_TTL).await.unwrap();
@@ -463,7 +463,7 @@ async fn a_healthy_subscriber_answers_its_pings_and_is_kept() {
 /// acquisition). An idle one is still pinged every second (above).
 #[tokio::test]
 async fn a_subscriber_whose_node_answers_other_commands_is_pinged_rarely() {
-    let c = cluster(3);
+    let c = servers(3);
     let holder = redlock(&c);
     let waiting = waiter(&c, Duration::from_secs(5));
     let lock = holder.lock("r", LONG_TTL).await.unwrap();
@@ -496,7 +496,7 @@ async fn a_subscriber_whose_node_answers_other_commands_is_pinged_rarely() {
 /// per hand-off in the bench, a tenth of its node requests.)
 #[tokio::test]
 async fn a_waiters_attempt_rolls_back_nothing_on_the_nodes_it_did_not_wait_for() {
-    let c = cluster(5);
+    let c = servers(5);
     let slow: Vec<Proxy> = (3..5).map(|i| Proxy::start(c.port(i))).collect();
     for proxy in &slow {
         proxy.set_delay(ms(10));
@@ -561,7 +561,7 @@ async fn a_waiters_attempt_rolls_back_nothing_on_the_nodes_it_did_not_wait_for()
 /// script runs there from the next attempt on.
 #[tokio::test]
 async fn a_slow_node_learns_the_scripts_it_lacked() {
-    let c = cluster(3);
+    let c = servers(3);
     let slow = Proxy::start(c.port(2));
     slow.set_delay(ms(10));
     let urls = vec![
@@ -593,7 +593,7 @@ async fn a_slow_node_learns_the_scripts_it_lacked() {
 /// subscribed but that waits no more (`a`), first in every node's queue,
 /// ahead of the one waiter queued now (`b`): b's client id is read from its
 /// place in the queue, a's from the channels.
-fn queue_an_ended_wait_first(c: &LocalCluster) {
+fn queue_an_ended_wait_first(c: &LocalServers) {
     let b_client = queued_client(c);
     let channels = match run(
         c,
@@ -626,7 +626,7 @@ fn queue_an_ended_wait_first(c: &LocalCluster) {
 /// The client id of the one waiter queued for "r", from the first node
 /// whose queue holds it (a node that timed its attempt out, on a loaded
 /// machine, may not have queued it).
-fn queued_client(c: &LocalCluster) -> String {
+fn queued_client(c: &LocalServers) -> String {
     let member = ALL
         .iter()
         .find_map(|&i| queued(c, i).into_iter().next())
@@ -634,7 +634,7 @@ fn queued_client(c: &LocalCluster) -> String {
     member.split(':').nth(1).unwrap().to_owned()
 }
 
-fn queued(c: &LocalCluster, i: usize) -> Vec<String> {
+fn queued(c: &LocalServers, i: usize) -> Vec<String> {
     match run(
         c,
         i,
@@ -658,7 +658,7 @@ fn queued(c: &LocalCluster, i: usize) -> Vec<String> {
 /// its timer (30 s here). Without the pass-on nobody would be woken.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wake_up_for_an_ended_wait_is_passed_on_to_the_next_waiter() {
-    let c = cluster(5);
+    let c = servers(5);
     let holder = redlock(&c);
     // `a` waits once, so that its channel for "r" stays subscribed a while.
     let a = waiter(&c, Duration::from_secs(3));
@@ -693,7 +693,7 @@ async fn start_waiting_for_a_permit(redlock: &Redlock, k: u32) -> Waiting {
 /// key was gone, and the permit stayed free while the waiter slept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wake_up_for_an_ended_wait_on_a_semaphore_is_passed_on_to_the_next_waiter() {
-    let c = cluster(5);
+    let c = servers(5);
     let holder = redlock(&c);
     let permit = || holder.lock("r", LONG_TTL).permits(2);
     // `a` waits once, so that its channel for "r" stays subscribed a while.
@@ -757,7 +757,7 @@ async fn take_at_max_ttl(redlock: &Redlock, kind: &str, who: &str) -> Result<Hel
 }
 
 /// Every lock key and side key on every node, with its PTTL.
-fn every_key(c: &LocalCluster) -> Vec<(usize, String, i64)> {
+fn every_key(c: &LocalServers) -> Vec<(usize, String, i64)> {
     let mut keys = Vec::new();
     for i in ALL {
         let Reply::Array(Some(names)) = run(c, i, &["KEYS", "redquorum:*"]) else {
@@ -781,7 +781,7 @@ fn every_key(c: &LocalCluster) -> Vec<(usize, String, i64)> {
 /// every lock (see `kinds::fenced`), and an election's history of
 /// leaderships, its observers' memory (32 entries at most, see
 /// `election::observe`).
-fn assert_every_key_expires(c: &LocalCluster, when: &str) {
+fn assert_every_key_expires(c: &LocalServers, when: &str) {
     for (i, name, left) in every_key(c) {
         if name.ends_with(":fence") || name.ends_with(":terms") {
             continue;
@@ -804,7 +804,7 @@ fn assert_every_key_expires(c: &LocalCluster, when: &str) {
 /// that it polled. The election's record failed the same way.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_kind_held_for_max_ttl_queues_its_waiter_and_wakes_it() {
-    let c = cluster(5);
+    let c = servers(5);
     let holder = redlock(&c);
     let waiting = waiter(&c, Duration::from_secs(10));
     for kind in [
@@ -863,7 +863,7 @@ async fn every_kind_held_for_max_ttl_queues_its_waiter_and_wakes_it() {
 /// waiter of its queue with the token the node's release would announce
 /// (the holder's, or the reader's own). The other nodes keep the key: a
 /// release that has reached one node so far.
-fn release_on_one_node(c: &LocalCluster, i: usize) {
+fn release_on_one_node(c: &LocalServers, i: usize) {
     const SCRIPT: &str = r"
 local key = KEYS[1]
 local token
@@ -896,7 +896,7 @@ return redis.call('PUBLISH', key .. ':wake:' .. client, member .. ' ' .. token)
 /// turned every reader away meanwhile (the idle stretches of the chaos
 /// scenario `rwlock_long_retry`).
 async fn a_release_heard_during_the_woken_attempt_wakes_it_again(shared: bool) {
-    let c = cluster(5);
+    let c = servers(5);
     let holder = redlock(&c);
     let waiting = waiter(&c, Duration::from_secs(3));
     let lock = if shared {
@@ -974,7 +974,7 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1"#;
 
 impl Hog {
-    fn start(c: &LocalCluster) -> Hog {
+    fn start(c: &LocalServers) -> Hog {
         let ports: Vec<u16> = (0..c.len()).map(|i| c.port(i)).collect();
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
@@ -1020,7 +1020,7 @@ impl Drop for Hog {
 /// announced do not buy free retries for ever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_gives_up_at_the_default_deadline_under_endless_announced_releases() {
-    let c = cluster(5);
+    let c = servers(5);
     let hog = Hog::start(&c);
     let waiter = Redlock::builder()
         .nodes(c.urls())
@@ -1078,7 +1078,7 @@ async fn lock_gives_up_at_the_default_deadline_under_endless_announced_releases(
 /// it does not sleep through the holder's whole TTL.
 #[tokio::test]
 async fn an_unannounced_release_does_not_leave_the_waiter_asleep_for_the_holders_ttl() {
-    let c = cluster(5);
+    let c = servers(5);
     let holder = redlock(&c);
     let lock = holder.lock("r", Duration::from_secs(30)).await.unwrap();
     await_holders(&c, &ALL, &key("r"), 5, ms(5_000)).await;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::logs::Logs;
 use common::*;
 use redquorum::Redlock;
-use redquorum::local_cluster::{LocalCluster, Reply};
+use redquorum::local_servers::{LocalServers, Reply};
 use tracing::Level;
 
 fn ms(n: u64) -> Duration {
@@ -38,7 +38,7 @@ async fn hand_over(holder: &redquorum::Redlock, waiter: &redquorum::Redlock) {
 // One thread, so that the tasks the lock spawns see the subscriber too.
 #[tokio::test(flavor = "current_thread")]
 async fn warns_once_per_node_that_may_evict_lock_keys() {
-    let c = cluster(3);
+    let c = servers(3);
     for (i, policy) in [(0, "volatile-lru"), (1, "allkeys-random")] {
         run(&c, i, &["CONFIG", "SET", "maxmemory", "100mb"]);
         run(&c, i, &["CONFIG", "SET", "maxmemory-policy", policy]);
@@ -66,7 +66,7 @@ async fn warns_once_per_node_that_may_evict_lock_keys() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_node_refusing_publish_still_releases_and_warns_once() {
-    let c = cluster(3);
+    let c = servers(3);
     for i in 0..3 {
         run(
             &c,
@@ -110,7 +110,7 @@ async fn a_node_refusing_publish_still_releases_and_warns_once() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_node_that_forbids_info_warns_once_that_its_restarts_go_unseen() {
-    let c = cluster(3);
+    let c = servers(3);
     run(&c, 1, &["ACL", "SETUSER", "default", "-info"]);
     let warnings = Logs::at(Level::WARN);
     let _guard = tracing::subscriber::set_default(warnings.clone());
@@ -130,7 +130,7 @@ async fn a_node_that_forbids_info_warns_once_that_its_restarts_go_unseen() {
 }
 
 /// The CONFIG calls node `i` rejected (ACL), all subcommands together.
-fn rejected_config_calls(c: &LocalCluster, i: usize) -> u64 {
+fn rejected_config_calls(c: &LocalServers, i: usize) -> u64 {
     command_stat(c, i, "config", "rejected_calls")
 }
 
@@ -139,7 +139,7 @@ fn rejected_config_calls(c: &LocalCluster, i: usize) -> u64 {
 #[tokio::test]
 async fn a_node_forbidding_config_is_checked_once_however_often_it_reconnects() {
     const ROUNDS: usize = 6;
-    let c = cluster(3);
+    let c = servers(3);
     for i in 0..3 {
         run(
             &c,

@@ -1,5 +1,5 @@
 //! `keep_alive_many`: many locks held with `keep_alive()` on a healthy
-//! cluster for a while: how many were lost, and the client's and nodes'
+//! servers for a while: how many were lost, and the client's and nodes'
 //! CPU per renewal, the renewals counted as the nodes' `EVALSHA` calls
 //! (`INFO commandstats`) meanwhile.
 
@@ -34,7 +34,7 @@ fn script_calls(ports: &[u16]) -> u64 {
 /// `scale.kept` locks (TTL `scale.kept_ttl`, 30 s in the full run) held
 /// with `keep_alive()` for `scale.kept_for`, on redquorum's defaults
 /// (rslock has no watchdog): how
-/// many were lost on a healthy cluster, and the client's and the nodes'
+/// many were lost on a healthy servers, and the client's and the nodes'
 /// CPU per renewal (an extension on one node, counted as the nodes' script
 /// calls while held).
 pub async fn keep_alive_many(urls: &[String], ports: &[u16], scale: Scale) -> Sample {

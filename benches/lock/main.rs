@@ -6,7 +6,7 @@
 //! cargo test  --bench lock     # the smoke run (seconds): same code, tiny counts
 //! ```
 //!
-//! It starts its own five-node cluster, or uses `REDQUORUM_NODES` (then the
+//! It starts its own five local servers, or uses `REDQUORUM_NODES` (then the
 //! frozen and dead node scenarios, which need to signal the nodes, are
 //! skipped). The table also goes to `target/bench-report.json`.
 //!
@@ -107,7 +107,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use redquorum::Redlock;
-use redquorum::local_cluster::LocalCluster;
+use redquorum::local_servers::LocalServers;
 
 use burst::burst;
 use ceiling::ceiling;
@@ -195,9 +195,9 @@ fn main() {
     let urls: Vec<String> = match std::env::var("REDQUORUM_NODES") {
         Ok(nodes) => nodes.split(',').map(str::to_owned).collect(),
         Err(_) => {
-            let cluster = LocalCluster::start(5).expect("cannot start a local cluster");
-            let urls = cluster.urls();
-            local = Some(cluster);
+            let servers = LocalServers::start(5).expect("cannot start local servers");
+            let urls = servers.urls();
+            local = Some(servers);
             urls
         }
     };
@@ -376,23 +376,23 @@ fn main() {
         }
         if !wanted("frozen_node") && !wanted("dead_node") {
             // Skipped for profiling.
-        } else if let Some(cluster) = local.as_mut() {
+        } else if let Some(servers) = local.as_mut() {
             println!("frozen_node …");
             // The frozen and then dead node would not answer `INFO`.
             if let Some(probe) = PROBE.get() {
                 probe.on.store(false, Ordering::Relaxed);
             }
-            cluster.freeze(4);
+            servers.freeze(4);
             let s = uncontended(&plain(&locks), scale, "f", scale.peer_budget).await;
             scenario("frozen_node", s, &locks, &mut rows);
-            cluster.thaw(4);
+            servers.thaw(4);
             println!("dead_node …");
-            cluster.kill(4);
+            servers.kill(4);
             let s = uncontended(&plain(&locks), scale, "d", scale.peer_budget).await;
             scenario("dead_node", s, &locks, &mut rows);
-            cluster.restart(4).unwrap();
+            servers.restart(4).unwrap();
         } else {
-            println!("frozen_node, dead_node: skipped (REDQUORUM_NODES given; they need a local cluster)");
+            println!("frozen_node, dead_node: skipped (REDQUORUM_NODES given; they need local servers)");
         }
     });
     drop(rt);

@@ -287,7 +287,7 @@ pub fn row(scenario: &'static str, imp: &'static str, mut s: Sample) -> Row {
             .insert("server_reads_per_op", servers.reads as f64 / s.ops as f64);
         // The most operations a second this machine's cores could run at
         // this client's and the nodes' CPU per operation, where both share
-        // the cores (a local cluster). Not for the hand-off, whose rate is
+        // the cores (local servers). Not for the hand-off, whose rate is
         // set by its holds and pauses.
         if !scenario.starts_with("handoff")
             && !matches!(scenario, "burst" | "keep_alive_many" | "failover")

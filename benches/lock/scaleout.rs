@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use redquorum::Redlock;
-use redquorum::local_cluster::LocalCluster;
 use redquorum::local_redis_cluster::LocalRedisCluster;
+use redquorum::local_servers::LocalServers;
 
 use crate::clients::Client;
 use crate::measure::{Row, Sample, row};
@@ -38,7 +38,7 @@ pub async fn scaleout(
         .into_iter()
         .map(|h| h.join().unwrap().expect("a local Redis Cluster"))
         .collect();
-    let servers = LocalCluster::start(3).expect("three local servers");
+    let servers = LocalServers::start(3).expect("three local servers");
     let cluster =
         Client::Redquorum(Redlock::new(clusters.iter().map(LocalRedisCluster::url)).unwrap());
     // The restart guard's `INFO server` with every grant, priced.

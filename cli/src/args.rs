@@ -23,7 +23,7 @@ pub struct Cli {
 
 const AFTER_HELP: &str = "\
 NODES:
-  Every command but `cluster` talks to the nodes given by --nodes (once per
+  Every command but `servers` talks to the nodes given by --nodes (once per
   URL, or once with a comma-separated list), else by the REDQUORUM_NODES
   environment variable (a comma-separated list): URLs
   redis://[user:password@]host:port[/db], rediss:// for TLS,
@@ -52,9 +52,9 @@ EXAMPLES:
   redquorum leader --watch scheduler
 
   # Try it locally: five redis-server processes on ports 7001-7005, their
-  # URLs exported for the commands above (`cluster up` prints the line to
-  # export; `cluster ls` prints it again).
-  eval \"$(redquorum cluster up | grep ^export)\"
+  # URLs exported for the commands above (`servers up` prints the line to
+  # export; `servers ls` prints it again).
+  eval \"$(redquorum servers up | grep ^export)\"
 
 LOGS:
   Warnings go to stderr, coloured only on a terminal and without NO_COLOR;
@@ -84,10 +84,10 @@ pub enum Command {
     /// it change.
     #[command(long_about = LEADER_ABOUT)]
     Leader(LeaderArgs),
-    /// Start, stop or list a local cluster of redis-server processes, for
+    /// Start, stop or list a local set of redis-server processes, for
     /// trying things out.
-    #[command(subcommand, long_about = CLUSTER_ABOUT)]
-    Cluster(Cluster),
+    #[command(subcommand, long_about = SERVERS_ABOUT, alias = "cluster")]
+    Servers(Servers),
 }
 
 /// Where the nodes are.
@@ -389,39 +389,39 @@ pub struct LeaderArgs {
     pub name: String,
 }
 
-const CLUSTER_ABOUT: &str = "\
-Start, list and stop a local cluster of redis-server processes on 127.0.0.1,
+const SERVERS_ABOUT: &str = "\
+Start, list and stop a local set of redis-server processes on 127.0.0.1,
 for trying redquorum out (the launcher the tests use). Each node runs without
 persistence, in a directory of its own under the system's temp dir, until
-`cluster down`. redis-server must be installed (or named by
+`servers down`. redis-server must be installed (or named by
 REDQUORUM_REDIS_SERVER).
 
-Each `cluster up --base-port P` is a set of its own, named by P: `ls` and
-`down` act on the set given by --base-port, or on every set. `cluster up` on
+Each `servers up --base-port P` is a set of its own, named by P: `ls` and
+`down` act on the set given by --base-port, or on every set. `servers up` on
 a set that is up already restarts its nodes that are down, on their ports;
 a restarted node is empty, so clients' restart guard gives it no vote on
 acquisitions for a TTL, as it would a production node that restarted.";
 
 #[derive(Debug, Subcommand)]
-pub enum Cluster {
+pub enum Servers {
     /// Start nodes on consecutive ports and print their URLs.
-    Up(ClusterUp),
-    /// Stop the nodes `cluster up` started: one set's, or every set's.
-    Down(ClusterSet),
-    /// List the nodes `cluster up` started, and whether each answers: one
+    Up(ServersUp),
+    /// Stop the nodes `servers up` started: one set's, or every set's.
+    Down(ServersSet),
+    /// List the nodes `servers up` started, and whether each answers: one
     /// set's, or every set's.
-    Ls(ClusterSet),
+    Ls(ServersSet),
 }
 
 #[derive(Debug, Args)]
-pub struct ClusterSet {
+pub struct ServersSet {
     /// The set started with this --base-port; every set if not given.
     #[arg(long)]
     pub base_port: Option<u16>,
 }
 
 #[derive(Debug, Args)]
-pub struct ClusterUp {
+pub struct ServersUp {
     /// How many nodes.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=99))]
     pub nodes: u16,

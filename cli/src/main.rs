@@ -5,13 +5,13 @@
 //! * `run`: run a command under the lock;
 //! * `inspect`: `status` and `release --token`, for operators;
 //! * `elect`: run a command while leading an election, and `leader`;
-//! * `cluster`: a local cluster of `redis-server` processes.
+//! * `servers`: a local set of `redis-server` processes.
 
 mod args;
-mod cluster;
 mod elect;
 mod inspect;
 mod run;
+mod servers;
 
 use std::process::ExitCode;
 
@@ -75,7 +75,7 @@ fn main() -> ExitCode {
         Command::Release(release) => runtime.block_on(inspect::release(release)),
         Command::Elect(args) => runtime.block_on(elect::elect(args)),
         Command::Leader(args) => runtime.block_on(elect::leader(args)),
-        Command::Cluster(cluster) => cluster::cluster(cluster),
+        Command::Servers(servers) => servers::servers(servers),
     };
     ExitCode::from(code)
 }

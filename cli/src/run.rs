@@ -210,7 +210,7 @@ pub async fn watch(redlock: &Redlock, resource: &str, what: &str, terminal: bool
 }
 
 /// Why no node at all can be reached, if so: every node refused the
-/// connection (nothing listens: a cluster that is not running, a wrong
+/// connection (nothing listens: a set of servers that is not running, a wrong
 /// port) or failed for a reason waiting does not mend (credentials, an
 /// unknown master, a host name that does not resolve). A mix with any node
 /// that answers, or merely times out, is waited out.

@@ -1,40 +1,41 @@
 //! The `redquorum` command as a user runs it: the real binary, real child
-//! processes, against a real local cluster of `redis-server` processes.
+//! processes, against real local `redis-server` processes.
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use redquorum::local_cluster::{LocalCluster, Reply, answering_pid, command};
+use redquorum::local_servers::{LocalServers, Reply, answering_pid, command};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_redquorum");
 const ALL: [usize; 5] = [0, 1, 2, 3, 4];
 
-fn cluster() -> LocalCluster {
-    LocalCluster::start(5).unwrap_or_else(|e| panic!("cannot start a local Redis cluster: {e}"))
+fn servers() -> LocalServers {
+    LocalServers::start(5)
+        .unwrap_or_else(|e| panic!("cannot start local redis-server processes: {e}"))
 }
 
-/// `redquorum ARGS…` against `cluster`: its nodes in REDQUORUM_NODES (the
+/// `redquorum ARGS…` against `servers`: its nodes in REDQUORUM_NODES (the
 /// command's default node timeout, 1 s, is one a loaded CI machine does not
 /// miss on a healthy node, connecting included).
-fn redquorum(cluster: &LocalCluster, args: &[&str]) -> Command {
+fn redquorum(servers: &LocalServers, args: &[&str]) -> Command {
     let mut command = Command::new(BIN);
     command
         .args(args)
-        .env("REDQUORUM_NODES", cluster.urls().join(","))
+        .env("REDQUORUM_NODES", servers.urls().join(","))
         .env_remove("RUST_LOG")
         .stdin(Stdio::null());
     command
 }
 
 /// `redquorum run OPTIONS… RESOURCE -- sh -c SCRIPT`.
-fn run_sh(cluster: &LocalCluster, options: &[&str], resource: &str, script: &str) -> Command {
+fn run_sh(servers: &LocalServers, options: &[&str], resource: &str, script: &str) -> Command {
     let mut args = vec!["run"];
     args.extend(options);
     args.extend([resource, "--", "sh", "-c", script]);
-    redquorum(cluster, &args)
+    redquorum(servers, &args)
 }
 
 fn output(mut command: Command) -> Output {
@@ -58,9 +59,9 @@ fn key(resource: &str) -> String {
 }
 
 /// How many nodes hold `key`.
-fn holders(cluster: &LocalCluster, key: &str) -> usize {
+fn holders(servers: &LocalServers, key: &str) -> usize {
     ALL.iter()
-        .filter(|&&i| command(cluster.port(i), &["EXISTS", key]).unwrap() == Reply::Int(1))
+        .filter(|&&i| command(servers.port(i), &["EXISTS", key]).unwrap() == Reply::Int(1))
         .count()
 }
 
@@ -92,7 +93,7 @@ fn signal(pid: u32, signal: libc::c_int) {
 /// file from inside the lock: no two intervals overlap, and every run ran.
 #[test]
 fn contended_runs_never_overlap() {
-    let c = cluster();
+    let c = servers();
     let dir = TempDir::new("overlap");
     let file = dir.path().join("stamps");
     let script = format!(
@@ -145,7 +146,7 @@ fn contended_runs_never_overlap() {
 
 #[test]
 fn the_command_gets_its_lock_in_its_environment() {
-    let c = cluster();
+    let c = servers();
     let out = output(run_sh(
         &c,
         &["--fence"],
@@ -174,7 +175,7 @@ fn the_command_gets_its_lock_in_its_environment() {
 /// waits), and `status` shows the semaphore's holders.
 #[test]
 fn permits_let_k_runs_hold_at_once() {
-    let c = cluster();
+    let c = servers();
     let mut holders: Vec<_> = (0..2)
         .map(|_| {
             run_sh(
@@ -215,7 +216,7 @@ fn permits_let_k_runs_hold_at_once() {
 /// until they end, and `status` shows the readers.
 #[test]
 fn shared_runs_read_together_and_a_writer_waits_for_them() {
-    let c = cluster();
+    let c = servers();
     let mut readers: Vec<_> = (0..2)
         .map(|_| {
             run_sh(
@@ -269,7 +270,7 @@ fn next_line(lines: &std::sync::mpsc::Receiver<String>, from: &str) -> String {
 /// greater term.
 #[test]
 fn elect_runs_the_command_while_leading_and_leader_shows_who_leads() {
-    let c = cluster();
+    let c = servers();
     let elect = |id: &str, script: &str| {
         redquorum(
             &c,
@@ -371,7 +372,7 @@ fn elect_runs_the_command_while_leading_and_leader_shows_who_leads() {
 /// and runs it anew once it leads, with a greater term.
 #[test]
 fn elect_again_campaigns_anew_after_a_lost_leadership() {
-    let mut c = cluster();
+    let mut c = servers();
     let mut run = redquorum(
         &c,
         &[
@@ -415,7 +416,7 @@ fn elect_again_campaigns_anew_after_a_lost_leadership() {
 
 #[test]
 fn every_exit_status() {
-    let c = cluster();
+    let c = servers();
     // The command's own status, and 128 + the signal that killed it.
     assert_eq!(code(&output(run_sh(&c, &[], "r", "exit 7"))), 7);
     assert_eq!(code(&output(run_sh(&c, &[], "r", "kill -TERM $$"))), 143);
@@ -573,7 +574,7 @@ fn huge_durations_are_usage_errors_not_panics() {
             stderr(&out)
         );
     }
-    let c = cluster();
+    let c = servers();
     let out = output(run_sh(&c, &["--wait", HUGE], "r", "echo ran"));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(stdout(&out), "ran\n");
@@ -616,7 +617,7 @@ fn sentinel_urls_are_nodes() {
 /// SIGKILL --kill-after later, when the lock ends; redquorum exits 76.
 #[test]
 fn a_failing_lock_stops_the_command_and_what_it_started() {
-    let mut c = cluster();
+    let mut c = servers();
     for (script, gets) in [
         // Prints the pid of a background child, which SIGTERM ends.
         ("sleep 30 & echo $!; wait", "SIGTERM"),
@@ -683,7 +684,7 @@ fn a_failing_lock_stops_the_command_and_what_it_started() {
 #[test]
 fn what_a_failing_lock_leaves_running_dies_by_its_deadline() {
     const TTL_MS: u128 = 3000;
-    let mut c = cluster();
+    let mut c = servers();
     let dir = TempDir::new("leftover");
     for (shell, cleanup) in [("exits at once", ""), ("cleans up for 1s", "sleep 1; ")] {
         let stamps = dir.path().join(shell.replace(' ', "-"));
@@ -747,7 +748,7 @@ fn unix_nanos() -> u128 {
 /// before the lock is released, and the command's status stands.
 #[test]
 fn what_the_command_leaves_running_ends_before_the_release() {
-    let c = cluster();
+    let c = servers();
     let out = output(run_sh(&c, &[], "r", "sleep 30 & echo $!"));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let pid: i32 = stdout(&out).trim().parse().unwrap();
@@ -776,7 +777,7 @@ fn alive(pid: i32) -> bool {
 /// command dies with it, and does not run on unprotected.
 #[test]
 fn the_command_dies_with_redquorum() {
-    let c = cluster();
+    let c = servers();
     let mut run = run_sh(&c, &[], "r", "echo $$; exec sleep 30")
         .stdout(Stdio::piped())
         .spawn()
@@ -795,7 +796,7 @@ fn the_command_dies_with_redquorum() {
 /// released once the command has exited, and its status is redquorum's.
 #[test]
 fn signals_reach_the_command_and_the_lock_is_released_after_it() {
-    let c = cluster();
+    let c = servers();
     let dir = TempDir::new("signals");
     for (sig, name) in [
         (libc::SIGINT, "INT"),
@@ -917,8 +918,8 @@ fn no_password_is_ever_printed() {
 /// `REDQUORUM_NODES` or `--nodes`, and with `--nodes` given once per URL.
 #[test]
 fn a_comma_in_a_password_works_and_nodes_may_be_given_one_by_one() {
-    let c = LocalCluster::start(3)
-        .unwrap_or_else(|e| panic!("cannot start a local Redis cluster: {e}"));
+    let c = LocalServers::start(3)
+        .unwrap_or_else(|e| panic!("cannot start local redis-server processes: {e}"));
     for i in 0..3 {
         let port = c.port(i);
         for setting in [
@@ -996,7 +997,7 @@ fn a_comma_in_a_password_works_and_nodes_may_be_given_one_by_one() {
     }
 }
 
-fn status_json(c: &LocalCluster, resource: &str) -> (i32, Value) {
+fn status_json(c: &LocalServers, resource: &str) -> (i32, Value) {
     let out = output(redquorum(
         c,
         &["status", "--node-timeout", "1s", "--json", resource],
@@ -1007,7 +1008,7 @@ fn status_json(c: &LocalCluster, resource: &str) -> (i32, Value) {
 
 #[test]
 fn status_shows_free_held_split_and_fenced_states() {
-    let mut c = cluster();
+    let mut c = servers();
     let (code0, free) = status_json(&c, "r");
     assert_eq!(code0, 0);
     assert_eq!(free["verdict"], "free");
@@ -1080,7 +1081,7 @@ fn status_shows_free_held_split_and_fenced_states() {
 
 #[test]
 fn release_by_token_clears_only_that_lock() {
-    let c = cluster();
+    let c = servers();
     // A short TTL, so that its watchdog soon finds the lock gone.
     let mut holder = run_sh(
         &c,
@@ -1131,15 +1132,15 @@ fn release_by_token_clears_only_that_lock() {
     assert!(stderr(&out).contains("was lost"), "{}", stderr(&out));
 }
 
-/// `cluster up`, `ls`, a run against it, and `down`, on ports of its own
+/// `servers up`, `ls`, a run against it, and `down`, on ports of its own
 /// and with its records in a temp dir of its own.
 #[test]
-fn a_local_cluster_goes_up_and_down() {
-    let tmp = TempDir::new("cluster");
+fn a_local_set_of_servers_goes_up_and_down() {
+    let tmp = TempDir::new("servers");
     let base = free_ports(3);
-    let cluster = |args: &[&str]| {
+    let servers_cmd = |args: &[&str]| {
         let out = Command::new(BIN)
-            .arg("cluster")
+            .arg("servers")
             .args(args)
             .env("TMPDIR", tmp.path())
             .output()
@@ -1147,7 +1148,7 @@ fn a_local_cluster_goes_up_and_down() {
         assert_eq!(code(&out), 0, "{args:?}: {}", stderr(&out));
         stdout(&out)
     };
-    let up = cluster(&["up", "--nodes", "3", "--base-port", &base.to_string()]);
+    let up = servers_cmd(&["up", "--nodes", "3", "--base-port", &base.to_string()]);
     let urls: Vec<String> = (base..base + 3)
         .map(|p| format!("redis://127.0.0.1:{p}"))
         .collect();
@@ -1155,7 +1156,7 @@ fn a_local_cluster_goes_up_and_down() {
         up.contains(&format!("export REDQUORUM_NODES={}", urls.join(","))),
         "{up}"
     );
-    let ls = cluster(&["ls"]);
+    let ls = servers_cmd(&["ls"]);
     assert_eq!(ls.matches(" up").count(), 3, "{ls}");
     let out = Command::new(BIN)
         .args(["run", "--nodes", &urls.join(","), "r", "--", "true"])
@@ -1164,9 +1165,10 @@ fn a_local_cluster_goes_up_and_down() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     // A second `up` of the same set finds it up and leaves it alone; one
     // of another size is refused.
-    let again = cluster(&["up", "--nodes", "3", "--base-port", &base.to_string()]);
+    let again = servers_cmd(&["up", "--nodes", "3", "--base-port", &base.to_string()]);
     assert!(again.contains("is up already"), "{again}");
     let other = Command::new(BIN)
+        // (`cluster`, the command's name before 0.2, is still understood.)
         .args([
             "cluster",
             "up",
@@ -1180,19 +1182,19 @@ fn a_local_cluster_goes_up_and_down() {
         .unwrap();
     assert_eq!(code(&other), 2);
     assert!(stderr(&other).contains("has 3 nodes"), "{}", stderr(&other));
-    assert_eq!(cluster(&["ls"]).matches(" up").count(), 3);
-    cluster(&["down"]);
+    assert_eq!(servers_cmd(&["ls"]).matches(" up").count(), 3);
+    servers_cmd(&["down"]);
     for port in base..base + 3 {
         assert!(
             command(port, &["PING"]).is_err(),
             "port {port} still answers"
         );
     }
-    assert!(cluster(&["ls"]).contains("no local cluster"));
+    assert!(servers_cmd(&["ls"]).contains("no local set of servers"));
 }
 
 /// `n` consecutive ports that are free now, below the range the kernel
-/// hands out to other tests' clusters (32768 and up); where the search
+/// hands out to other tests' servers (32768 and up); where the search
 /// starts depends on the process, so that copies of this test running at
 /// once look in different places.
 fn free_ports(n: u16) -> u16 {
@@ -1231,7 +1233,7 @@ impl Drop for TempDir {
 }
 
 /// The nodes of `c` with a password they do not have.
-fn wrong_password(c: &LocalCluster) -> String {
+fn wrong_password(c: &LocalServers) -> String {
     ALL.map(|i| format!("redis://:not-it@127.0.0.1:{}", c.port(i)))
         .join(",")
 }
@@ -1243,7 +1245,7 @@ fn wrong_password(c: &LocalCluster) -> String {
 /// contention: 75.
 #[test]
 fn an_outage_exits_69_and_contention_75() {
-    let mut c = cluster();
+    let mut c = servers();
     let wrong = wrong_password(&c);
     for options in [&[][..], &["--no-wait"], &["--wait", "1h"]] {
         let started = Instant::now();
@@ -1305,7 +1307,7 @@ fn an_outage_exits_69_and_contention_75() {
 /// and then what it waits for.
 #[test]
 fn a_wait_lasts_as_long_as_told_and_says_what_it_waits_for() {
-    let c = cluster();
+    let c = servers();
     let mut holder = run_sh(&c, &[], "r", "echo held; exec sleep 60")
         .stdout(Stdio::piped())
         .spawn()
@@ -1342,7 +1344,7 @@ fn a_wait_lasts_as_long_as_told_and_says_what_it_waits_for() {
 /// warned that keys could not be removed).
 #[test]
 fn a_dead_minority_node_costs_a_run_nothing() {
-    let mut c = cluster();
+    let mut c = servers();
     c.kill(4);
     let started = Instant::now();
     let out = output(run_sh(&c, &[], "r", "echo ran"));
@@ -1354,17 +1356,17 @@ fn a_dead_minority_node_costs_a_run_nothing() {
     assert!(took < Duration::from_secs(2), "took {took:?}");
 }
 
-/// `status … | head -1` and `cluster ls | head`: the reader gone, the
+/// `status … | head -1` and `servers ls | head`: the reader gone, the
 /// command ends by SIGPIPE (the shell's 141), as `cat` does; no panic.
 #[test]
 fn output_cut_short_ends_quietly() {
-    let c = cluster();
+    let c = servers();
     let tmp = TempDir::new("pipe");
     let resources: Vec<String> = (0..200).map(|i| format!("r{i}")).collect();
     let mut status = vec!["status"];
     status.extend(resources.iter().map(String::as_str));
     let mut ls = Command::new(BIN);
-    ls.args(["cluster", "ls"]).env("TMPDIR", tmp.path());
+    ls.args(["servers", "ls"]).env("TMPDIR", tmp.path());
     for mut command in [redquorum(&c, &status), ls] {
         let mut child = command
             .stdout(Stdio::piped())
@@ -1381,7 +1383,7 @@ fn output_cut_short_ends_quietly() {
 /// Logs carry no colour off a terminal, nor with NO_COLOR on one.
 #[test]
 fn logs_are_coloured_only_on_a_terminal_without_no_color() {
-    let c = cluster();
+    let c = servers();
     let mut command = run_sh(&c, &[], "r", "true");
     command.env("RUST_LOG", "redquorum=debug");
     let out = output(command);
@@ -1422,7 +1424,7 @@ fn has_sgr(text: &str) -> bool {
     })
 }
 
-/// The help's example of a local cluster is a line that copies as is:
+/// The help's example of a local set of servers is a line that copies as is:
 /// the long `export` line, wrapped, set an unexported variable.
 #[test]
 fn the_help_example_copies_as_is() {
@@ -1435,7 +1437,7 @@ fn the_help_example_copies_as_is() {
         let help = stdout(&out);
         assert!(
             help.lines()
-                .any(|l| l.trim() == "eval \"$(redquorum cluster up | grep ^export)\""),
+                .any(|l| l.trim() == "eval \"$(redquorum servers up | grep ^export)\""),
             "{help}"
         );
         assert!(
@@ -1447,15 +1449,15 @@ fn the_help_example_copies_as_is() {
     }
 }
 
-/// Two `cluster up`s on two port sets keep a state each: `ls` and `down`
+/// Two `servers up`s on two port sets keep a state each: `ls` and `down`
 /// take --base-port (or act on every set), and `up` on a set that is up
 /// restarts its dead nodes, which are not declared born empty.
 #[test]
 fn two_port_sets_keep_their_own_state_and_dead_nodes_come_back() {
     let tmp = TempDir::new("sets");
-    let cluster = |args: &[&str]| {
+    let servers_cmd = |args: &[&str]| {
         let out = Command::new(BIN)
-            .arg("cluster")
+            .arg("servers")
             .args(args)
             .env("TMPDIR", tmp.path())
             .output()
@@ -1472,12 +1474,12 @@ fn two_port_sets_keep_their_own_state_and_dead_nodes_come_back() {
             .collect();
         format!("export REDQUORUM_NODES={}", urls.join(","))
     };
-    cluster(&["up", "--nodes", "2", "--base-port", &a_s]);
-    cluster(&["up", "--nodes", "2", "--base-port", &b_s]);
-    let ls = cluster(&["ls"]);
+    servers_cmd(&["up", "--nodes", "2", "--base-port", &a_s]);
+    servers_cmd(&["up", "--nodes", "2", "--base-port", &b_s]);
+    let ls = servers_cmd(&["ls"]);
     assert!(ls.contains(&export(a)) && ls.contains(&export(b)), "{ls}");
     assert_eq!(ls.matches(" up").count(), 4, "{ls}");
-    let ls_a = cluster(&["ls", "--base-port", &a_s]);
+    let ls_a = servers_cmd(&["ls", "--base-port", &a_s]);
     assert!(
         ls_a.contains(&export(a)) && !ls_a.contains(&export(b)),
         "{ls_a}"
@@ -1488,8 +1490,8 @@ fn two_port_sets_keep_their_own_state_and_dead_nodes_come_back() {
     wait_for("the node dies", Duration::from_secs(5), || {
         answering_pid(a + 1).is_none()
     });
-    assert!(cluster(&["ls", "--base-port", &a_s]).contains(" down"));
-    let up = cluster(&["up", "--nodes", "2", "--base-port", &a_s]);
+    assert!(servers_cmd(&["ls", "--base-port", &a_s]).contains(" down"));
+    let up = servers_cmd(&["up", "--nodes", "2", "--base-port", &a_s]);
     assert!(up.contains("restarted 1 of the 2 nodes"), "{up}");
     assert!(answering_pid(a + 1).is_some_and(|p| p != pid));
     let born = |port| command(port, &["SCARD", "redquorum-born-empty"]).unwrap();
@@ -1499,16 +1501,16 @@ fn two_port_sets_keep_their_own_state_and_dead_nodes_come_back() {
         Reply::Int(0),
         "a restarted node is not born empty"
     );
-    assert_eq!(cluster(&["ls"]).matches(" up").count(), 4);
+    assert_eq!(servers_cmd(&["ls"]).matches(" up").count(), 4);
     // Down one set, then the rest.
-    cluster(&["down", "--base-port", &a_s]);
+    servers_cmd(&["down", "--base-port", &a_s]);
     assert!(command(a, &["PING"]).is_err() && command(a + 1, &["PING"]).is_err());
     assert!(command(b, &["PING"]).is_ok());
-    let ls = cluster(&["ls"]);
+    let ls = servers_cmd(&["ls"]);
     assert!(!ls.contains(&export(a)) && ls.contains(&export(b)), "{ls}");
-    cluster(&["down"]);
+    servers_cmd(&["down"]);
     assert!(command(b, &["PING"]).is_err());
-    assert!(cluster(&["ls"]).contains("no local cluster"));
+    assert!(servers_cmd(&["ls"]).contains("no local set of servers"));
 }
 
 /// `n` consecutive free ports from `from` on.

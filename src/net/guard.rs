@@ -33,7 +33,7 @@
 //! one by what it says of itself; whoever starts it empty as a new node
 //! can declare it *born empty* — its `run_id` in the set
 //! `redquorum-born-empty` ([`BORN_EMPTY_KEY`]; the local launchers and
-//! `redquorum cluster up` do, `local_cluster::declare_born_empty`) — and
+//! `redquorum servers up` do, `local_servers::declare_born_empty`) — and
 //! a client that first meets it then holds nothing against its uptime. A
 //! restart draws a new `run_id` that the set does not name; a declared
 //! primary that failed over and back keeps its `run_id`, so the

@@ -402,7 +402,7 @@ impl Node {
     }
 }
 
-/// What the node-layer tests against a real local cluster
+/// What the node-layer tests against real local servers
 /// (`src/cluster_tests.rs`) look at and do, from outside `net`.
 #[cfg(all(test, feature = "cluster"))]
 impl Node {

@@ -589,7 +589,7 @@ impl Task {
                     },
                     latency_us,
                 });
-                // Not a busy loop while the cluster is down.
+                // Not a busy loop while the servers is down.
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 None
             }

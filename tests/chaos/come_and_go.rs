@@ -40,7 +40,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use redquorum::local_cluster::LocalCluster;
+use redquorum::local_servers::LocalServers;
 
 use crate::client::{First, Kind};
 use crate::common;
@@ -57,7 +57,7 @@ pub const MAX_NEWCOMERS: usize = 10;
 /// The tasks of a newcomer process.
 const NEWCOMER_TASKS: usize = 4;
 
-/// How long each scenario of the family loads the cluster: 60% of the
+/// How long each scenario of the family loads the servers: 60% of the
 /// suite's time (6 s by default: two cycles of faults, and the seven
 /// scenarios add under a minute), 4 s at least.
 pub fn load_time(secs: Duration) -> Duration {
@@ -110,7 +110,7 @@ impl Churn {
 /// which does `first` first and lives `life` (never past the load's end).
 /// Returns at the load's end.
 pub fn churn(
-    c: &mut LocalCluster,
+    c: &mut LocalServers,
     run: Duration,
     mut join: impl FnMut(usize, First, Duration),
 ) -> Churn {
@@ -224,7 +224,7 @@ fn run(
     guard: bool,
 ) -> (Verdict, Verdict, Churn, crate::scenarios::Figures) {
     let run = load_time(secs);
-    let mut c = common::cluster(5);
+    let mut c = common::servers(5);
     let name = if guard {
         "come_and_go"
     } else {

@@ -551,7 +551,7 @@ const TTL: Duration = Duration::from_secs(1);
 
 /// Nodes killed and restarted (empty: the restart guard quarantines them).
 pub fn kill(run: Duration) {
-    let mut c = common::cluster(5);
+    let mut c = common::servers(5);
     let candidates = Candidates::start("election_kill", &c.urls(), TTL, run, false);
     let mut kills = 0;
     for_the_run(run, |left| {
@@ -569,7 +569,7 @@ pub fn kill(run: Duration) {
 
 /// Nodes frozen (SIGSTOP) for 150–600 ms.
 pub fn freeze(run: Duration) {
-    let mut c = common::cluster(5);
+    let mut c = common::servers(5);
     let candidates = Candidates::start("election_freeze", &c.urls(), TTL, run, false);
     let mut freezes = 0;
     for_the_run(run, |left| {
@@ -587,7 +587,7 @@ pub fn freeze(run: Duration) {
 
 /// One or two nodes cut off (proxies that swallow or hold traffic, no RST).
 pub fn partition(run: Duration) {
-    let c = common::cluster(5);
+    let c = common::servers(5);
     let proxies: Vec<Proxy> = (0..5).map(|i| Proxy::start(c.port(i))).collect();
     let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
     let candidates = Candidates::start("election_partition", &urls, TTL, run, false);
@@ -618,7 +618,7 @@ pub fn control_ignore_lost(run: Duration) {
 }
 
 fn leader_frozen(name: &str, run: Duration, ignore_lost: bool) {
-    let c = common::cluster(5);
+    let c = common::servers(5);
     let candidates = Candidates::start(name, &c.urls(), TTL, run, ignore_lost);
     let pids = candidates.pids();
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -699,7 +699,7 @@ fn leader_frozen(name: &str, run: Duration, ignore_lost: bool) {
 pub fn come_and_go(secs: Duration) {
     use crate::come_and_go::{TTL, churn, load_time};
     let run = load_time(secs);
-    let mut c = common::cluster(5);
+    let mut c = common::servers(5);
     let mut candidates = Candidates::start("election_come_and_go", &c.urls(), TTL, run, false);
     let churn = churn(&mut c, run, |n, first, life| {
         candidates.join(&format!("n{n}"), first, life);

@@ -22,7 +22,7 @@
 //! restarted nodes for the first time: every lock kind but `multi`, and
 //! leader election, with the restart guard on (no violation), and a
 //! negative control with it off (`control_come_and_go_unguarded`). Each
-//! loads the cluster for 60% of the usual time.
+//! loads the servers for 60% of the usual time.
 //!
 //! The scenarios added for issue 35 look for waiters left asleep while the
 //! lock has room for them: `<kind>_cancel` on every kind, `zones` (each
@@ -134,7 +134,7 @@ fn main() {
     }
 }
 
-/// How long each scenario loads the cluster: `REDQUORUM_CHAOS_SECS`, 10 s by
+/// How long each scenario loads the servers: `REDQUORUM_CHAOS_SECS`, 10 s by
 /// default (the CI run).
 fn run_time() -> Duration {
     let secs = std::env::var("REDQUORUM_CHAOS_SECS")

@@ -1,4 +1,4 @@
-//! The scenarios: a cluster, a load of two client processes, the faults
+//! The scenarios: a set of servers, a load of two client processes, the faults
 //! injected meanwhile, and what the checker must find.
 //!
 //! A scenario that takes the kind of lock the clients use lists the kinds
@@ -100,8 +100,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use redquorum::local_cluster::{LocalCluster, Reply, command};
 use redquorum::local_sentinel::LocalSentinels;
+use redquorum::local_servers::{LocalServers, Reply, command};
 
 use crate::client::{self, First, Kind, Spec};
 use crate::history::{Class, Event, Verdict, now_ns};
@@ -110,7 +110,7 @@ use crate::{CLIENT, pick};
 use crate::common;
 
 use common::proxy::Proxy;
-use common::{cluster, compose};
+use common::{compose, servers};
 
 /// One scenario of the suite.
 pub struct Scenario {
@@ -347,7 +347,7 @@ pub const ALL: &[Scenario] = &[
     },
     Scenario {
         name: "compose",
-        about: "the docker-compose cluster: containers killed and restarted, paused, and disconnected from their network",
+        about: "the docker-compose servers: containers killed and restarted, paused, and disconnected from their network",
         run: Run::Once(compose_chaos),
     },
 ];
@@ -356,7 +356,7 @@ pub const ALL: &[Scenario] = &[
 // The scenarios
 
 fn control_one_node_quorum(secs: Duration, kind: Kind) {
-    let c = cluster(5);
+    let c = servers(5);
     let mut load = Load::of(kind, "one_node", &c, secs);
     // On the wall clock's floor, the tokens of two processes on one machine
     // would mostly grow without any quorum; the counters alone must not.
@@ -380,7 +380,7 @@ fn control_one_node_quorum(secs: Duration, kind: Kind) {
 }
 
 fn control_semaphore_over_admit(secs: Duration) {
-    let c = cluster(5);
+    let c = servers(5);
     let mut load = Load::of(Kind::Semaphore, "control_over_admit", &c, secs);
     load.spec.permits = 3;
     load.capacity = 2;
@@ -408,7 +408,7 @@ fn restart_at_once_guarded(secs: Duration) {
 
 /// Three random nodes killed and restarted empty at once, every TTL + 1 s.
 fn restart_at_once(secs: Duration, guard: bool) -> (Verdict, Figures) {
-    let mut c = cluster(5);
+    let mut c = servers(5);
     let mut load = Load::new(if guard { "at_once_guarded" } else { "at_once" }, &c, secs);
     load.spec.ttl = Duration::from_millis(1_500);
     load.spec.hold_ms = 200;
@@ -429,7 +429,7 @@ fn restart_at_once(secs: Duration, guard: bool) -> (Verdict, Figures) {
 }
 
 fn kill(secs: Duration, kind: Kind) {
-    let mut c = cluster(5);
+    let mut c = servers(5);
     let load = Load::of(kind, "kill", &c, secs);
     let clients = load.start_all(&c);
     let mut kills = 0;
@@ -456,7 +456,7 @@ fn sentinel_failover(secs: Duration) {
     let mut s = LocalSentinels::start(3)
         .unwrap_or_else(|e| panic!("cannot start Sentinel-managed nodes: {e}"));
     let urls = s.urls();
-    let load = Load::with_nodes("sentinel_failover", urls.clone(), cluster(1), secs);
+    let load = Load::with_nodes("sentinel_failover", urls.clone(), servers(1), secs);
     let clients = load.start(|_| urls.clone());
     let (mut failovers, mut kills, mut round) = (0, 0, 0);
     for_the_run(secs, |left| {
@@ -495,7 +495,7 @@ fn sentinel_failover(secs: Duration) {
 }
 
 fn freeze(secs: Duration, kind: Kind) {
-    let mut c = cluster(5);
+    let mut c = servers(5);
     let mut load = Load::of(kind, "freeze", &c, secs);
     // No node restarts here, so none loses its counters, and fenced tokens
     // are drawn from the counters alone: with the wall clock's floor the
@@ -521,7 +521,7 @@ fn freeze(secs: Duration, kind: Kind) {
 }
 
 fn partition(secs: Duration, kind: Kind) {
-    let c = cluster(5);
+    let c = servers(5);
     let proxies: Vec<Proxy> = (0..5).map(|i| Proxy::start(c.port(i))).collect();
     let urls = proxies.iter().map(Proxy::url).collect();
     let mut load = Load::of_nodes(kind, "partition", urls, secs);
@@ -574,7 +574,7 @@ fn partition(secs: Duration, kind: Kind) {
 }
 
 fn majority_down(secs: Duration) {
-    let mut c = cluster(5);
+    let mut c = servers(5);
     let load = Load::new("majority_down", &c, secs);
     let clients = load.start_all(&c);
     let phase = secs / 5;
@@ -613,7 +613,7 @@ fn majority_down(secs: Duration) {
 }
 
 fn restart_after_ttl(secs: Duration, kind: Kind) {
-    let mut c = cluster(5);
+    let mut c = servers(5);
     let mut load = Load::of(kind, "after_ttl", &c, secs);
     load.spec.restart_guard = false;
     let clients = load.start_all(&c);
@@ -659,7 +659,7 @@ fn cancel(secs: Duration, kind: Kind) {
         Kind::Mutex | Kind::Reentrant | Kind::Multi => secs,
         _ => short_run(secs),
     };
-    let c = cluster(5);
+    let c = servers(5);
     let mut load = Load::of(kind, "cancel", &c, run);
     load.spec.cancel_one_in = 2;
     load.spec.ttl = Duration::from_secs(10);
@@ -684,7 +684,7 @@ const ZONES_IDLE_BOUND: Duration = Duration::from_millis(1_500);
 /// with the library's default retry options; the semaphore has one permit.
 fn zones(secs: Duration, kind: Kind) {
     let run = short_run(secs);
-    let c = cluster(3);
+    let c = servers(3);
     let urls = c.urls();
     let mut proxies = Vec::new();
     let nodes: Vec<Vec<String>> = (0..3)
@@ -742,7 +742,7 @@ fn zones(secs: Duration, kind: Kind) {
 /// the next waiter must be woken past it.
 fn long_retry(secs: Duration, kind: Kind) {
     let run = short_run(secs);
-    let c = cluster(5);
+    let c = servers(5);
     let mut load = Load::of(kind, "long_retry", &c, run);
     load.spec.retry_delay = Duration::from_millis(3_500);
     load.spec.retry_jitter = Duration::from_millis(1_500);
@@ -758,7 +758,7 @@ fn long_retry(secs: Duration, kind: Kind) {
 /// Runs `load`, whose calls are cancelled now and then, on `c`: safe, no
 /// waiter left asleep on room for longer than [`IDLE_BOUND`], something
 /// cancelled, and no key left behind.
-fn run_cancelling(load: &Load, c: &LocalCluster) {
+fn run_cancelling(load: &Load, c: &LocalServers) {
     let clients = load.start_all(c);
     let v = clients.finish();
     let f = load.report(&v);
@@ -779,7 +779,7 @@ fn run_cancelling(load: &Load, c: &LocalCluster) {
 /// wait 3 s, retry delay 1 s ± 0.5 s.
 fn kinds_on_one_name(secs: Duration) {
     let run = short_run(secs);
-    let c = cluster(5);
+    let c = servers(5);
     let mut load = Load::of(Kind::Mixed, "kinds_on_one_name", &c, run);
     load.processes = 3;
     load.spec.tasks = 4;
@@ -804,7 +804,7 @@ fn kinds_on_one_name(secs: Duration) {
 }
 
 fn pause(secs: Duration, kind: Kind) {
-    let c = cluster(5);
+    let c = servers(5);
     let mut load = Load::of(kind, "pause", &c, secs);
     load.spec.pause_one_in = 4;
     load.spec.ttl = Duration::from_millis(500);
@@ -848,7 +848,7 @@ fn clock_fast_large(secs: Duration) {
 /// where an early expiry shows. A 2 s TTL with 1% drift allows for 22 ms:
 /// 0.5% fast expires keys 10 ms early, 2% fast 40 ms early.
 fn clock_fast(secs: Duration, ppm: u32) -> (Verdict, Figures) {
-    let mut c = cluster(5);
+    let mut c = servers(5);
     let shim = clockskew();
     let rate = ppm.to_string();
     for i in 0..3 {
@@ -881,7 +881,7 @@ fn clock_fast(secs: Duration, ppm: u32) -> (Verdict, Figures) {
 }
 
 fn clock_jump(secs: Duration) {
-    let mut c = cluster(5);
+    let mut c = servers(5);
     let shim = clockskew();
     let dir = std::env::temp_dir().join(format!("redquorum-jump-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -930,7 +930,7 @@ fn cluster_failover(secs: Duration) {
         .map(|h| h.join().unwrap().expect("a local Redis Cluster"))
         .collect();
     let urls: Vec<String> = clusters.iter().map(LocalRedisCluster::url).collect();
-    let mut load = Load::with_nodes("cluster_failover", urls.clone(), cluster(1), secs);
+    let mut load = Load::with_nodes("cluster_failover", urls.clone(), servers(1), secs);
     // Eighteen servers share the machine: a little more room per request.
     load.spec.node_timeout = Duration::from_millis(100);
     load.spec.ttl = Duration::from_secs(2);
@@ -1078,7 +1078,7 @@ fn compose_chaos(secs: Duration) {
         .iter()
         .map(|p| format!("redis://127.0.0.1:{p}"))
         .collect();
-    let register = cluster(1);
+    let register = servers(1);
     // At least long enough for each kind of fault twice: docker is slow.
     let run = secs.max(Duration::from_secs(30));
     let mut load = Load::with_nodes("compose", urls.clone(), register, run);
@@ -1135,7 +1135,7 @@ fn compose_chaos(secs: Duration) {
 /// The client processes' settings, and the register they share.
 pub(crate) struct Load {
     pub(crate) spec: Spec,
-    register: LocalCluster,
+    register: LocalServers,
     processes: usize,
     /// How many holders of a resource at once the checker allows: 1, or a
     /// semaphore's permits.
@@ -1145,21 +1145,21 @@ pub(crate) struct Load {
 impl Load {
     /// Two processes of six tasks on three resources, TTL 1 s, node timeout
     /// 50 ms, restart guard on, a register of its own.
-    fn new(name: &str, cluster: &LocalCluster, run: Duration) -> Load {
-        Load::with_nodes(name, cluster.urls(), common::cluster(1), run)
+    fn new(name: &str, servers: &LocalServers, run: Duration) -> Load {
+        Load::with_nodes(name, servers.urls(), common::servers(1), run)
     }
 
     /// `new` for the scenario `fault` with locks of `kind`. Sets of
     /// resources are drawn from five, so that some are disjoint and held at
     /// once.
-    pub(crate) fn of(kind: Kind, fault: &str, cluster: &LocalCluster, run: Duration) -> Load {
-        Load::of_nodes(kind, fault, cluster.urls(), run)
+    pub(crate) fn of(kind: Kind, fault: &str, servers: &LocalServers, run: Duration) -> Load {
+        Load::of_nodes(kind, fault, servers.urls(), run)
     }
 
-    /// `of`, the clients given `nodes` (proxies in front of a cluster's,
+    /// `of`, the clients given `nodes` (proxies in front of a set of servers',
     /// say).
     fn of_nodes(kind: Kind, fault: &str, nodes: Vec<String>, run: Duration) -> Load {
-        let mut load = Load::with_nodes(&kind.named(fault), nodes, common::cluster(1), run);
+        let mut load = Load::with_nodes(&kind.named(fault), nodes, common::servers(1), run);
         load.spec.kind = kind;
         if kind == Kind::Multi {
             load.spec.resources = 5;
@@ -1170,7 +1170,7 @@ impl Load {
         load
     }
 
-    fn with_nodes(name: &str, nodes: Vec<String>, register: LocalCluster, run: Duration) -> Load {
+    fn with_nodes(name: &str, nodes: Vec<String>, register: LocalServers, run: Duration) -> Load {
         Load {
             spec: Spec {
                 kind: Kind::Mutex,
@@ -1205,9 +1205,9 @@ impl Load {
         }
     }
 
-    /// Starts the client processes on every node of `cluster`.
-    pub(crate) fn start_all(&self, cluster: &LocalCluster) -> Clients {
-        let urls = cluster.urls();
+    /// Starts the client processes on every node of `servers`.
+    pub(crate) fn start_all(&self, servers: &LocalServers) -> Clients {
+        let urls = servers.urls();
         self.start(|_| urls.clone())
     }
 
@@ -1790,7 +1790,7 @@ pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-/// What [`keys_left`] found on a cluster's nodes after a run.
+/// What [`keys_left`] found on the servers' nodes after a run.
 struct KeysLeft {
     /// Keys still there: lock keys (of any layout: a string, a reentrant
     /// owner's, a semaphore's or the readers' hash), and auxiliary keys
@@ -1801,12 +1801,12 @@ struct KeysLeft {
     expired: usize,
 }
 
-/// Which keys under `prefix` are left on the cluster's nodes, after
+/// Which keys under `prefix` are left on the servers' nodes, after
 /// waiting up to 2 s for background releases to land: a lock key must not
 /// stay. The keys that live beside a lock key and are no lock
 /// ([`expires_within`]) must not stay either, but one that a waiter's lost
 /// or late request left behind is given its own bounded life to expire.
-fn keys_left(c: &LocalCluster, prefix: &str, ttl: Duration) -> KeysLeft {
+fn keys_left(c: &LocalServers, prefix: &str, ttl: Duration) -> KeysLeft {
     let pattern = format!("{prefix}*");
     let start = Instant::now();
     let mut auxiliary = std::collections::BTreeSet::new();

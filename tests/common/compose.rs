@@ -1,6 +1,6 @@
-//! The `docker-compose.yml` cluster, driven from tests: a project brought up
+//! The `docker-compose.yml` servers, driven from tests: a project brought up
 //! with a locally built image and taken down on drop. The same for the
-//! `sentinel` and `cluster` profiles ([`Compose::up_profile`]).
+//! `sentinel` and `servers` profiles ([`Compose::up_profile`]).
 //!
 //! The image is `$REDQUORUM_REDIS_IMAGE` if set; otherwise it is built from
 //! this machine's `redis-server` by `scripts/build-local-image.sh`, since no
@@ -13,7 +13,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use redquorum::local_cluster::{Reply, command_with_timeout, declare_born_empty};
+use redquorum::local_servers::{Reply, command_with_timeout, declare_born_empty};
 
 /// The host ports of the five services, `redis1`..`redis5`.
 pub const PORTS: [u16; 5] = [7001, 7002, 7003, 7004, 7005];

@@ -1,4 +1,4 @@
-//! Shared helpers for the integration tests: a real local cluster and ways to
+//! Shared helpers for the integration tests: real local servers and ways to
 //! look at the keys on its nodes.
 #![allow(dead_code)]
 
@@ -9,7 +9,7 @@ pub mod proxy;
 use std::time::Duration;
 
 use redquorum::Redlock;
-use redquorum::local_cluster::{LocalCluster, Reply, command};
+use redquorum::local_servers::{LocalServers, Reply, command};
 
 /// A per-node timeout large enough that a loaded CI machine never misses it
 /// on a healthy node; tests that need a node to time out freeze it.
@@ -17,19 +17,20 @@ pub const NODE_TIMEOUT: Duration = Duration::from_millis(1_000);
 
 /// Starts `n` local nodes, with a message that says how to install Redis if
 /// it is missing.
-pub fn cluster(n: usize) -> LocalCluster {
-    LocalCluster::start(n).unwrap_or_else(|e| panic!("cannot start a local Redis cluster: {e}"))
+pub fn servers(n: usize) -> LocalServers {
+    LocalServers::start(n)
+        .unwrap_or_else(|e| panic!("cannot start local redis-server processes: {e}"))
 }
 
-/// A lock manager over the cluster with test-friendly options: no retries
+/// A lock manager over the servers with test-friendly options: no retries
 /// unless asked, and a generous node timeout.
-pub fn redlock(cluster: &LocalCluster) -> Redlock {
-    builder(cluster).build().unwrap()
+pub fn redlock(servers: &LocalServers) -> Redlock {
+    builder(servers).build().unwrap()
 }
 
-pub fn builder(cluster: &LocalCluster) -> redquorum::Builder {
+pub fn builder(servers: &LocalServers) -> redquorum::Builder {
     Redlock::builder()
-        .nodes(cluster.urls())
+        .nodes(servers.urls())
         .node_timeout(NODE_TIMEOUT)
         .retry_count(0)
         .retry_delay(Duration::from_millis(20))
@@ -39,8 +40,8 @@ pub fn builder(cluster: &LocalCluster) -> redquorum::Builder {
 /// For tests of short TTLs (a few hundred ms): a node timeout below them,
 /// and retries so that one slow answer on a loaded machine costs a retry,
 /// not the test.
-pub fn short_ttl(cluster: &LocalCluster) -> Redlock {
-    builder(cluster)
+pub fn short_ttl(servers: &LocalServers) -> Redlock {
+    builder(servers)
         .node_timeout(Duration::from_millis(100))
         .retry_count(10)
         .build()
@@ -65,24 +66,24 @@ pub fn count(report: &redquorum::Report, pred: impl Fn(&redquorum::NodeFailure) 
 }
 
 /// The value of `key` on node `i`, `None` if it is missing.
-pub fn get(cluster: &LocalCluster, i: usize, key: &str) -> Option<String> {
-    match command(cluster.port(i), &["GET", key]).expect("GET") {
+pub fn get(servers: &LocalServers, i: usize, key: &str) -> Option<String> {
+    match command(servers.port(i), &["GET", key]).expect("GET") {
         Reply::Bulk(v) => v.map(|b| String::from_utf8(b).unwrap()),
         other => panic!("GET {key} on node {i}: {other:?}"),
     }
 }
 
 /// The remaining TTL of `key` on node `i` in milliseconds (-2 if missing).
-pub fn pttl(cluster: &LocalCluster, i: usize, key: &str) -> i64 {
-    match command(cluster.port(i), &["PTTL", key]).expect("PTTL") {
+pub fn pttl(servers: &LocalServers, i: usize, key: &str) -> i64 {
+    match command(servers.port(i), &["PTTL", key]).expect("PTTL") {
         Reply::Int(n) => n,
         other => panic!("PTTL on node {i}: {other:?}"),
     }
 }
 
 /// Node `i`'s clock (`TIME`), in whole seconds as milliseconds.
-pub fn node_time_ms(cluster: &LocalCluster, i: usize) -> u64 {
-    match run(cluster, i, &["TIME"]) {
+pub fn node_time_ms(servers: &LocalServers, i: usize) -> u64 {
+    match run(servers, i, &["TIME"]) {
         Reply::Array(Some(t)) => match t.as_slice() {
             [Reply::Bulk(Some(s)), _] => {
                 String::from_utf8(s.clone())
@@ -98,8 +99,8 @@ pub fn node_time_ms(cluster: &LocalCluster, i: usize) -> u64 {
 }
 
 /// Sends a command to node `i` and expects it not to be an error.
-pub fn run(cluster: &LocalCluster, i: usize, args: &[&str]) -> Reply {
-    let reply = command(cluster.port(i), args).expect("command");
+pub fn run(servers: &LocalServers, i: usize, args: &[&str]) -> Reply {
+    let reply = command(servers.port(i), args).expect("command");
     assert!(
         !matches!(reply, Reply::Error(_)),
         "{args:?} on node {i}: {reply:?}"
@@ -110,8 +111,8 @@ pub fn run(cluster: &LocalCluster, i: usize, args: &[&str]) -> Reply {
 /// A figure of `INFO commandstats` on node `i`: `field` (`calls`,
 /// `rejected_calls`, …) of `command`, summed over its subcommands (Redis 7
 /// counts `config|get` apart), 0 if it never ran.
-pub fn command_stat(cluster: &LocalCluster, i: usize, command: &str, field: &str) -> u64 {
-    let Reply::Bulk(Some(text)) = run(cluster, i, &["INFO", "commandstats"]) else {
+pub fn command_stat(servers: &LocalServers, i: usize, command: &str, field: &str) -> u64 {
+    let Reply::Bulk(Some(text)) = run(servers, i, &["INFO", "commandstats"]) else {
         panic!("INFO commandstats on node {i}")
     };
     let whole = format!("cmdstat_{command}:");
@@ -128,10 +129,10 @@ pub fn command_stat(cluster: &LocalCluster, i: usize, command: &str, field: &str
 
 /// How many of the given nodes hold `key`, of any kind (a mutex's string,
 /// a reentrant lock's hash).
-pub fn holders(cluster: &LocalCluster, nodes: &[usize], key: &str) -> usize {
+pub fn holders(servers: &LocalServers, nodes: &[usize], key: &str) -> usize {
     nodes
         .iter()
-        .filter(|&&i| run(cluster, i, &["EXISTS", key]) == Reply::Int(1))
+        .filter(|&&i| run(servers, i, &["EXISTS", key]) == Reply::Int(1))
         .count()
 }
 
@@ -139,7 +140,7 @@ pub fn holders(cluster: &LocalCluster, nodes: &[usize], key: &str) -> usize {
 /// nodes beyond the majority finish in the background after a call returns.
 /// Panics after `limit`.
 pub async fn await_holders(
-    cluster: &LocalCluster,
+    servers: &LocalServers,
     nodes: &[usize],
     key: &str,
     n: usize,
@@ -147,7 +148,7 @@ pub async fn await_holders(
 ) {
     let start = std::time::Instant::now();
     loop {
-        let held = holders(cluster, nodes, key);
+        let held = holders(servers, nodes, key);
         if held == n {
             return;
         }
@@ -160,8 +161,8 @@ pub async fn await_holders(
 }
 
 /// Waits (bounded) until no node among `nodes` holds `key`.
-pub async fn await_gone(cluster: &LocalCluster, nodes: &[usize], key: &str, limit: Duration) {
-    await_holders(cluster, nodes, key, 0, limit).await;
+pub async fn await_gone(servers: &LocalServers, nodes: &[usize], key: &str, limit: Duration) {
+    await_holders(servers, nodes, key, 0, limit).await;
 }
 
 /// The Redis key of a resource under the default prefix.

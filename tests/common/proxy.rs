@@ -14,7 +14,7 @@
 //! order, each chunk not before its stamp. Chunks are delayed, not
 //! serialized: a burst costs one delay, not one per chunk.
 //!
-//! [`command`]: redquorum::local_cluster::command
+//! [`command`]: redquorum::local_servers::command
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -357,10 +357,10 @@ async fn pipe(
     tokio::join!(read, write);
 }
 
-/// One proxy in front of each node of `cluster`.
-pub fn in_front_of(cluster: &redquorum::local_cluster::LocalCluster) -> Vec<Proxy> {
-    (0..cluster.len())
-        .map(|i| Proxy::start(cluster.port(i)))
+/// One proxy in front of each node of `servers`.
+pub fn in_front_of(servers: &redquorum::local_servers::LocalServers) -> Vec<Proxy> {
+    (0..servers.len())
+        .map(|i| Proxy::start(servers.port(i)))
         .collect()
 }
 

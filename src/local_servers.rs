@@ -1,11 +1,11 @@
 //! Real `redis-server` processes on this machine, for tests, the quickstart
-//! and the benchmarks (feature `local-cluster`).
+//! and the benchmarks (feature `local-servers`).
 //!
-//! [`LocalCluster::start`] launches N nodes on free loopback ports, each with
+//! [`LocalServers::start`] launches N nodes on free loopback ports, each with
 //! no persistence (`--save "" --appendonly no`) in a temp dir of its own, and
 //! waits until each answers `PING`. A node can be killed (SIGKILL), frozen
 //! (SIGSTOP), thawed (SIGCONT) and restarted on the same port, empty. Dropping
-//! the cluster stops every node and removes the temp dirs, also while a test
+//! the set stops every node and removes the temp dirs, also while a test
 //! panics.
 //!
 //! The binary is `$REDQUORUM_REDIS_SERVER` if set, else `redis-server` from
@@ -32,7 +32,7 @@ const PORT_TRIES: usize = 20;
 
 /// A set of local `redis-server` processes; stopped on drop.
 #[derive(Debug)]
-pub struct LocalCluster {
+pub struct LocalServers {
     binary: PathBuf,
     extra_args: Vec<String>,
     nodes: Vec<LocalNode>,
@@ -47,13 +47,13 @@ struct LocalNode {
     env: Vec<(String, String)>,
 }
 
-impl LocalCluster {
+impl LocalServers {
     /// Starts `n` nodes and waits until each answers `PING`.
     ///
     /// # Errors
     /// When `redis-server` cannot be found (the message says how to install
     /// it) or a node does not come up (the message has its log's tail).
-    pub fn start(n: usize) -> io::Result<LocalCluster> {
+    pub fn start(n: usize) -> io::Result<LocalServers> {
         Self::start_with_args(n, &[])
     }
 
@@ -62,9 +62,9 @@ impl LocalCluster {
     ///
     /// # Errors
     /// As [`start`](Self::start).
-    pub fn start_with_args(n: usize, extra_args: &[&str]) -> io::Result<LocalCluster> {
+    pub fn start_with_args(n: usize, extra_args: &[&str]) -> io::Result<LocalServers> {
         let binary = find_redis_server(std::env::var_os("REDQUORUM_REDIS_SERVER"))?;
-        let mut cluster = LocalCluster {
+        let mut servers = LocalServers {
             binary,
             extra_args: extra_args.iter().map(|s| (*s).to_owned()).collect(),
             nodes: Vec::with_capacity(n),
@@ -73,19 +73,19 @@ impl LocalCluster {
         // `LocalRedisCluster` declares its primaries itself.
         let cluster_mode = extra_args.contains(&"--cluster-enabled");
         for _ in 0..n {
-            let node = cluster.launch_on_free_port()?;
+            let node = servers.launch_on_free_port()?;
             if !cluster_mode {
                 declare_born_empty(node.port, &[node.port])?;
             }
-            cluster.nodes.push(node);
+            servers.nodes.push(node);
         }
-        Ok(cluster)
+        Ok(servers)
     }
 
     /// Starts a node on each of `ports`, each in a process group of its
     /// own, waits until each answers `PING`, and leaves them running after
-    /// this process exits: a cluster to try things out with (`redquorum
-    /// cluster up`). Stop each with SIGTERM (check first that
+    /// this process exits: servers to try things out with (`redquorum
+    /// servers up`). Stop each with SIGTERM (check first that
     /// [`answering_pid`] of its port is still its pid), then remove its
     /// directory. If one node cannot start, those already started are
     /// stopped.
@@ -110,7 +110,7 @@ impl LocalCluster {
     }
 
     fn launch_detached(ports: &[u16], born_empty: bool) -> io::Result<Vec<DetachedNode>> {
-        let mut cluster = LocalCluster {
+        let mut servers = LocalServers {
             binary: find_redis_server(std::env::var_os("REDQUORUM_REDIS_SERVER"))?,
             extra_args: Vec::new(),
             nodes: Vec::with_capacity(ports.len()),
@@ -123,11 +123,11 @@ impl LocalCluster {
                 ));
             }
             let dir = node_dir(port)?;
-            // Dropping the cluster on an error stops the nodes started.
-            let child = cluster.launch_in_own_group(port, &dir).inspect_err(|_| {
+            // Dropping the set on an error stops the nodes started.
+            let child = servers.launch_in_own_group(port, &dir).inspect_err(|_| {
                 let _ = std::fs::remove_dir_all(&dir);
             })?;
-            cluster.nodes.push(LocalNode {
+            servers.nodes.push(LocalNode {
                 port,
                 dir,
                 child: Some(child),
@@ -137,7 +137,7 @@ impl LocalCluster {
                 declare_born_empty(port, &[port])?;
             }
         }
-        Ok(std::mem::take(&mut cluster.nodes)
+        Ok(std::mem::take(&mut servers.nodes)
             .into_iter()
             .map(|mut node| DetachedNode {
                 port: node.port,
@@ -349,7 +349,7 @@ impl LocalNode {
     }
 }
 
-impl Drop for LocalCluster {
+impl Drop for LocalServers {
     fn drop(&mut self) {
         self.stop();
     }
@@ -395,7 +395,7 @@ pub(crate) fn node_dir(port: u16) -> io::Result<PathBuf> {
     Ok(dir)
 }
 
-/// A node left running by [`LocalCluster::start_detached`].
+/// A node left running by [`LocalServers::start_detached`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DetachedNode {
     /// Its port on 127.0.0.1.

@@ -1,29 +1,29 @@
-//! `redquorum cluster up|down|ls`: local clusters of `redis-server`
+//! `redquorum servers up|down|ls`: local sets of `redis-server`
 //! processes to try things out with, started by the launcher the tests use
-//! and left running until `cluster down`.
+//! and left running until `servers down`.
 //!
-//! What was started is remembered in `$TMPDIR/redquorum-cluster-<uid>/`
+//! What was started is remembered in `$TMPDIR/redquorum-servers-<uid>/`
 //! (this user's, closed to others): one directory per set, named by its
 //! `--base-port`, holding one file per node named by its port, with its
 //! pid and directory. A node is stopped only if that pid is still the
 //! server on its port (it answers there, or its command line names the
 //! port), and only directories the launcher made are removed. `up` on a
 //! set that exists restarts its dead nodes (not declared born empty: see
-//! `LocalCluster::restart_detached`).
+//! `LocalServers::restart_detached`).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use redquorum::local_cluster::{DetachedNode, LocalCluster, answering_pid};
+use redquorum::local_servers::{DetachedNode, LocalServers, answering_pid};
 
-use crate::args::{Cluster, ClusterUp};
+use crate::args::{Servers, ServersUp};
 use crate::{exit, fail};
 
-pub fn cluster(command: Cluster) -> u8 {
+pub fn servers(command: Servers) -> u8 {
     let result = match command {
-        Cluster::Up(up) => self::up(&up),
-        Cluster::Down(set) => down(set.base_port),
-        Cluster::Ls(set) => ls(set.base_port),
+        Servers::Up(up) => self::up(&up),
+        Servers::Down(set) => down(set.base_port),
+        Servers::Ls(set) => ls(set.base_port),
     };
     result.unwrap_or_else(|e| fail(exit::FAILURE, e))
 }
@@ -33,7 +33,7 @@ pub fn cluster(command: Cluster) -> u8 {
 fn state_dir() -> PathBuf {
     // SAFETY: a plain query.
     let uid = unsafe { libc::getuid() };
-    std::env::temp_dir().join(format!("redquorum-cluster-{uid}"))
+    std::env::temp_dir().join(format!("redquorum-servers-{uid}"))
 }
 
 /// The state directory, made if missing; refused unless it is ours and
@@ -53,7 +53,7 @@ fn checked_state_dir() -> Result<PathBuf, String> {
     Ok(dir)
 }
 
-/// The nodes of one `cluster up`, named by its base port.
+/// The nodes of one `servers up`, named by its base port.
 struct Set {
     base: u16,
     nodes: Vec<DetachedNode>,
@@ -70,7 +70,7 @@ impl Set {
     }
 }
 
-fn up(up: &ClusterUp) -> Result<u8, String> {
+fn up(up: &ServersUp) -> Result<u8, String> {
     let last = u32::from(up.base_port) + u32::from(up.nodes) - 1;
     if up.base_port == 0 || last > u32::from(u16::MAX) {
         return Ok(fail(
@@ -87,7 +87,7 @@ fn up(up: &ClusterUp) -> Result<u8, String> {
                 exit::USAGE,
                 format!(
                     "ports {}..={last} overlap the set started with --base-port {}: give \
-                     another --base-port, or stop that set first (redquorum cluster down \
+                     another --base-port, or stop that set first (redquorum servers down \
                      --base-port {})",
                     up.base_port, set.base, set.base
                 ),
@@ -99,7 +99,7 @@ fn up(up: &ClusterUp) -> Result<u8, String> {
     }
     let dir = state.join(up.base_port.to_string());
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot make {dir:?}: {e}"))?;
-    let nodes = LocalCluster::start_detached(&ports).map_err(|e| {
+    let nodes = LocalServers::start_detached(&ports).map_err(|e| {
         let _ = std::fs::remove_dir(&dir);
         format!("cannot start: {e}")
     })?;
@@ -117,7 +117,7 @@ fn up(up: &ClusterUp) -> Result<u8, String> {
     }
     println!("\n{}", set.export_line());
     println!(
-        "stop them with: redquorum cluster down --base-port {}",
+        "stop them with: redquorum servers down --base-port {}",
         set.base
     );
     Ok(0)
@@ -132,7 +132,7 @@ fn restart_dead(mut set: Set, ports: &[u16]) -> Result<u8, String> {
             exit::USAGE,
             format!(
                 "the set started with --base-port {} has {} nodes: give --nodes {}, or stop it \
-                 first (redquorum cluster down --base-port {})",
+                 first (redquorum servers down --base-port {})",
                 set.base,
                 recorded.len(),
                 recorded.len(),
@@ -150,7 +150,7 @@ fn restart_dead(mut set: Set, ports: &[u16]) -> Result<u8, String> {
                 exit::FAILURE,
                 format!(
                     "{} (pid {}) runs but does not answer (frozen, or too busy): \
-                     `kill -CONT {}`, or stop the set (redquorum cluster down --base-port {})",
+                     `kill -CONT {}`, or stop the set (redquorum servers down --base-port {})",
                     url(node),
                     node.pid,
                     node.pid,
@@ -168,7 +168,7 @@ fn restart_dead(mut set: Set, ports: &[u16]) -> Result<u8, String> {
         );
     } else {
         let restarted =
-            LocalCluster::restart_detached(&dead).map_err(|e| format!("cannot restart: {e}"))?;
+            LocalServers::restart_detached(&dead).map_err(|e| format!("cannot restart: {e}"))?;
         for node in set.nodes.iter_mut() {
             if let Some(new) = restarted.iter().find(|n| n.port == node.port) {
                 remove_node_dir(&node.dir);
@@ -257,15 +257,15 @@ fn remembered(dir: &Path) -> Result<Vec<DetachedNode>, String> {
 /// What is listed or stopped when none is: one set's words, or every set's.
 fn none_up(only: Option<u16>) -> String {
     match only {
-        Some(base) => format!("no local cluster is up on --base-port {base}"),
-        None => "no local cluster is up".to_owned(),
+        Some(base) => format!("no local set of servers is up on --base-port {base}"),
+        None => "no local set of servers is up".to_owned(),
     }
 }
 
 fn ls(only: Option<u16>) -> Result<u8, String> {
     let sets = sets(only)?;
     if sets.is_empty() {
-        println!("{} (start one with: redquorum cluster up)", none_up(only));
+        println!("{} (start one with: redquorum servers up)", none_up(only));
         return Ok(0);
     }
     for (i, set) in sets.iter().enumerate() {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use redquorum::local_cluster::{LocalCluster, Reply, command, command_with_timeout};
+use redquorum::local_servers::{LocalServers, Reply, command, command_with_timeout};
 
 fn alive(pid: u32) -> bool {
     // SAFETY: signal 0 only checks that the process exists.
@@ -12,7 +12,7 @@ fn alive(pid: u32) -> bool {
 
 #[test]
 fn nodes_answer_die_freeze_thaw_and_restart_empty() {
-    let mut c = LocalCluster::start(3).unwrap();
+    let mut c = LocalServers::start(3).unwrap();
     assert_eq!(c.len(), 3);
     let mut ports: Vec<u16> = (0..3).map(|i| c.port(i)).collect();
     ports.dedup();
@@ -50,7 +50,7 @@ fn nodes_answer_die_freeze_thaw_and_restart_empty() {
 
 #[test]
 fn dropping_the_cluster_stops_every_node_even_frozen_ones() {
-    let mut c = LocalCluster::start(2).unwrap();
+    let mut c = LocalServers::start(2).unwrap();
     c.freeze(1);
     let pids: Vec<u32> = (0..2).map(|i| c.pid(i).unwrap()).collect();
     assert!(pids.iter().all(|&p| alive(p)));
@@ -61,7 +61,7 @@ fn dropping_the_cluster_stops_every_node_even_frozen_ones() {
 
 #[test]
 fn extra_arguments_reach_every_node() {
-    let c = LocalCluster::start_with_args(2, &["--maxmemory-policy", "allkeys-lru"]).unwrap();
+    let c = LocalServers::start_with_args(2, &["--maxmemory-policy", "allkeys-lru"]).unwrap();
     for i in 0..2 {
         let reply = command(c.port(i), &["CONFIG", "GET", "maxmemory-policy"]).unwrap();
         let Reply::Array(Some(items)) = reply else {
