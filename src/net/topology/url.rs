@@ -135,6 +135,19 @@ pub(crate) fn cluster_seeds(url: &str) -> Result<Option<Vec<String>>, ConfigErro
         Some((user, hosts)) => (format!("{user}@"), hosts),
         None => (String::new(), rest),
     };
+    // One user and password for every seed, before the first: a second
+    // '@' is a seed with credentials of its own (`a:p@h1:1,b:q@h2:2`,
+    // whose first seed would be taken for a password), or an unencoded
+    // '@' in the password; either way which seeds there are cannot be
+    // told, and none may be dropped.
+    if userinfo.matches('@').count() > 1 {
+        return Err(bad(
+            "more than one '@': a cluster node takes one user and password, before its \
+             first seed, for all its seeds (redis+cluster://user:password@h1:1,h2:2); \
+             per-seed credentials are not supported, and an '@' in the password is written \
+             %40",
+        ));
+    }
     let hosts = hosts.strip_suffix('/').unwrap_or(hosts);
     if hosts.contains(['/', '?', '#']) {
         return Err(bad(
@@ -193,6 +206,11 @@ mod tests {
                 "redis://u:p,w@b:2".to_owned()
             ])
         );
+        // Whitespace around a URL is no part of it.
+        assert_eq!(
+            cluster_seeds(" redis+cluster://a:1 ").unwrap(),
+            Some(vec!["redis://a:1".to_owned()])
+        );
         for bad in [
             "redis+cluster://",
             "redis+cluster://a:1,,b:2",
@@ -213,5 +231,34 @@ mod tests {
             assert!(!shown.contains("hunter2"), "{shown}");
             assert!(shown.contains("host:port"), "{shown}");
         }
+    }
+
+    /// A seed with credentials of its own is refused, never swallowed
+    /// into the first seed's password.
+    #[test]
+    fn per_seed_credentials_are_refused_not_swallowed() {
+        for url in [
+            "redis+cluster://a:hunter2@h1:1,b:qwerty9@h2:2",
+            "redis+cluster://:hunter2@h1:1,:hunter2@h2:2",
+            "redis+cluster://u:hunter2@x@h1:1",
+        ] {
+            let e = cluster_seeds(url).unwrap_err();
+            assert!(
+                matches!(e, ConfigError::InvalidClusterUrl { .. }),
+                "{url}: {e:?}"
+            );
+            let shown = format!("{e} {e:?}");
+            assert!(shown.contains("more than one '@'"), "{shown}");
+            assert!(shown.contains("%40"), "{shown}");
+            assert!(
+                !shown.contains("hunter2") && !shown.contains("qwerty9"),
+                "{shown}"
+            );
+        }
+        // Encoded, the '@' is the password's: one seed, its password kept.
+        assert_eq!(
+            cluster_seeds("redis+cluster://u:p%40x@h1:1").unwrap(),
+            Some(vec!["redis://u:p%40x@h1:1".to_owned()])
+        );
     }
 }
