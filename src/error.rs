@@ -263,6 +263,16 @@ pub enum ConfigError {
     /// [`max_in_flight`](crate::Builder::max_in_flight) is zero: no request
     /// could ever be sent.
     ZeroInFlight,
+    /// [`max_in_flight`](crate::Builder::max_in_flight) is above the most a
+    /// connection's queue holds: handing a request to the connection must
+    /// never wait (a lock's removal relies on it), so no more can be on the
+    /// wire to one node at once.
+    InFlightTooLarge {
+        /// The number given.
+        requests: usize,
+        /// The most accepted (65 536).
+        max: usize,
+    },
     /// A per-node or connect timeout longer than a day: a node that takes
     /// that long to answer is as good as down, and a deadline that far off
     /// is no bound.
@@ -448,6 +458,11 @@ impl fmt::Display for ConfigError {
                 f,
                 "max_in_flight must be at least 1 (requests on the wire to one node at once; \
                  default 256)"
+            ),
+            ConfigError::InFlightTooLarge { requests, max } => write!(
+                f,
+                "max_in_flight {requests} is more than the {max} requests a connection queues: \
+                 give at most {max} (default 256; more requests wait their turn in the client)"
             ),
             ConfigError::TimeoutTooLong {
                 option,
