@@ -141,10 +141,12 @@ impl Builder {
     /// that the sentinels at `sentinels` (`host:port` each, 26379 when the
     /// port is left out) know as `master_name`, resolved anew for every
     /// connection. The same as the URL
-    /// `redis+sentinel://host1:port1,host2:port2/<master_name>`; give the
-    /// URL to [`node`](Self::node) instead for credentials (those before
-    /// `@` go to the data nodes, `?sentinel_password=` to the sentinels)
-    /// or a database. Each node must be its own Sentinel-managed set, one
+    /// `redis+sentinel://host1:port1,host2:port2/<master_name>`, the name
+    /// percent-encoded (any name Sentinel accepts is taken: `cache@eu`,
+    /// `my?master`); give the URL to [`node`](Self::node) instead for
+    /// credentials (those before `@` go to the data nodes,
+    /// `?sentinel_password=` to the sentinels) or a database, with the
+    /// master name percent-encoded there too (`cache%40eu`). Each node must be its own Sentinel-managed set, one
     /// failure domain of its own: see the README's "Sentinel-managed
     /// nodes" for what a failover costs (the restart guard keeps the node
     /// out for a TTL) and why one set alone is not a safe lock.

@@ -26,7 +26,10 @@ pub(crate) const SENTINEL_SCHEMES: [&str; 2] = ["redis+sentinel", "rediss+sentin
 
 /// The URL of the Sentinel-managed node that the sentinels at `sentinels`
 /// (`host:port` each) know as `master_name`: what
-/// [`Builder::sentinel_node`](crate::Builder::sentinel_node) adds.
+/// [`Builder::sentinel_node`](crate::Builder::sentinel_node) adds. The
+/// name is percent-encoded (every byte but `A-Z a-z 0-9 - . _ ~`), so that
+/// any name Sentinel accepts (`cache@eu`, `my?master`, `a/b`, `50%`, with
+/// spaces) comes back whole from the URL's path, which is percent-decoded.
 pub(crate) fn sentinel_node_url<I, S>(master_name: &str, sentinels: I) -> String
 where
     I: IntoIterator<Item = S>,
@@ -40,8 +43,22 @@ where
         "{}://{}/{}",
         SENTINEL_SCHEMES[0],
         hosts.join(","),
-        master_name
+        percent_encode(master_name)
     )
+}
+
+/// `text` with every byte but the URL's unreserved ones (`A-Z a-z 0-9 - .
+/// _ ~`) written `%XX`.
+pub(crate) fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
 }
 
 /// The URL of the cluster node reached through `seeds` (`host:port` or
