@@ -661,8 +661,27 @@ pub enum NodeFailure {
     /// configuration from the certificates given. A connection that breaks
     /// later is a [`Connection`](NodeFailure::Connection) failure.
     Tls(String),
-    /// The node refused our credentials (`NOAUTH`, `WRONGPASS`, `NOPERM`).
+    /// The node refused our credentials (`NOAUTH`, `WRONGPASS`).
     Auth(String),
+    /// The node's ACL does not let this client's user run a command a lock
+    /// needs, or touch one of its keys or channels (`NOPERM`, or an ACL
+    /// failure inside a script). Its `Display` says what the user needs.
+    /// A new connection is refused this way, before any lock is sent on
+    /// it, when the user may not run the scripts that extend and release
+    /// locks (`EVALSHA`, `EVAL`): the node never grants a lock the client
+    /// could not release.
+    Denied {
+        /// The command refused, where the node named it (Redis 7.0 does
+        /// not inside a script; nor for a key or a channel).
+        command: Option<String>,
+        /// The node's answer.
+        message: String,
+    },
+    /// The node answered `MOVED` or `ASK`: it is a member of a Redis
+    /// Cluster, given as a plain server (`redis://`). Give the whole cluster
+    /// as one node, `redis+cluster://host:port[,host:port…]` (crate
+    /// feature `cluster`) or [`Builder::cluster_node`](crate::Builder::cluster_node).
+    ClusterMember(String),
     /// The key holds a value of another type (`WRONGTYPE`).
     WrongType(String),
     /// The node is out of memory (`OOM`): `maxmemory` is reached under
@@ -702,6 +721,18 @@ pub enum NodeFailure {
     /// None of a Sentinel-managed node's sentinels could be asked for the
     /// primary: each one's reason, by address.
     SentinelsUnreachable(String),
+    /// The sentinels of a Sentinel-managed node (not its data nodes)
+    /// refused this client's credentials, or their ACL refused it `SENTINEL`
+    /// (none of the others answered either). The sentinels' user and
+    /// password are the URL's `sentinel_username` and `sentinel_password`
+    /// query parameters; the `user:password@` before the addresses is the
+    /// data nodes'.
+    SentinelAuth {
+        /// The master name asked for.
+        master: String,
+        /// Each sentinel's answer, by address.
+        answers: String,
+    },
     /// The sentinels of a Sentinel-managed node monitor no master of the
     /// node's name.
     UnknownMaster {
@@ -760,6 +791,7 @@ impl NodeFailure {
                 | NodeFailure::Connection(_)
                 | NodeFailure::Tls(_)
                 | NodeFailure::SentinelsUnreachable(_)
+                | NodeFailure::SentinelAuth { .. }
                 | NodeFailure::UnknownMaster { .. }
                 | NodeFailure::SentinelsDisagree { .. }
                 | NodeFailure::NotPrimary { .. }
@@ -787,10 +819,31 @@ impl fmt::Display for NodeFailure {
             NodeFailure::Auth(e) => write!(
                 f,
                 "authentication failed ({e}): put the right credentials in the node's URL, \
-                 redis://user:password@host:port (an ACL user also needs the lock keys, \
-                 their <key>:waiters queues, <key>:intent, <key>:leader and <key>:terms keys, their \
-                 <key>:wake:* and <key>:leader channels, EVALSHA, PUBLISH, SUBSCRIBE, TIME, \
-                 and the hash and sorted-set commands)"
+                 redis://user:password@host:port (an ACL user also needs: {})",
+                crate::net::denial::ACL_NEEDED
+            ),
+            NodeFailure::Denied { command, message } => {
+                let refused = match command {
+                    Some(command) => format!("the command {command}"),
+                    None => "a command, key or channel a lock needs".to_owned(),
+                };
+                write!(
+                    f,
+                    "the node's ACL refuses this client's user {refused} ({message}): give the \
+                     user, on every node, ACL SETUSER <user> {}",
+                    crate::net::denial::ACL_NEEDED
+                )?;
+                if let Some(command) = command {
+                    write!(f, "; what is refused now: +{command}")?;
+                }
+                Ok(())
+            }
+            NodeFailure::ClusterMember(e) => write!(
+                f,
+                "the node is a member of a Redis Cluster ({e}), given as a plain server: give \
+                 the whole cluster as one node, redis+cluster://host:port[,host:port...] or \
+                 Builder::cluster_node (redquorum's `cluster` feature), each independent \
+                 cluster one node"
             ),
             NodeFailure::WrongType(e) => write!(
                 f,
@@ -834,6 +887,14 @@ impl fmt::Display for NodeFailure {
                 "no sentinel of the node could be asked for its primary ({e}): check the \
                  sentinel addresses in the node's URL, that they run and are reachable from \
                  here, and their credentials (?sentinel_password=...)"
+            ),
+            NodeFailure::SentinelAuth { master, answers } => write!(
+                f,
+                "the sentinels of {master:?} refused this client's credentials ({answers}): \
+                 the sentinels' user and password are the URL's query parameters, \
+                 ?sentinel_username=...&sentinel_password=... (percent-encoded), not the \
+                 user:password@ before the addresses, which is the data nodes'; an ACL user \
+                 on the sentinels needs +sentinel|get-master-addr-by-name +sentinel|master"
             ),
             NodeFailure::UnknownMaster { master } => write!(
                 f,
@@ -879,6 +940,15 @@ mod tests {
                 remaining: Duration::from_secs(1),
             },
             NodeFailure::Auth("WRONGPASS".into()),
+            NodeFailure::Denied {
+                command: Some("evalsha".into()),
+                message: "NOPERM".into(),
+            },
+            NodeFailure::ClusterMember("MOVED 1 h:1".into()),
+            NodeFailure::SentinelAuth {
+                master: "m".into(),
+                answers: "h:1 refused the credentials: WRONGPASS".into(),
+            },
             NodeFailure::UnknownMaster { master: "m".into() },
             NodeFailure::BadFenceCounter { key: "k".into() },
         ];

@@ -83,6 +83,7 @@
 //! unanswered one. The restart guard ([`guard`]) reads every new
 //! connection's `INFO server` before the connection is used.
 
+pub(crate) mod denial;
 pub(crate) mod guard;
 mod removals;
 mod retired;
@@ -663,6 +664,7 @@ impl Inner {
             .set_response_timeout(None)
             .set_pipeline_buffer_size(PIPELINE_BUFFER);
         let (mut conn, primary) = self.endpoint.connect(&config).await?;
+        denial::check(&conn).await?;
         #[cfg(feature = "cluster")]
         if let (Some(guard), CommandConn::Cluster(cluster)) = (&self.guard, &mut conn) {
             let born = !guard.knows_primaries();
@@ -987,6 +989,9 @@ pub(crate) fn needs_new_connection(e: &RedisError) -> bool {
 
 /// Sorts a Redis error into the failure a user can act on.
 pub(crate) fn classify(e: &RedisError) -> NodeFailure {
+    if let Some(failure) = denial::refine(e) {
+        return failure;
+    }
     const KNOWN: [&str; 6] = [
         "WRONGTYPE",
         "OOM",
