@@ -141,10 +141,12 @@ impl Builder {
     /// that the sentinels at `sentinels` (`host:port` each, 26379 when the
     /// port is left out) know as `master_name`, resolved anew for every
     /// connection. The same as the URL
-    /// `redis+sentinel://host1:port1,host2:port2/<master_name>`; give the
-    /// URL to [`node`](Self::node) instead for credentials (those before
-    /// `@` go to the data nodes, `?sentinel_password=` to the sentinels)
-    /// or a database. Each node must be its own Sentinel-managed set, one
+    /// `redis+sentinel://host1:port1,host2:port2/<master_name>`, the name
+    /// percent-encoded (any name Sentinel accepts is taken: `cache@eu`,
+    /// `my?master`); give the URL to [`node`](Self::node) instead for
+    /// credentials (those before `@` go to the data nodes,
+    /// `?sentinel_password=` to the sentinels) or a database, with the
+    /// master name percent-encoded there too (`cache%40eu`). Each node must be its own Sentinel-managed set, one
     /// failure domain of its own: see the README's "Sentinel-managed
     /// nodes" for what a failover costs (the restart guard keeps the node
     /// out for a TTL) and why one set alone is not a safe lock.
@@ -268,7 +270,8 @@ impl Builder {
     /// own queue. A lock's validity still counts from before its first
     /// request was queued, so time spent waiting shortens it, never the
     /// other way round. Default 256; at least 1
-    /// ([`ConfigError::ZeroInFlight`]).
+    /// ([`ConfigError::ZeroInFlight`]), at most 65 536, what a connection
+    /// queues ([`ConfigError::InFlightTooLarge`]).
     pub fn max_in_flight(mut self, requests: usize) -> Self {
         self.options.max_in_flight = requests;
         self
@@ -541,6 +544,12 @@ impl Builder {
         }
         if o.max_in_flight == 0 {
             return Err(ConfigError::ZeroInFlight);
+        }
+        if o.max_in_flight > crate::net::PIPELINE_BUFFER {
+            return Err(ConfigError::InFlightTooLarge {
+                requests: o.max_in_flight,
+                max: crate::net::PIPELINE_BUFFER,
+            });
         }
         for (option, timeout) in [
             ("node_timeout", o.node_timeout),
@@ -815,9 +824,123 @@ mod tests {
             );
             assert!(e.to_string().contains("86400s"), "{e}");
         }
+        for many in [crate::net::PIPELINE_BUFFER + 1, usize::MAX] {
+            let e = config_err(one().max_in_flight(many));
+            assert_eq!(
+                e,
+                ConfigError::InFlightTooLarge {
+                    requests: many,
+                    max: 65_536
+                }
+            );
+            assert!(e.to_string().contains("at most 65536"), "{e}");
+        }
+        assert!(
+            one()
+                .max_in_flight(crate::net::PIPELINE_BUFFER)
+                .validate()
+                .is_ok()
+        );
         let longest = one().node_timeout(MAX_TIMEOUT).connect_timeout(MAX_TIMEOUT);
         assert!(longest.validate().is_ok());
         assert!(one().drift_factor(0.0).validate().is_ok());
+    }
+
+    /// Every numeric option at its extremes: refused with a `ConfigError`
+    /// or taken (durations saturate), and a lock call made with those taken
+    /// ends with an error, never a panic.
+    #[tokio::test]
+    async fn extreme_options_are_refused_or_taken_never_a_panic() {
+        // Nothing listens on port 1: every attempt fails at once.
+        let one = || Builder::default().node("redis://127.0.0.1:1");
+        for f in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -1.0, 0.0, 1.0] {
+            assert!(matches!(
+                config_err(one().keep_alive_fraction(f)),
+                ConfigError::InvalidKeepAliveFraction(_)
+            ));
+        }
+        for f in [
+            f64::NEG_INFINITY,
+            -f64::MIN_POSITIVE,
+            f64::MAX,
+            1.0 + f64::EPSILON,
+        ] {
+            assert!(matches!(
+                config_err(one().drift_factor(f)),
+                ConfigError::InvalidDriftFactor(_)
+            ));
+        }
+        let extreme = one()
+            .drift_factor(1.0 - f64::EPSILON)
+            .keep_alive_fraction(f64::MIN_POSITIVE)
+            .max_in_flight(1)
+            .retry_count(u32::MAX)
+            .retry_delay(Duration::MAX)
+            .retry_jitter(Duration::MAX)
+            .wait_timeout(ms(300))
+            .min_validity(Duration::ZERO)
+            .node_timeout(Duration::from_nanos(1))
+            .connect_timeout(Duration::from_nanos(1));
+        let redlock = extreme.build().unwrap();
+        let call = |ttl: Duration| {
+            let redlock = redlock.clone();
+            async move { redlock.lock("r", ttl).await.map(|_| ()) }
+        };
+        for ttl in [Duration::ZERO, Duration::from_nanos(1), Duration::MAX] {
+            let e = call(ttl).await.unwrap_err();
+            assert!(matches!(e, crate::Error::Config(_)), "{ttl:?}: {e}");
+        }
+        // A TTL the drift allowance (nearly all of it) leaves no validity.
+        let e = tokio::time::timeout(Duration::from_secs(10), call(Duration::from_secs(100)))
+            .await
+            .expect("the call ended");
+        assert!(e.is_err());
+        // Durations at their extremes, with a TTL that leaves validity.
+        let redlock = one()
+            .retry_count(u32::MAX)
+            .retry_delay(Duration::MAX)
+            .retry_jitter(Duration::MAX)
+            .wait_timeout(ms(300))
+            .min_validity(Duration::MAX)
+            .build()
+            .unwrap();
+        let e = redlock.lock("r", Duration::MAX / 2).await.unwrap_err();
+        assert!(matches!(e, crate::Error::Config(_)), "{e}");
+        let redlock = one()
+            .retry_count(u32::MAX)
+            .retry_delay(Duration::MAX)
+            .retry_jitter(Duration::MAX)
+            .wait_timeout(ms(300))
+            .keep_alive_fraction(1.0 - f64::EPSILON)
+            .build()
+            .unwrap();
+        let attempt = redlock.lock("r", Duration::from_secs(10));
+        let e = tokio::time::timeout(Duration::from_secs(10), attempt)
+            .await
+            .expect("a pause beyond the deadline ends the call")
+            .unwrap_err();
+        assert!(matches!(e, crate::Error::NotAcquired { .. }), "{e}");
+    }
+
+    #[test]
+    fn a_url_is_taken_without_the_whitespace_around_it() {
+        for url in [" redis://h:1", "redis://h:1\n", "\tredis+cluster://h:2 "] {
+            if url.contains("cluster") && cfg!(not(feature = "cluster")) {
+                continue;
+            }
+            let (endpoints, _) = Builder::default().node(url).validate().unwrap();
+            assert!(endpoints[0].name().contains("h:"), "{url:?}");
+        }
+        #[cfg(feature = "sentinel")]
+        Builder::default()
+            .node(" redis+sentinel://h:1/m ")
+            .validate()
+            .unwrap();
+        // Whitespace inside a URL is still refused.
+        assert!(matches!(
+            config_err(Builder::default().node("redis:// h:1")),
+            ConfigError::InvalidUrl { .. }
+        ));
     }
 
     #[test]

@@ -20,6 +20,17 @@
 use std::fmt;
 use std::time::Duration;
 
+/// What an ACL user needs on every node: the commands the locks send and
+/// their scripts run, the keys and channels under the key prefix, and the
+/// restart guard's `INFO`/`ROLE`/`SMEMBERS`. The one list, shown by
+/// [`NodeFailure::Denied`] and [`NodeFailure::Auth`], and tested against a
+/// real server (`tests/lock.rs`).
+pub(crate) const ACL_NEEDED: &str = "~<key prefix>* &<key prefix>* ~redquorum-born-empty \
+     +evalsha +eval +script|load +set +get +del +exists +type +pttl +pexpire +time \
+     +hset +hget +hmget +hgetall +hkeys +hlen +hdel +hexists +zadd +zrange +zrem +zscore \
+     +publish +pubsub|numsub +subscribe +unsubscribe +ping +info +role +smembers \
+     (with a Redis Cluster node, keys are ~{<key prefix>*, and +cluster|slots +asking)";
+
 /// Everything that can go wrong with a lock.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -318,6 +329,16 @@ pub enum ConfigError {
     /// [`max_in_flight`](crate::Builder::max_in_flight) is zero: no request
     /// could ever be sent.
     ZeroInFlight,
+    /// [`max_in_flight`](crate::Builder::max_in_flight) is above the most a
+    /// connection's queue holds: handing a request to the connection must
+    /// never wait (a lock's removal relies on it), so no more can be on the
+    /// wire to one node at once.
+    InFlightTooLarge {
+        /// The number given.
+        requests: usize,
+        /// The most accepted (65 536).
+        max: usize,
+    },
     /// A per-node or connect timeout longer than a day: a node that takes
     /// that long to answer is as good as down, and a deadline that far off
     /// is no bound.
@@ -503,6 +524,11 @@ impl fmt::Display for ConfigError {
                 f,
                 "max_in_flight must be at least 1 (requests on the wire to one node at once; \
                  default 256)"
+            ),
+            ConfigError::InFlightTooLarge { requests, max } => write!(
+                f,
+                "max_in_flight {requests} is more than the {max} requests a connection queues: \
+                 give at most {max} (default 256; more requests wait their turn in the client)"
             ),
             ConfigError::TimeoutTooLong {
                 option,
@@ -720,8 +746,27 @@ pub enum NodeFailure {
     /// configuration from the certificates given. A connection that breaks
     /// later is a [`Connection`](NodeFailure::Connection) failure.
     Tls(String),
-    /// The node refused our credentials (`NOAUTH`, `WRONGPASS`, `NOPERM`).
+    /// The node refused our credentials (`NOAUTH`, `WRONGPASS`).
     Auth(String),
+    /// The node's ACL does not let this client's user run a command a lock
+    /// needs, or touch one of its keys or channels (`NOPERM`, or an ACL
+    /// failure inside a script). Its `Display` says what the user needs.
+    /// A new connection is refused this way, before any lock is sent on
+    /// it, when the user may not run the scripts that extend and release
+    /// locks (`EVALSHA`, `EVAL`): the node never grants a lock the client
+    /// could not release.
+    Denied {
+        /// The command refused, where the node named it (Redis 7.0 does
+        /// not inside a script; nor for a key or a channel).
+        command: Option<String>,
+        /// The node's answer.
+        message: String,
+    },
+    /// The node answered `MOVED` or `ASK`: it is a member of a Redis
+    /// Cluster, given as a plain server (`redis://`). Give the whole cluster
+    /// as one node, `redis+cluster://host:port[,host:port…]` (crate
+    /// feature `cluster`) or [`Builder::cluster_node`](crate::Builder::cluster_node).
+    ClusterMember(String),
     /// The key holds a value of another type (`WRONGTYPE`).
     WrongType(String),
     /// The node is out of memory (`OOM`): `maxmemory` is reached under
@@ -761,6 +806,18 @@ pub enum NodeFailure {
     /// None of a Sentinel-managed node's sentinels could be asked for the
     /// primary: each one's reason, by address.
     SentinelsUnreachable(String),
+    /// The sentinels of a Sentinel-managed node (not its data nodes)
+    /// refused this client's credentials, or their ACL refused it `SENTINEL`
+    /// (none of the others answered either). The sentinels' user and
+    /// password are the URL's `sentinel_username` and `sentinel_password`
+    /// query parameters; the `user:password@` before the addresses is the
+    /// data nodes'.
+    SentinelAuth {
+        /// The master name asked for.
+        master: String,
+        /// Each sentinel's answer, by address.
+        answers: String,
+    },
     /// The sentinels of a Sentinel-managed node monitor no master of the
     /// node's name.
     UnknownMaster {
@@ -819,6 +876,7 @@ impl NodeFailure {
                 | NodeFailure::Connection(_)
                 | NodeFailure::Tls(_)
                 | NodeFailure::SentinelsUnreachable(_)
+                | NodeFailure::SentinelAuth { .. }
                 | NodeFailure::UnknownMaster { .. }
                 | NodeFailure::SentinelsDisagree { .. }
                 | NodeFailure::NotPrimary { .. }
@@ -849,16 +907,22 @@ impl NodeFailure {
         )
     }
 
-    /// Whether waiting will not mend this failure: refused credentials or
-    /// ACL permission ([`Auth`](Self::Auth)), a Sentinel master name the
-    /// sentinels do not know ([`UnknownMaster`](Self::UnknownMaster)), a
-    /// TLS handshake refused ([`Tls`](Self::Tls)), the client's own
-    /// configuration ([`Client`](Self::Client)), or a host name that does
-    /// not resolve (a [`Connection`](Self::Connection) failure whose
-    /// reason is the resolver's). Each needs an operator, not a retry.
+    /// Whether waiting will not mend this failure: refused credentials
+    /// ([`Auth`](Self::Auth), [`SentinelAuth`](Self::SentinelAuth)), an ACL
+    /// permission ([`Denied`](Self::Denied)), a member of a Redis Cluster
+    /// given as a plain server ([`ClusterMember`](Self::ClusterMember)), a
+    /// Sentinel master name the sentinels do not know
+    /// ([`UnknownMaster`](Self::UnknownMaster)), a TLS handshake refused
+    /// ([`Tls`](Self::Tls)), the client's own configuration
+    /// ([`Client`](Self::Client)), or a host name that does not resolve (a
+    /// [`Connection`](Self::Connection) failure whose reason is the
+    /// resolver's). Each needs an operator, not a retry.
     pub fn is_lasting(&self) -> bool {
         match self {
             NodeFailure::Auth(_)
+            | NodeFailure::SentinelAuth { .. }
+            | NodeFailure::Denied { .. }
+            | NodeFailure::ClusterMember(_)
             | NodeFailure::UnknownMaster { .. }
             | NodeFailure::Tls(_)
             | NodeFailure::Client(_) => true,
@@ -903,10 +967,31 @@ impl fmt::Display for NodeFailure {
             NodeFailure::Auth(e) => write!(
                 f,
                 "authentication failed ({e}): put the right credentials in the node's URL, \
-                 redis://user:password@host:port (an ACL user also needs the lock keys, \
-                 their <key>:waiters queues, <key>:intent, <key>:leader and <key>:terms keys, their \
-                 <key>:wake:* and <key>:leader channels, EVALSHA, PUBLISH, SUBSCRIBE, TIME, \
-                 and the hash and sorted-set commands)"
+                 redis://user:password@host:port (an ACL user also needs: {})",
+                ACL_NEEDED
+            ),
+            NodeFailure::Denied { command, message } => {
+                let refused = match command {
+                    Some(command) => format!("the command {command}"),
+                    None => "a command, key or channel a lock needs".to_owned(),
+                };
+                write!(
+                    f,
+                    "the node's ACL refuses this client's user {refused} ({message}): give the \
+                     user, on every node, ACL SETUSER <user> {}",
+                    ACL_NEEDED
+                )?;
+                if let Some(command) = command {
+                    write!(f, "; what is refused now: +{command}")?;
+                }
+                Ok(())
+            }
+            NodeFailure::ClusterMember(e) => write!(
+                f,
+                "the node is a member of a Redis Cluster ({e}), given as a plain server: give \
+                 the whole cluster as one node, redis+cluster://host:port[,host:port...] or \
+                 Builder::cluster_node (redquorum's `cluster` feature), each independent \
+                 cluster one node"
             ),
             NodeFailure::WrongType(e) => write!(
                 f,
@@ -950,6 +1035,14 @@ impl fmt::Display for NodeFailure {
                 "no sentinel of the node could be asked for its primary ({e}): check the \
                  sentinel addresses in the node's URL, that they run and are reachable from \
                  here, and their credentials (?sentinel_password=...)"
+            ),
+            NodeFailure::SentinelAuth { master, answers } => write!(
+                f,
+                "the sentinels of {master:?} refused this client's credentials ({answers}): \
+                 the sentinels' user and password are the URL's query parameters, \
+                 ?sentinel_username=...&sentinel_password=... (percent-encoded), not the \
+                 user:password@ before the addresses, which is the data nodes'; an ACL user \
+                 on the sentinels needs +sentinel|get-master-addr-by-name +sentinel|master"
             ),
             NodeFailure::UnknownMaster { master } => write!(
                 f,
@@ -1085,6 +1178,15 @@ mod tests {
                 remaining: Duration::from_secs(1),
             },
             NodeFailure::Auth("WRONGPASS".into()),
+            NodeFailure::Denied {
+                command: Some("evalsha".into()),
+                message: "NOPERM".into(),
+            },
+            NodeFailure::ClusterMember("MOVED 1 h:1".into()),
+            NodeFailure::SentinelAuth {
+                master: "m".into(),
+                answers: "h:1 refused the credentials: WRONGPASS".into(),
+            },
             NodeFailure::UnknownMaster { master: "m".into() },
             NodeFailure::BadFenceCounter { key: "k".into() },
         ];

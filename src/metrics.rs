@@ -6,13 +6,17 @@
 //! |---|---|---|---|
 //! | `redquorum_attempts_total` | counter | `kind` | acquisition attempts (one round of requests to every node) |
 //! | `redquorum_acquired_total` | counter | `kind` | locks acquired |
-//! | `redquorum_gave_up_total` | counter | `kind`, `cause` | `lock()` calls that gave up: `retries` or `deadline` |
+//! | `redquorum_gave_up_total` | counter | `kind`, `cause` | `lock()` calls that gave up: `retries`, `deadline` or `mismatch` (a semaphore of another number of permits) |
 //! | `redquorum_extend_failures_total` | counter | `kind` | extensions (yours or the watchdog's) that did not get a majority |
 //! | `redquorum_lost_total` | counter | `kind` | held locks lost before their release (a majority gone, or the validity ran out first) |
 //! | `redquorum_node_request_seconds` | histogram | `node`, `outcome` | each request to a node, from the call to its answer: `outcome` is `ok`, `timeout`, `connection` or `error` |
 //!
-//! `kind` is `mutex`, `set` (`lock_all`), `reentrant` or `fenced`; `node`
-//! is `host:port`, never a password. Without the feature nothing is timed.
+//! `kind` is `mutex`, `set` (`lock_all`), `reentrant`, `fenced`,
+//! `semaphore`, `read` (a reader of a read-write lock; a writer is a
+//! `mutex`) or `election` (a candidate's campaign); `node` is `host:port`
+//! (or a socket path), `master@host:port,…` for a Sentinel-managed node,
+//! `cluster(host:port,…)` for a Redis Cluster, never a password. Without
+//! the feature nothing is timed.
 
 #[cfg(feature = "metrics")]
 mod on {
@@ -70,3 +74,36 @@ mod on {
 }
 
 pub(crate) use on::*;
+
+#[cfg(test)]
+mod tests {
+    /// The module's doc names every `kind` label the lock kinds report
+    /// (`Kind::name`) and every `cause` of `gave_up`.
+    #[test]
+    fn the_doc_lists_every_label() {
+        let doc = include_str!("metrics.rs");
+        let doc: String = doc
+            .lines()
+            .take_while(|l| l.starts_with("//!"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        // The kinds' names: `grep -rn 'fn name' -A3 src/kinds`.
+        for label in [
+            "mutex",
+            "set",
+            "reentrant",
+            "fenced",
+            "semaphore",
+            "read",
+            "election",
+            "retries",
+            "deadline",
+            "mismatch",
+        ] {
+            assert!(
+                doc.contains(&format!("`{label}`")),
+                "{label} not in the doc"
+            );
+        }
+    }
+}

@@ -494,3 +494,44 @@ async fn a_frozen_replica_does_not_make_the_cluster_node_unreachable() {
     // timeout each: well within one connect timeout, plus a try.
     assert!(first.unwrap() < secs(4), "{first:?}");
 }
+
+/// A member of a cluster given as a plain server (`redis://`) answers
+/// `MOVED` for the keys of the slots it does not serve: a failure that says
+/// to give the cluster as one `redis+cluster://` node, not a bare `MOVED`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_member_given_as_a_plain_server_says_to_give_the_cluster() {
+    let c = clusters(1);
+    let key = "redquorum:r";
+    let serving = c[0].primary_of(key).unwrap();
+    let other = c[0]
+        .primaries()
+        .unwrap()
+        .into_iter()
+        .find(|&p| p != serving)
+        .unwrap();
+    let redlock = Redlock::builder()
+        .node(format!("redis://127.0.0.1:{other}"))
+        .node_timeout(Duration::from_millis(500))
+        .connect_timeout(secs(5))
+        .retry_count(0)
+        .build()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let err = loop {
+        let err = redlock.try_lock("r", secs(10)).await.unwrap_err();
+        let failure = &err.report().unwrap().failures()[0].1;
+        if !matches!(failure, redquorum::NodeFailure::Timeout) || start.elapsed() > secs(10) {
+            break err;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let failure = &err.report().unwrap().failures()[0].1;
+    assert!(
+        matches!(failure, redquorum::NodeFailure::ClusterMember(_)),
+        "{err}"
+    );
+    let shown = format!("{err} {err:?}");
+    assert!(shown.contains("redis+cluster://"), "{shown}");
+    assert!(shown.contains(&format!(":{serving}")), "{shown}");
+    assert_eq!(get(&c[0], key), None);
+}

@@ -770,3 +770,142 @@ async fn an_extension_never_shortens_a_key_nor_the_validity() {
     assert!(lock.remaining() > Duration::from_secs(55));
     lock.release().await.unwrap();
 }
+
+/// Nodes whose ACL lets user `user` (password `s3cret-acl`) do only what
+/// `rules` say, and a client of that user over them.
+fn acl_client(c: &redquorum::local_servers::LocalServers, user: &str, rules: &[&str]) -> Redlock {
+    for i in 0..c.len() {
+        let mut args = vec!["ACL", "SETUSER", user, "reset", "on", ">s3cret-acl"];
+        args.extend(rules);
+        assert_eq!(run(c, i, &args), Reply::Status("OK".into()), "{args:?}");
+    }
+    let urls: Vec<String> = (0..c.len())
+        .map(|i| format!("redis://{user}:s3cret-acl@127.0.0.1:{}", c.port(i)))
+        .collect();
+    Redlock::builder()
+        .nodes(&urls)
+        .node_timeout(NODE_TIMEOUT)
+        .retry_count(0)
+        .build()
+        .unwrap()
+}
+
+/// `try_lock`'s error once the nodes are connected (a first attempt may
+/// time out waiting for its connections).
+async fn refusal(redlock: &Redlock, resource: &str) -> Error {
+    let start = Instant::now();
+    loop {
+        let err = match redlock.try_lock(resource, Duration::from_secs(10)).await {
+            Ok(_) => panic!("granted"),
+            Err(err) => err,
+        };
+        let connecting = err
+            .report()
+            .unwrap()
+            .failures()
+            .iter()
+            .any(|(_, f)| matches!(f, NodeFailure::Timeout));
+        if !connecting || start.elapsed() > Duration::from_secs(10) {
+            return err;
+        }
+        tokio::time::sleep(ms(100)).await;
+    }
+}
+
+/// A user that may `SET` but not run the scripts that extend and release
+/// would be granted a mutex (a plain `SET NX PX`) it could not release:
+/// its connections are refused before any lock is sent, with a failure
+/// that names the command and the ACL the user needs. The ACL the message
+/// names is then enough for every kind of lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_denied_the_scripts_gets_no_lock_and_is_told_the_acl_that_works() {
+    let c = servers(3);
+    let mut named = String::new();
+    for (user, command) in [("nosha", "evalsha"), ("noeval", "eval")] {
+        let denied = format!("-{command}");
+        let redlock = acl_client(&c, user, &["~*", "&*", "+@all", &denied]);
+        let err = refusal(&redlock, "r").await;
+        let report = err.report().unwrap();
+        assert_eq!(report.agreed(), 0, "{err}");
+        assert!(
+            report.failures().iter().all(|(_, f)| matches!(
+                f,
+                NodeFailure::Denied { command: Some(c), .. } if c == command
+            ) || matches!(f, NodeFailure::NotWaited)),
+            "{err}"
+        );
+        let shown = format!("{err} {err:?}");
+        assert!(shown.contains(&format!("+{command}")), "{shown}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        // Nothing was granted anywhere.
+        assert_eq!(holders(&c, &[0, 1, 2], &key("r")), 0);
+        named = err.to_string();
+    }
+    // The rules the message names, for the key prefix "redquorum:".
+    let rules = named
+        .split("ACL SETUSER <user> ")
+        .nth(1)
+        .and_then(|rest| rest.split(" (with a Redis Cluster").next())
+        .unwrap_or_else(|| panic!("no ACL in {named}"))
+        .replace("<key prefix>", "redquorum:");
+    let rules: Vec<&str> = rules.split(' ').collect();
+    let redlock = acl_client(&c, "exact", &rules);
+    let ttl = Duration::from_secs(10);
+    let mut lock = redlock.lock("m", ttl).retries(50).await.unwrap();
+    lock.extend(ttl).await.unwrap();
+    lock.release().await.unwrap();
+    redlock
+        .lock_all(["a", "b"], ttl)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let reentrant = redlock.lock("re", ttl).reentrant("me").await.unwrap();
+    reentrant.release().await.unwrap();
+    let fenced = redlock.lock("f", ttl).fenced().await.unwrap();
+    assert!(fenced.fence().is_some());
+    fenced.release().await.unwrap();
+    redlock
+        .lock("s", ttl)
+        .permits(2)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    redlock
+        .lock("rw", ttl)
+        .shared()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let leadership = redlock.campaign("e", "me", ttl).await.unwrap();
+    assert!(redlock.leader("e").await.unwrap().is_some());
+    leadership.resign().await.unwrap();
+    let _ = redlock.status("m").await;
+    // A waiter woken by a release (queues, channels, PUBLISH).
+    let holder = redlock.lock("w", ttl).await.unwrap();
+    let waiting = {
+        let redlock = redlock.clone();
+        tokio::spawn(async move {
+            redlock
+                .lock("w", ttl)
+                .retries(1_000)
+                .wait(Duration::from_secs(20))
+                .await
+        })
+    };
+    tokio::time::sleep(ms(300)).await;
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    waiting.await.unwrap().unwrap().release().await.unwrap();
+    // Woken, not left to wait for the holder's keys to expire.
+    assert!(
+        released.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        released.elapsed()
+    );
+}

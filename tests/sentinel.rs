@@ -496,13 +496,17 @@ async fn passwords_appear_in_no_error_or_debug_output() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
         let failure = &err.report().unwrap().failures()[0].1;
+        // Each says whose credentials to fix: the sentinels' (the query's
+        // sentinel_password), or the data nodes' (before the '@').
         if expect_auth_in_sentinels {
-            assert!(
-                matches!(failure, NodeFailure::SentinelsUnreachable(e) if e.contains("authentication")),
-                "{err}"
-            );
+            assert!(matches!(failure, NodeFailure::SentinelAuth { .. }), "{err}");
+            let shown = err.to_string();
+            assert!(shown.contains("sentinels of"), "{shown}");
+            assert!(shown.contains("sentinel_password="), "{shown}");
+            assert!(!shown.contains("put the right credentials"), "{shown}");
         } else {
             assert!(matches!(failure, NodeFailure::Auth(_)), "{err}");
+            assert!(err.to_string().contains("redis://user:password@"), "{err}");
         }
         let shown = format!("{err} {err:?}");
         assert!(!shown.contains("s3cret"), "{shown}");

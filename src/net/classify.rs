@@ -7,11 +7,29 @@
 //! script's refusal in a kind's own words (the semaphore's `PERMITS`, the
 //! fenced kind's `BADFENCE`) comes out as [`NodeFailure::Server`] with its
 //! code, and the kind reads it ([`Kind::read_error`](crate::kinds::Kind::read_error)).
+//!
+//! Two refusals an operator fixes outside the code are told apart first
+//! ([`refine`]):
+//!
+//! * **ACL.** Redis refuses a denied command with `NOPERM … the 'evalsha'
+//!   command`; inside a script, Redis 7.0 answers `ERR The user executing
+//!   the script can't run this command or subcommand script: …` (naming no
+//!   command), 7.2 and later `ERR ACL failure in script: … the 'publish'
+//!   command …`. Each is a [`NodeFailure::Denied`], naming the command where
+//!   the node did, and the ACL the user needs. (A connection whose user may
+//!   not run the scripts is refused before any lock: see
+//!   [`denial`](super::denial).)
+//! * **A cluster member given as `redis://`.** It answers `MOVED` (or
+//!   `ASK`) for every key of a slot it does not serve: a
+//!   [`NodeFailure::ClusterMember`], which says to give the cluster as one
+//!   `redis+cluster://` node. (A real cluster node's connection follows
+//!   these redirects itself and never hands them back; `CLUSTERDOWN` is
+//!   left alone, as a real cluster answers it too.)
 
 #[cfg(feature = "tls")]
 use std::sync::Arc;
 
-use redis::{ErrorKind, RedisError};
+use redis::{ErrorKind, RedisError, ServerErrorKind};
 
 use crate::error::NodeFailure;
 
@@ -70,6 +88,9 @@ pub(crate) fn needs_new_connection(e: &RedisError) -> bool {
 
 /// Sorts a Redis error into the failure a user can act on.
 pub(crate) fn classify(e: &RedisError) -> NodeFailure {
+    if let Some(failure) = refine(e) {
+        return failure;
+    }
     const KNOWN: [&str; 6] = [
         "WRONGTYPE",
         "OOM",
@@ -122,9 +143,132 @@ pub(crate) fn classify(e: &RedisError) -> NodeFailure {
     }
 }
 
+/// The failure `e` is if it is an ACL refusal or a cluster member's
+/// redirect; `None` otherwise. Asked first by [`classify`].
+pub(crate) fn refine(e: &RedisError) -> Option<NodeFailure> {
+    if matches!(
+        e.kind(),
+        ErrorKind::Server(ServerErrorKind::Moved | ServerErrorKind::Ask)
+    ) {
+        return Some(NodeFailure::ClusterMember(e.to_string()));
+    }
+    let message = e.to_string();
+    let denied = e.code() == Some("NOPERM")
+        || [
+            "NOPERM",
+            "can't run this command",
+            "can't access at least one of the keys",
+            "can't publish to the channel",
+            "ACL failure in script",
+            "no permissions to",
+        ]
+        .iter()
+        .any(|says| message.contains(says));
+    denied.then(|| NodeFailure::Denied {
+        command: named_command(&message),
+        message,
+    })
+}
+
+/// The command an ACL refusal names: `… the 'evalsha' command`.
+fn named_command(message: &str) -> Option<String> {
+    let end = message.find("' command")?;
+    let start = message[..end].rfind('\'')? + 1;
+    let name = &message[start..end];
+    (!name.is_empty() && !name.contains(char::is_whitespace)).then(|| name.to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn error(reply: &str) -> RedisError {
+        redis::parse_redis_value(reply.as_bytes())
+            .unwrap()
+            .extract_error()
+            .unwrap_err()
+    }
+
+    #[test]
+    fn acl_refusals_are_denials_naming_the_command_where_the_node_does() {
+        for (reply, command) in [
+            (
+                "-NOPERM this user has no permissions to run the 'evalsha' command\r\n",
+                Some("evalsha"),
+            ),
+            // Redis 7.0, inside a script.
+            (
+                "-ERR The user executing the script can't run this command or subcommand \
+                 script: de85327b3ebd1554fb6b61797a339807ad56f83d, on @user_script:1.\r\n",
+                None,
+            ),
+            (
+                "-ERR The user executing the script can't access at least one of the keys \
+                 mentioned in the command arguments script: 4e57, on @user_script:1.\r\n",
+                None,
+            ),
+            (
+                "-ERR The user executing the script can't publish to the channel mentioned \
+                 in the command script: de85, on @user_script:1.\r\n",
+                None,
+            ),
+            // Redis 7.2 and later, inside a script.
+            (
+                "-ERR ACL failure in script: User locker has no permissions to run the \
+                 'pexpire' command script: 1a8c, on @user_script:12.\r\n",
+                Some("pexpire"),
+            ),
+            (
+                "-NOPERM this user has no permissions to access one of the keys used as \
+                 arguments\r\n",
+                None,
+            ),
+        ] {
+            let failure = refine(&error(reply)).unwrap();
+            let NodeFailure::Denied { command: named, .. } = &failure else {
+                panic!("{reply}: {failure:?}");
+            };
+            assert_eq!(named.as_deref(), command, "{reply}");
+            let shown = failure.to_string();
+            assert!(shown.contains("ACL SETUSER"), "{shown}");
+            assert!(shown.contains("+evalsha"), "{shown}");
+            if let Some(command) = command {
+                assert!(shown.contains(&format!("+{command}")), "{shown}");
+            }
+            assert!(!shown.contains("  "), "{shown}");
+            // And so `classify` sorts it, not as an authentication failure.
+            assert!(
+                matches!(classify(&error(reply)), NodeFailure::Denied { .. }),
+                "{reply}"
+            );
+        }
+        for other in [
+            "-WRONGPASS invalid username-password pair or user is disabled.\r\n",
+            "-ERR Number of keys can't be negative\r\n",
+            "-NOSCRIPT No matching script. Please use EVAL.\r\n",
+            "-CLUSTERDOWN The cluster is down\r\n",
+        ] {
+            assert_eq!(refine(&error(other)), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn a_redirect_on_a_plain_node_says_to_give_the_cluster_as_one_node() {
+        for reply in [
+            "-MOVED 3999 127.0.0.1:7001\r\n",
+            "-ASK 3999 127.0.0.1:7002\r\n",
+        ] {
+            let failure = classify(&error(reply));
+            assert!(
+                matches!(failure, NodeFailure::ClusterMember(_)),
+                "{failure:?}"
+            );
+            let shown = failure.to_string();
+            assert!(shown.contains("redis+cluster://"), "{shown}");
+            assert!(shown.contains("`cluster`"), "{shown}");
+            assert!(shown.contains("127.0.0.1:700"), "{shown}");
+        }
+    }
 
     #[test]
     fn client_side_errors_are_not_the_nodes_answer() {

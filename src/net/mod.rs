@@ -84,6 +84,7 @@
 //! connection's `INFO server` before the connection is used.
 
 pub(crate) mod classify;
+pub(crate) mod denial;
 pub(crate) mod guard;
 mod removals;
 mod retired;
@@ -678,6 +679,7 @@ impl Inner {
             .set_response_timeout(None)
             .set_pipeline_buffer_size(PIPELINE_BUFFER);
         let (mut conn, primary) = self.endpoint.connect(&config).await?;
+        denial::check(&conn).await?;
         // Before anything can be written on it (see `Node::remove_later`).
         self.ever_connected.store(true, Ordering::Release);
         #[cfg(feature = "cluster")]

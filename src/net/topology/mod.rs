@@ -82,12 +82,15 @@ impl Endpoint {
     /// server (with the certificates `tls` for a TLS URL). `connect` is the
     /// node's connect timeout, which bounds a Sentinel-managed node's
     /// queries and a cluster's own steps. Does no I/O; errors show the URL
-    /// redacted.
+    /// redacted. Whitespace around the URL is dropped first, whatever the
+    /// topology (redis-rs would refuse it on a server's URL, where the
+    /// other parsers took it).
     pub(crate) fn parse(
         url: &str,
         connect: Duration,
         tls: &plain::Tls,
     ) -> Result<Endpoint, ConfigError> {
+        let url = url.trim();
         if let Some(seeds) = url::cluster_seeds(url)? {
             return Endpoint::cluster(url, &seeds, connect);
         }

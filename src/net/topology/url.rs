@@ -26,7 +26,10 @@ pub(crate) const SENTINEL_SCHEMES: [&str; 2] = ["redis+sentinel", "rediss+sentin
 
 /// The URL of the Sentinel-managed node that the sentinels at `sentinels`
 /// (`host:port` each) know as `master_name`: what
-/// [`Builder::sentinel_node`](crate::Builder::sentinel_node) adds.
+/// [`Builder::sentinel_node`](crate::Builder::sentinel_node) adds. The
+/// name is percent-encoded (every byte but `A-Z a-z 0-9 - . _ ~`), so that
+/// any name Sentinel accepts (`cache@eu`, `my?master`, `a/b`, `50%`, with
+/// spaces) comes back whole from the URL's path, which is percent-decoded.
 pub(crate) fn sentinel_node_url<I, S>(master_name: &str, sentinels: I) -> String
 where
     I: IntoIterator<Item = S>,
@@ -40,8 +43,22 @@ where
         "{}://{}/{}",
         SENTINEL_SCHEMES[0],
         hosts.join(","),
-        master_name
+        percent_encode(master_name)
     )
+}
+
+/// `text` with every byte but the URL's unreserved ones (`A-Z a-z 0-9 - .
+/// _ ~`) written `%XX`.
+pub(crate) fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
 }
 
 /// The URL of the cluster node reached through `seeds` (`host:port` or
@@ -135,6 +152,19 @@ pub(crate) fn cluster_seeds(url: &str) -> Result<Option<Vec<String>>, ConfigErro
         Some((user, hosts)) => (format!("{user}@"), hosts),
         None => (String::new(), rest),
     };
+    // One user and password for every seed, before the first: a second
+    // '@' is a seed with credentials of its own (`a:p@h1:1,b:q@h2:2`,
+    // whose first seed would be taken for a password), or an unencoded
+    // '@' in the password; either way which seeds there are cannot be
+    // told, and none may be dropped.
+    if userinfo.matches('@').count() > 1 {
+        return Err(bad(
+            "more than one '@': a cluster node takes one user and password, before its \
+             first seed, for all its seeds (redis+cluster://user:password@h1:1,h2:2); \
+             per-seed credentials are not supported, and an '@' in the password is written \
+             %40",
+        ));
+    }
     let hosts = hosts.strip_suffix('/').unwrap_or(hosts);
     if hosts.contains(['/', '?', '#']) {
         return Err(bad(
@@ -193,6 +223,11 @@ mod tests {
                 "redis://u:p,w@b:2".to_owned()
             ])
         );
+        // Whitespace around a URL is no part of it.
+        assert_eq!(
+            cluster_seeds(" redis+cluster://a:1 ").unwrap(),
+            Some(vec!["redis://a:1".to_owned()])
+        );
         for bad in [
             "redis+cluster://",
             "redis+cluster://a:1,,b:2",
@@ -213,5 +248,34 @@ mod tests {
             assert!(!shown.contains("hunter2"), "{shown}");
             assert!(shown.contains("host:port"), "{shown}");
         }
+    }
+
+    /// A seed with credentials of its own is refused, never swallowed
+    /// into the first seed's password.
+    #[test]
+    fn per_seed_credentials_are_refused_not_swallowed() {
+        for url in [
+            "redis+cluster://a:hunter2@h1:1,b:qwerty9@h2:2",
+            "redis+cluster://:hunter2@h1:1,:hunter2@h2:2",
+            "redis+cluster://u:hunter2@x@h1:1",
+        ] {
+            let e = cluster_seeds(url).unwrap_err();
+            assert!(
+                matches!(e, ConfigError::InvalidClusterUrl { .. }),
+                "{url}: {e:?}"
+            );
+            let shown = format!("{e} {e:?}");
+            assert!(shown.contains("more than one '@'"), "{shown}");
+            assert!(shown.contains("%40"), "{shown}");
+            assert!(
+                !shown.contains("hunter2") && !shown.contains("qwerty9"),
+                "{shown}"
+            );
+        }
+        // Encoded, the '@' is the password's: one seed, its password kept.
+        assert_eq!(
+            cluster_seeds("redis+cluster://u:p%40x@h1:1").unwrap(),
+            Some(vec!["redis://u:p%40x@h1:1".to_owned()])
+        );
     }
 }

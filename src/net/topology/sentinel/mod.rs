@@ -216,7 +216,8 @@ impl Sentinel {
                     Ok(answer) => (at, answer),
                     Err(_) => {
                         sentinel.forget();
-                        let answer = Err(format!("no answer within {:?}", self.limit));
+                        let answer =
+                            Err(Refused::Other(format!("no answer within {:?}", self.limit)));
                         (at, answer)
                     }
                 }
@@ -227,6 +228,8 @@ impl Sentinel {
         let mut named: Vec<((String, u16), usize)> = Vec::new();
         let mut unknown = 0;
         let mut unreachable = 0;
+        // Of the unreachable, those that refused our credentials.
+        let mut refused = 0;
         let mut told = Vec::new();
         // Returns as soon as an address has a majority, or as soon as none
         // can have one any more: a sentinel that never answers costs the
@@ -245,7 +248,12 @@ impl Sentinel {
                     told.push(format!("{at} knows no such master"));
                     unknown += 1;
                 }
-                Err(e) => {
+                Err(Refused::Credentials(e)) => {
+                    told.push(format!("{at} refused the credentials: {e}"));
+                    unreachable += 1;
+                    refused += 1;
+                }
+                Err(Refused::Other(e)) => {
                     told.push(format!("{at}: {e}"));
                     unreachable += 1;
                 }
@@ -269,6 +277,14 @@ impl Sentinel {
                 master: self.master.clone(),
             });
         }
+        // The sentinels' credentials, not the data nodes', are what to fix
+        // when every sentinel that could be reached refused them.
+        if refused > 0 && unreachable == total {
+            return Err(NodeFailure::SentinelAuth {
+                master: self.master.clone(),
+                answers: told.join("; "),
+            });
+        }
         if unreachable == total {
             return Err(NodeFailure::SentinelsUnreachable(told.join("; ")));
         }
@@ -285,12 +301,18 @@ impl Sentinel {
     /// (a connection error or a timeout), not on an error reply such as
     /// `NOPERM`: that would reconnect (and authenticate) to every sentinel
     /// at every re-check.
-    async fn ask(&self, sentinel: &Asker) -> Result<Option<(String, u16)>, String> {
+    async fn ask(&self, sentinel: &Asker) -> Result<Option<(String, u16)>, Refused> {
         let failed = |e: redis::RedisError| {
             if is_connection_error(&e) || e.is_timeout() {
                 sentinel.forget();
             }
-            classify(&e).to_string()
+            // Not `NodeFailure::Auth`'s text: its advice is the data nodes'.
+            match classify(&e) {
+                NodeFailure::Auth(_) | NodeFailure::Denied { .. } => {
+                    Refused::Credentials(e.to_string())
+                }
+                failure => Refused::Other(failure.to_string()),
+            }
         };
         let mut conn = match sentinel.cached() {
             Some(conn) => conn,
@@ -328,10 +350,14 @@ impl Sentinel {
                     (Some(host), Some(port)) if port != 0 && !host.is_empty() => {
                         Ok(Some((host, port)))
                     }
-                    _ => Err("an address that is not host and port".to_owned()),
+                    _ => Err(Refused::Other(
+                        "an address that is not host and port".to_owned(),
+                    )),
                 }
             }
-            _ => Err("not a sentinel (its answer to SENTINEL get-master-addr-by-name)".to_owned()),
+            _ => Err(Refused::Other(
+                "not a sentinel (its answer to SENTINEL get-master-addr-by-name)".to_owned(),
+            )),
         }
     }
 
@@ -430,6 +456,14 @@ impl Sentinel {
         }
         Ok((client, conn))
     }
+}
+
+/// Why a sentinel gave no address: it refused our credentials (the
+/// sentinels' own: `sentinel_username`, `sentinel_password`), or anything
+/// else (no connection, no answer, an answer that is no address).
+enum Refused {
+    Credentials(String),
+    Other(String),
 }
 
 /// `host:port`, with an IPv6 host in brackets.

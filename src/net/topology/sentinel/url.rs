@@ -106,9 +106,21 @@ impl Sentinel {
                  addresses (…:26379/mymaster)",
             );
         }
+        // Percent-decoded, so that any name Sentinel takes can be given:
+        // `Builder::sentinel_node` encodes it.
         if master.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return invalid("a master name with spaces or control characters");
+            return invalid(
+                "a master name with spaces or control characters: percent-encode them \
+                 (a space as %20), or give the name to Builder::sentinel_node, which does",
+            );
         }
+        let Some(master) = percent_decode(master).filter(|m| !m.is_empty()) else {
+            return invalid(
+                "the master name cannot be read: percent-encode `@ / ? # %` and spaces in it \
+                 (`@` as %40, `/` as %2F, `?` as %3F, `#` as %23, `%` as %25), or give the \
+                 name to Builder::sentinel_node, which does",
+            );
+        };
         let db = match parts.next() {
             None | Some("") => 0,
             Some(db) => match db.parse::<i64>() {
@@ -193,7 +205,7 @@ impl Sentinel {
             })
             .collect::<Result<_, _>>()?;
         Ok(Sentinel {
-            master: master.to_owned(),
+            master,
             addresses,
             sentinels,
             limit: connect,
@@ -446,6 +458,46 @@ mod tests {
         }
         let r = reason("redis+sentinel://user:hunter/2@10.0.0.1:26379/m");
         assert!(r.contains("percent-encode"), "{r}");
+    }
+
+    /// Any name Sentinel accepts comes back whole from the URL
+    /// `Builder::sentinel_node` makes of it; an unencoded one that cannot
+    /// be read says how to write it.
+    #[test]
+    fn master_names_with_special_characters_are_encoded_and_decoded() {
+        use crate::net::topology::url::sentinel_node_url;
+        for name in [
+            "cache@eu",
+            "my?master",
+            "a/b",
+            "x#y",
+            "50%off",
+            "has space",
+            "é",
+            "a&b=c",
+            "plain-name_1.2~",
+        ] {
+            let url = sentinel_node_url(name, ["h:1", "h:2"]);
+            let s = Sentinel::parse(&url, CONNECT).unwrap_or_else(|e| panic!("{url}: {e:?}"));
+            assert_eq!(s.master, name, "{url}");
+            assert_eq!(s.addresses.len(), 2, "{url}");
+            assert_eq!(s.name(), format!("{name}@h:1,h:2"));
+        }
+        assert_eq!(
+            sentinel_node_url("cache@eu", ["h:1"]),
+            "redis+sentinel://h:1/cache%40eu"
+        );
+        // Written by hand, encoded: the same.
+        let s = Sentinel::parse("redis+sentinel://h:1/my%3Fmaster/2", CONNECT).unwrap();
+        assert_eq!(
+            (s.master.as_str(), s.data.redis_settings().db()),
+            ("my?master", 2)
+        );
+        for bad in ["redis+sentinel://h:1/50%zz", "redis+sentinel://h:1/%"] {
+            let r = reason(bad);
+            assert!(r.contains("percent-encode") && r.contains("%40"), "{r}");
+        }
+        assert!(reason("redis+sentinel://h:1/a b").contains("%20"));
     }
 
     #[test]
