@@ -12,8 +12,8 @@ use futures::future::BoxFuture;
 
 use crate::config::Builder;
 use crate::engine::Engine;
-use crate::engine::acquire::{self, Call};
-use crate::engine::hold::{Context, Hold};
+use crate::engine::acquire::{self, Budget};
+use crate::engine::handle::{Context, Handle};
 use crate::error::{ConfigError, Error, Report};
 use crate::kinds::admin::{self, Status};
 use crate::kinds::spec::Spec;
@@ -208,7 +208,7 @@ impl Redlock {
             fenced: false,
             permits: None,
             shared: false,
-            call: Call {
+            call: Budget {
                 retries: options.retry_count,
                 wait: options.wait_timeout,
             },
@@ -402,7 +402,7 @@ impl Redlock {
         resource: &str,
         keys: Keys,
         ttl: Duration,
-        call: Call,
+        call: Budget,
         shared: bool,
     ) -> Result<Lock, Error> {
         if !shared && self.shares.any() {
@@ -426,8 +426,8 @@ impl Redlock {
         let acquired = acquire::acquire(&self.engine, &kind, resource, keys, plan, call).await?;
         // Noted in the task that asked (the request's future runs in it).
         let mark = shared.then(|| Box::new(self.shares.mark(resource)) as Box<dyn OnEnd>);
-        let hold = Hold::new(&self.plain, kind, acquired, resource, plan, mark);
-        Ok(Lock::new(hold))
+        let handle = Handle::new(&self.plain, kind, acquired, resource, plan, mark);
+        Ok(Lock::new(handle))
     }
 }
 
@@ -457,7 +457,7 @@ pub struct LockRequest<'a> {
     permits: Option<u32>,
     /// Set for a reader of a read-write lock.
     shared: bool,
-    call: Call,
+    call: Budget,
 }
 
 impl<'a> LockRequest<'a> {

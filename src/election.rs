@@ -39,7 +39,7 @@ pub use leader::Leader;
 pub use observe::{Observed, Observer};
 
 use crate::client::Redlock;
-use crate::engine::acquire::Call;
+use crate::engine::acquire::Budget;
 use crate::error::{ConfigError, Error};
 use crate::kinds::Kind;
 use crate::kinds::election::Campaigner;
@@ -189,7 +189,7 @@ impl<'a> IntoFuture for Campaign<'a> {
             let floor = self.redlock.options().fence_time_floor;
             let campaigner = Arc::new(Campaigner::new(&key, floor, &self.identity, &self.value));
             let kind: Arc<dyn Kind> = campaigner.clone();
-            let call = Call {
+            let call = Budget {
                 retries: u32::MAX,
                 // For ever, as near as a deadline can say it.
                 wait: self.wait.unwrap_or(Duration::from_secs(100 * 365 * 86_400)),

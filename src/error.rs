@@ -681,7 +681,7 @@ impl Report {
 
     /// How many nodes had the key under another owner's token.
     pub fn held_by_others(&self) -> usize {
-        self.count(|f| matches!(f, NodeFailure::Held))
+        self.count(|f| matches!(f, NodeFailure::Contended))
     }
 
     /// How many nodes were asked: those that agreed and those that did
@@ -728,7 +728,7 @@ impl fmt::Display for Report {
 pub enum NodeFailure {
     /// The key is held under another owner's token (or holds a value that is
     /// not a lock token, which `SET NX` cannot tell apart).
-    Held,
+    Contended,
     /// The key is gone on this node: it expired, was released, or the node
     /// restarted without persistence.
     Missing,
@@ -891,14 +891,14 @@ impl NodeFailure {
     /// not be found through its sentinels, failed its TLS handshake, is a
     /// read-only replica, out of memory, restarted too recently to vote, or
     /// answered another error. Not so: a node that answered the resource's
-    /// state ([`Held`](Self::Held), [`Missing`](Self::Missing), a
+    /// state ([`Contended`](Self::Contended), [`Missing`](Self::Missing), a
     /// [`PermitsMismatch`](Self::PermitsMismatch), a key of another type or
     /// a bad fencing counter), nor one not waited for
     /// ([`NotWaited`](Self::NotWaited)).
     pub fn is_unavailable(&self) -> bool {
         !matches!(
             self,
-            NodeFailure::Held
+            NodeFailure::Contended
                 | NodeFailure::Missing
                 | NodeFailure::NotWaited
                 | NodeFailure::PermitsMismatch { .. }
@@ -950,7 +950,7 @@ fn unresolved(reason: &str) -> bool {
 impl fmt::Display for NodeFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            NodeFailure::Held => write!(f, "held by another owner"),
+            NodeFailure::Contended => write!(f, "held by another owner"),
             NodeFailure::Missing => {
                 write!(f, "key not found (expired, released or node restarted)")
             }
@@ -1099,24 +1099,39 @@ mod tests {
     /// is too few nodes available for a majority, whatever the rest said.
     #[test]
     fn contention_and_unavailability_are_told_apart() {
-        use NodeFailure::{Auth, Held, NotWaited, Timeout};
+        use NodeFailure::{Auth, Contended, NotWaited, Timeout};
         let refused = || NodeFailure::Connection("Connection refused (os error 111)".into());
         let retries = GaveUp::Retries;
         let cases: [(usize, Vec<NodeFailure>, bool, bool); 8] = [
-            // Held on three, two not waited for: contention.
-            (0, vec![Held, Held, Held, NotWaited, NotWaited], true, false),
+            // Contended on three, two not waited for: contention.
+            (
+                0,
+                vec![Contended, Contended, Contended, NotWaited, NotWaited],
+                true,
+                false,
+            ),
             // Two down, three held: the holder's release would let the
             // three agree. Contention.
-            (0, vec![Timeout, refused(), Held, Held, Held], true, false),
+            (
+                0,
+                vec![Timeout, refused(), Contended, Contended, Contended],
+                true,
+                false,
+            ),
             // Two down, one held (the decision came there): contention.
             (
                 0,
-                vec![Timeout, Timeout, Held, NotWaited, NotWaited],
+                vec![Timeout, Timeout, Contended, NotWaited, NotWaited],
                 true,
                 false,
             ),
             // Three down, two held: no majority even if nobody held it.
-            (0, vec![Timeout, Timeout, Timeout, Held, Held], false, true),
+            (
+                0,
+                vec![Timeout, Timeout, Timeout, Contended, Contended],
+                false,
+                true,
+            ),
             (2, vec![Timeout, refused(), Timeout], false, true),
             (0, vec![Auth("WRONGPASS".into()); 5], false, true),
             // Two agreed, one down, two not waited for: neither (a
@@ -1129,7 +1144,7 @@ mod tests {
             assert_eq!(e.is_contended(), contended, "{e}");
             assert_eq!(e.is_unavailable(), unavailable, "{e}");
         }
-        let lasting = not_acquired(0, &[Held, Held, Held], GaveUp::Unavailable);
+        let lasting = not_acquired(0, &[Contended, Contended, Contended], GaveUp::Unavailable);
         assert!(lasting.is_unavailable() && !lasting.is_contended());
         assert!(
             !Error::Lost {
@@ -1158,13 +1173,13 @@ mod tests {
             NodeFailure::Restarted {
                 remaining: Duration::from_secs(1),
             },
-            NodeFailure::Held,
+            NodeFailure::Contended,
         ];
         for f in passing {
             assert!(!f.is_lasting(), "{f}");
         }
         assert!(NodeFailure::Connection("Connection refused (os error 111)".into()).is_refused());
-        assert!(!NodeFailure::Held.is_unavailable());
+        assert!(!NodeFailure::Contended.is_unavailable());
         assert!(!NodeFailure::NotWaited.is_unavailable());
     }
 

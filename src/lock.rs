@@ -1,7 +1,7 @@
 //! The handles on a held lock: [`Lock`], which owns it, and [`Held`], a
 //! cheap view of the same lock for the code it protects.
 //!
-//! Both read one shared state (see the engine's `hold`), so they always
+//! Both read one shared state (see the engine's `handle`), so they always
 //! agree: how long the lock is still valid, and whether it is lost. Lost
 //! means its validity ran out (read from the suspend-aware clock on every
 //! question, whether or not the watchdog got to run), or it was released or
@@ -14,7 +14,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::engine::hold::Hold;
+use crate::engine::handle::Handle;
 use crate::error::Error;
 
 /// A held lock. Release it with [`release`](Lock::release); dropping it
@@ -26,7 +26,7 @@ pub struct Lock {
     /// [`release`](Lock::release) round has been decided: until then, a
     /// drop (of the lock, or of a release cancelled mid-flight) releases in
     /// the background.
-    hold: Hold,
+    handle: Handle,
 }
 
 /// A view of a held lock: how long it is still valid, and whether it has
@@ -34,22 +34,22 @@ pub struct Lock {
 /// agree. Get one from [`Lock::keep_alive`] or [`Lock::held`].
 #[derive(Clone)]
 pub struct Held {
-    hold: Hold,
+    handle: Handle,
 }
 
 impl Lock {
-    pub(crate) fn new(hold: Hold) -> Lock {
-        Lock { hold }
+    pub(crate) fn new(handle: Handle) -> Lock {
+        Lock { handle }
     }
 
     /// The resource this lock is on.
     pub fn resource(&self) -> &str {
-        self.hold.resource()
+        self.handle.resource()
     }
 
     /// The random token that marks this holder on the nodes (40 hex digits).
     pub fn token(&self) -> &str {
-        self.hold.token()
+        self.handle.token()
     }
 
     /// The fencing token of a fenced lock
@@ -60,7 +60,7 @@ impl Lock {
     /// storage, and have the storage refuse a token lower than the highest
     /// it has seen: that is what stops a holder paused past its validity.
     pub fn fence(&self) -> Option<u64> {
-        self.hold.fence()
+        self.handle.fence()
     }
 
     /// How long the lock is still valid: the TTL of the last acquisition or
@@ -71,25 +71,25 @@ impl Lock {
     /// between the check and the act is not covered (see
     /// [`Redlock`](crate::Redlock) on pauses and fencing).
     pub fn remaining(&self) -> Duration {
-        self.hold.remaining()
+        self.handle.remaining()
     }
 
     /// Whether the validity has run out (or the lock was lost): the same as
     /// [`is_lost`](Self::is_lost).
     pub fn is_expired(&self) -> bool {
-        self.hold.is_lost()
+        self.handle.is_lost()
     }
 
     /// Whether the lock is lost: its validity ran out, or the watchdog found
     /// that a majority no longer holds it. Once lost, it stays lost.
     pub fn is_lost(&self) -> bool {
-        self.hold.is_lost()
+        self.handle.is_lost()
     }
 
     /// A [`Held`] view of this lock, to hand to the code it protects.
     pub fn held(&self) -> Held {
         Held {
-            hold: self.hold.clone(),
+            handle: self.handle.clone(),
         }
     }
 
@@ -110,7 +110,7 @@ impl Lock {
     ///
     /// Must be called within a tokio runtime.
     pub fn keep_alive(&mut self) -> Held {
-        self.hold.start_keeper();
+        self.handle.start_keeper();
         self.held()
     }
 
@@ -132,8 +132,8 @@ impl Lock {
     /// A failed extension deletes nothing: the lock stays held until its old
     /// validity ends, and the call may be tried again.
     pub async fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
-        let plan = self.hold.engine().options.plan(ttl)?;
-        self.hold.extend(plan).await
+        let plan = self.handle.engine().options.plan(ttl)?;
+        self.handle.extend(plan).await
     }
 
     /// Releases the lock on every node: one bounded attempt, in parallel.
@@ -160,24 +160,24 @@ impl Lock {
     /// * [`Error::Taken`] if another owner holds the key on some nodes.
     /// * [`Error::NoQuorum`] if too few nodes answered.
     pub async fn release(self) -> Result<(), Error> {
-        self.hold.stop_keeper();
+        self.handle.stop_keeper();
         // Only once the round is decided: dropped before, `drop` releases.
-        let released = self.hold.release().await;
-        self.hold.mark_released();
+        let released = self.handle.release().await;
+        self.handle.mark_released();
         released
     }
 }
 
 impl Drop for Lock {
     fn drop(&mut self) {
-        self.hold.stop_keeper();
-        self.hold.end_hook();
-        if !self.hold.released() {
+        self.handle.stop_keeper();
+        self.handle.end_hook();
+        if !self.handle.released() {
             tracing::debug!(
                 resource = %self.resource(),
                 "lock (or its release) dropped: releasing in the background"
             );
-            self.hold.release_in_background();
+            self.handle.release_in_background();
         }
     }
 }
@@ -186,29 +186,29 @@ impl Held {
     /// Whether the lock has been lost (see [`Lock::is_lost`]). Once lost,
     /// it stays lost; a released or dropped lock is lost.
     pub fn is_lost(&self) -> bool {
-        self.hold.is_lost()
+        self.handle.is_lost()
     }
 
     /// Resolves when the lock is lost — at the latest when its validity
     /// runs out, whether or not the watchdog ran; never, while it is kept.
     /// Use it in a `tokio::select!` against the work the lock protects.
     pub async fn lost(&self) {
-        self.hold.lost().await;
+        self.handle.lost().await;
     }
 
     /// How long the lock is still valid; zero once lost.
     pub fn remaining(&self) -> Duration {
-        self.hold.remaining()
+        self.handle.remaining()
     }
 
     /// The resource of the lock.
     pub fn resource(&self) -> &str {
-        self.hold.resource()
+        self.handle.resource()
     }
 
     /// The lock's fencing token (see [`Lock::fence`]).
     pub fn fence(&self) -> Option<u64> {
-        self.hold.fence()
+        self.handle.fence()
     }
 }
 

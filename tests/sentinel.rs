@@ -96,7 +96,7 @@ async fn lock_extend_release_over_three_sentinel_nodes() {
         .unwrap_err();
     // Two say so (the third is not waited for once two have).
     assert!(
-        failed(&err, |f| *f == NodeFailure::Held).len() >= 2,
+        failed(&err, |f| *f == NodeFailure::Contended).len() >= 2,
         "{err}"
     );
     lock.extend(Duration::from_secs(20)).await.unwrap();

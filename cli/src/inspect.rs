@@ -169,7 +169,7 @@ pub async fn release(args: args::Release) -> u8 {
         let silent = report
             .failures()
             .iter()
-            .filter(|(_, f)| !matches!(f, NodeFailure::Missing | NodeFailure::Held))
+            .filter(|(_, f)| !matches!(f, NodeFailure::Missing | NodeFailure::Contended))
             .count();
         let message = if silent == 0 {
             format!(

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::client::Redlock;
 use crate::error::{Error, NodeFailure, Report};
-use crate::kinds::election::{self, Seen};
+use crate::kinds::election::{self, Found};
 
 /// Who leads an election, as a majority of nodes agrees: the last
 /// candidate whose record of leadership reached a majority, as long as its
@@ -72,7 +72,7 @@ pub(crate) fn unexpected(reply: &redis::Value) -> NodeFailure {
 pub(crate) fn judge(
     redlock: &Redlock,
     name: &str,
-    seen: Vec<Result<Seen, NodeFailure>>,
+    seen: Vec<Result<Found, NodeFailure>>,
 ) -> (Result<Option<Leader>, Error>, Vec<bool>) {
     let engine = redlock.engine();
     // A node that restarted lately may have forgotten the leader's key: its
@@ -81,20 +81,20 @@ pub(crate) fn judge(
     let life = seen
         .iter()
         .filter_map(|s| match s {
-            Ok(Seen::Held { pttl_ms, .. }) => Some(Duration::from_millis(*pttl_ms)),
+            Ok(Found::Held { pttl_ms, .. }) => Some(Duration::from_millis(*pttl_ms)),
             _ => None,
         })
         .max()
         .unwrap_or_default();
     let mut restarted = Vec::with_capacity(seen.len());
-    let seen: Vec<Result<Seen, NodeFailure>> = seen
+    let seen: Vec<Result<Found, NodeFailure>> = seen
         .into_iter()
         .zip(&engine.nodes)
         .map(|(seen, node)| {
             let quarantined = node.quarantined(life);
             restarted.push(quarantined.is_some());
             match (seen, quarantined) {
-                (Ok(Seen::Free), Some(restarted)) => Err(restarted),
+                (Ok(Found::Free), Some(restarted)) => Err(restarted),
                 (seen, _) => seen,
             }
         })
@@ -108,18 +108,18 @@ pub(crate) fn judge(
 /// otherwise the report of a read that could not tell.
 fn decide(
     name: &str,
-    seen: &[Result<Seen, NodeFailure>],
+    seen: &[Result<Found, NodeFailure>],
     names: &[String],
     quorum: usize,
 ) -> Result<Option<Leader>, Error> {
-    let free = seen.iter().filter(|s| matches!(s, Ok(Seen::Free))).count();
+    let free = seen.iter().filter(|s| matches!(s, Ok(Found::Free))).count();
     if free >= quorum {
         return Ok(None);
     }
     // The token most nodes hold with its record.
     let mut best: Option<(&str, Vec<(u64, &election::Record)>)> = None;
     for s in seen {
-        let Ok(Seen::Held {
+        let Ok(Found::Held {
             token,
             record: Some(_),
             ..
@@ -133,7 +133,7 @@ fn decide(
         let with: Vec<(u64, &election::Record)> = seen
             .iter()
             .filter_map(|s| match s {
-                Ok(Seen::Held {
+                Ok(Found::Held {
                     token: t,
                     pttl_ms,
                     record: Some(r),
@@ -171,8 +171,8 @@ fn decide(
         .zip(seen)
         .map(|(n, s)| {
             let why = match s {
-                Ok(Seen::Free) => NodeFailure::Missing,
-                Ok(Seen::Other | Seen::Held { .. }) => NodeFailure::Held,
+                Ok(Found::Free) => NodeFailure::Missing,
+                Ok(Found::Other | Found::Held { .. }) => NodeFailure::Contended,
                 Err(e) => e.clone(),
             };
             (n.clone(), why)
@@ -194,8 +194,8 @@ mod tests {
     use super::*;
     use crate::kinds::election::Record;
 
-    fn held(token: &str, pttl_ms: u64, term: u64, seq: u64) -> Result<Seen, NodeFailure> {
-        Ok(Seen::Held {
+    fn held(token: &str, pttl_ms: u64, term: u64, seq: u64) -> Result<Found, NodeFailure> {
+        Ok(Found::Held {
             token: token.into(),
             pttl_ms,
             record: Some(Record {
@@ -217,7 +217,7 @@ mod tests {
             held("a", 900, 7, 0),
             held("a", 800, 7, 1),
             held("a", 700, 7, 0),
-            Ok(Seen::Free),
+            Ok(Found::Free),
             Err(NodeFailure::Timeout),
         ];
         let leader = decide("e", &seen, &names(5), 3).unwrap().unwrap();
@@ -230,13 +230,13 @@ mod tests {
         let seen = [
             held("a", 900, 7, 0),
             held("a", 800, 7, 0),
-            Ok(Seen::Held {
+            Ok(Found::Held {
                 token: "a".into(),
                 pttl_ms: 900,
                 record: None,
             }),
-            Ok(Seen::Free),
-            Ok(Seen::Free),
+            Ok(Found::Free),
+            Ok(Found::Free),
         ];
         let err = decide("e", &seen, &names(5), 3).unwrap_err();
         assert!(matches!(err, Error::NoQuorum { .. }), "{err}");
@@ -254,17 +254,17 @@ mod tests {
     #[test]
     fn no_leader_takes_a_majority_of_free_nodes() {
         let seen = [
-            Ok(Seen::Free),
-            Ok(Seen::Free),
-            Ok(Seen::Free),
+            Ok(Found::Free),
+            Ok(Found::Free),
+            Ok(Found::Free),
             held("a", 900, 7, 0),
-            Ok(Seen::Other),
+            Ok(Found::Other),
         ];
         assert_eq!(decide("e", &seen, &names(5), 3).unwrap(), None);
         let seen = [
-            Ok(Seen::Free),
-            Ok(Seen::Free),
-            Ok(Seen::Other),
+            Ok(Found::Free),
+            Ok(Found::Free),
+            Ok(Found::Other),
             Err(NodeFailure::Timeout),
             Err(NodeFailure::Timeout),
         ];

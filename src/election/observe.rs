@@ -68,7 +68,7 @@ use tokio::task::JoinHandle;
 use crate::client::Redlock;
 use crate::election::leader::{Leader, judge, unexpected};
 use crate::error::{Error, NodeFailure};
-use crate::kinds::election::{self, Entry, History, Seen};
+use crate::kinds::election::{self, Entry, Found, History};
 use crate::wait::announcements;
 
 /// How many times the observer reads again a gap it found unclear before
@@ -253,7 +253,7 @@ async fn read(redlock: &Redlock, name: &str, above: u64) -> Read {
         .gather(election::observe(&key, above))
         .await;
     let mut histories = Vec::with_capacity(answers.len());
-    let seen: Vec<Result<Seen, NodeFailure>> = answers
+    let seen: Vec<Result<Found, NodeFailure>> = answers
         .into_iter()
         .map(|a| {
             let read = a

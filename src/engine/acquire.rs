@@ -23,7 +23,7 @@
 //!
 //! Every call is bounded: by its retry count and by its wait deadline (ten
 //! seconds unless the caller or the `Redlock` says otherwise), since some
-//! retries are free (see [`Call`]). A failed attempt whose nodes failed in
+//! retries are free (see [`Budget`]). A failed attempt whose nodes failed in
 //! a way waiting does not mend, so many that no majority is left
 //! (`Tally::outage_lasts`), ends the call at once
 //! ([`GaveUp::Unavailable`]).
@@ -44,7 +44,7 @@ use crate::wait::{Listener, Waiting, Wake};
 
 /// How long one call may try.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Call {
+pub(crate) struct Budget {
     /// Retries after the first attempt. Attempts prompted by the announced
     /// release of the holder the caller waited for (another waiter won:
     /// progress, not polling) and the quick ones that settle a split vote
@@ -68,7 +68,7 @@ pub(crate) async fn acquire(
     resource: &str,
     keys: Keys,
     plan: Plan,
-    call: Call,
+    call: Budget,
 ) -> Result<Acquired, Error> {
     let options = &engine.options;
     let deadline = Moment::now().after(call.wait);
@@ -116,7 +116,7 @@ pub(crate) async fn acquire(
         // Completed: held, or already rolled back.
         std::mem::forget(cancel_guard);
         let (tally, took) = match attempt {
-            Attempt::Held { deadline, fence } => {
+            Attempt::Won { deadline, fence } => {
                 // Taken out of the queues by the nodes that said yes, and
                 // by `Engine::attempt` on the others.
                 queued.member = None;

@@ -13,14 +13,14 @@
 //!   fan-out and count for the kind's other two commands;
 //! * [`acquire`]: the loop around attempts — cancel safety, retries, and
 //!   waiting for a release ([`crate::wait`]);
-//! * [`hold`]: what a held lock shares with its handles — its validity
+//! * [`handle`]: what a held lock shares with its handles — its validity
 //!   deadline, the one extension in flight, the watchdog.
 //!
 //! Counting and its arithmetic live in [`crate::proto::quorum`]; connections
 //! in [`crate::net`].
 
 pub(crate) mod acquire;
-pub(crate) mod hold;
+pub(crate) mod handle;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -39,7 +39,7 @@ use crate::metrics;
 use crate::net::guard::Lives;
 use crate::net::{Endpoint, Limits, Node, Patience};
 use crate::proto::quorum::{self, Plan, Stragglers, Tally};
-use crate::proto::{Answer, Command, Keys, LockId, Prepared, Shared};
+use crate::proto::{Answer, Command, Keys, LockId, LockState, Prepared};
 use crate::wait::{Waiters, queue};
 
 /// The nodes, the options and the waiters' subscriptions of one `Redlock`.
@@ -107,7 +107,10 @@ enum Sending<'a> {
     /// its turn behind this process's other requests to a node (see
     /// [`Builder::max_in_flight`](crate::Builder::max_in_flight)) no longer
     /// than `queue`, after which no validity would be left.
-    Gated { lock: &'a Shared, queue: Duration },
+    Gated {
+        lock: &'a LockState,
+        queue: Duration,
+    },
     /// A removal: waits its turn until `until`, and is sent again where it
     /// got no answer, until `until`. Its answers are waited for `within`
     /// (no less than the node timeout).
@@ -118,7 +121,7 @@ impl Sending<'_> {
     /// An acquisition's or an extension's round of the lock `id` for `plan`.
     fn gated<'a>(id: &'a LockId, plan: &Plan) -> Sending<'a> {
         Sending::Gated {
-            lock: id.shared(),
+            lock: id.state(),
             queue: plan.best_validity(),
         }
     }
@@ -141,7 +144,7 @@ type NoStragglers = Stragglers<std::future::Ready<Answer>>;
 pub(crate) enum Attempt {
     /// A majority holds the key; the lock is valid until `deadline`, and
     /// carries the fencing token `fence` if its kind gives one.
-    Held {
+    Won {
         deadline: Moment,
         fence: Option<u64>,
     },
@@ -354,7 +357,7 @@ impl Engine {
                 _ => self.detach(stragglers.finish()),
             }
             metrics::acquired(name);
-            return Attempt::Held {
+            return Attempt::Won {
                 deadline: plan.deadline(start),
                 fence: agreed.fence,
             };

@@ -133,7 +133,7 @@ pub(crate) trait Kind: Send + Sync + 'static {
 /// What a kind does when one of its locks ends, beyond the engine's
 /// release: the engine calls [`end`](OnEnd::end) when the
 /// [`Lock`](crate::Lock) is released or dropped (a read lock's entry among
-/// its client's read locks: the `Mark` of [`rwlock`]'s upgrade check).
+/// its client's read locks: the `ReadEntry` of [`rwlock`]'s upgrade check).
 pub(crate) trait OnEnd: Send + Sync + 'static {
     /// The lock has ended. Called at least once; only the first call acts
     /// (the hook's drop may call it too).
@@ -169,7 +169,7 @@ pub(crate) mod code {
 pub(crate) fn acquire_outcome(reply: &Value) -> Answer {
     match reply {
         Value::Okay | Value::SimpleString(_) | Value::Int(1) => Ok(()).into(),
-        Value::Nil | Value::Int(0) => Err(NodeFailure::Held).into(),
+        Value::Nil | Value::Int(0) => Err(NodeFailure::Contended).into(),
         Value::Array(seen) => match seen.as_slice() {
             [token, Value::Int(pttl)] => {
                 let holder = match token {
@@ -182,7 +182,7 @@ pub(crate) fn acquire_outcome(reply: &Value) -> Answer {
                 };
                 Answer {
                     holder,
-                    ..Err(NodeFailure::Held).into()
+                    ..Err(NodeFailure::Contended).into()
                 }
             }
             _ => Err(unexpected(reply)).into(),
@@ -202,7 +202,7 @@ pub(crate) fn script_outcome(reply: &Value) -> Answer {
             };
         }
         Value::Int(code::MISSING) => Err(NodeFailure::Missing),
-        Value::Int(code::HELD) => Err(NodeFailure::Held),
+        Value::Int(code::HELD) => Err(NodeFailure::Contended),
         other => Err(unexpected(other)),
     };
     vote.into()

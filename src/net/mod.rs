@@ -103,7 +103,7 @@ use crate::clock::Moment;
 use crate::error::NodeFailure;
 #[cfg(feature = "metrics")]
 use crate::metrics;
-use crate::proto::{Effect, Gate, Pass, Prepared, ScriptCall, Shared};
+use crate::proto::{Effect, Gate, LockState, Pass, Prepared, ScriptCall};
 use classify::{classify, is_connection_error, needs_new_connection};
 use guard::{Guard, Lives};
 use removals::Removals;
@@ -306,7 +306,7 @@ impl Node {
         &self,
         command: &Arc<Prepared>,
         patience: Patience,
-        gated: Option<&Shared>,
+        gated: Option<&LockState>,
         queue: Duration,
     ) -> impl Future<Output = Result<Value, NodeFailure>> + Send + 'static + use<> {
         let admitted = match &self.inner.guard {

@@ -31,14 +31,14 @@ pub(crate) struct Removals {
 
 #[derive(Default)]
 struct State {
-    queued: Vec<Queued>,
+    queued: Vec<Removal>,
     /// Whether a task is sending the queue.
     sending: bool,
 }
 
 /// One removal: the command, when its keys will have expired, and the
 /// retired connections it has been written on.
-pub(crate) struct Queued {
+pub(crate) struct Removal {
     pub(crate) command: Arc<Prepared>,
     pub(crate) until: Moment,
     pub(crate) mirrored: Vec<u64>,
@@ -49,7 +49,7 @@ impl Removals {
     /// yet, and the caller is to start one (which [`take`](Self::take)s).
     pub(crate) fn queue(&self, command: Arc<Prepared>, until: Moment) -> bool {
         let mut state = self.lock();
-        state.queued.push(Queued {
+        state.queued.push(Removal {
             command,
             until,
             mirrored: Vec::new(),
@@ -59,7 +59,7 @@ impl Removals {
 
     /// What is queued and not yet expired, for the sending task's next
     /// round; `None`, and the task is to end, once nothing is.
-    pub(crate) fn take(&self) -> Option<Vec<Queued>> {
+    pub(crate) fn take(&self) -> Option<Vec<Removal>> {
         let mut state = self.lock();
         let now = Moment::now();
         state.queued.retain(|q| q.until > now);
@@ -71,7 +71,7 @@ impl Removals {
     }
 
     /// Puts back what a round did not get answered.
-    pub(crate) fn put_back(&self, unanswered: impl IntoIterator<Item = Queued>) {
+    pub(crate) fn put_back(&self, unanswered: impl IntoIterator<Item = Removal>) {
         self.lock().queued.extend(unanswered);
     }
 

@@ -14,15 +14,15 @@
 
 pub(crate) mod gate;
 pub(crate) mod quorum;
-pub(crate) mod shared;
+pub(crate) mod state;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::NodeFailure;
 pub(crate) use gate::{Gate, Pass};
-pub(crate) use shared::Shared;
-use shared::TOKEN_BYTES;
+pub(crate) use state::LockState;
+use state::TOKEN_BYTES;
 
 /// The Redis keys of one lock: one for most kinds, several (sorted, without
 /// duplicates) for a multi-resource lock. Built once per call, shared by
@@ -30,15 +30,15 @@ use shared::TOKEN_BYTES;
 pub(crate) type Keys = Arc<[Box<str>]>;
 
 /// Which lock: its keys and the attempt's token, and its record (see
-/// [`shared`]) with the gate its acquisition and extensions pass until its
-/// removal begins. Shared by every request about it. A held lock keeps only
+/// [`state`]) with the gate its acquisition and extensions pass until its
+/// removal begins. LockState by every request about it. A held lock keeps only
 /// the record, and makes a `LockId` of it for each of its rounds.
 #[derive(Debug)]
 pub(crate) struct LockId {
     pub(crate) keys: Keys,
     /// The token in hex, as the commands carry it.
     token: [u8; 2 * TOKEN_BYTES],
-    shared: Shared,
+    state: LockState,
 }
 
 impl LockId {
@@ -48,21 +48,17 @@ impl LockId {
     /// both sides of a `fork` or to two VMs restored from one snapshot.
     pub(crate) fn new(keys: Keys) -> Arc<LockId> {
         debug_assert!(!keys.is_empty());
-        let shared = Shared::new(&fresh_bytes(), keys.first().map_or("", |k| k));
-        Arc::new(LockId::of(shared, keys))
+        let state = LockState::new(&fresh_bytes(), keys.first().map_or("", |k| k));
+        Arc::new(LockId::of(state, keys))
     }
 
-    /// The lock of the record `shared`, on `keys`: a held lock's, for one
+    /// The lock of the record `state`, on `keys`: a held lock's, for one
     /// of its rounds.
-    pub(crate) fn of(shared: Shared, keys: Keys) -> LockId {
+    pub(crate) fn of(state: LockState, keys: Keys) -> LockId {
         let mut token = [0u8; 2 * TOKEN_BYTES];
         // Cannot fail: the output is exactly twice the input.
-        let _ = hex::encode_to_slice(shared.token(), &mut token);
-        LockId {
-            keys,
-            token,
-            shared,
-        }
+        let _ = hex::encode_to_slice(state.token(), &mut token);
+        LockId { keys, token, state }
     }
 
     /// The first key (the only one, but for a multi-resource lock): for
@@ -78,13 +74,13 @@ impl LockId {
     }
 
     /// The lock's record.
-    pub(crate) fn shared(&self) -> &Shared {
-        &self.shared
+    pub(crate) fn state(&self) -> &LockState {
+        &self.state
     }
 
     /// The lock's gate.
     pub(crate) fn gate(&self) -> &Gate {
-        &self.shared.gate
+        &self.state.gate
     }
 }
 

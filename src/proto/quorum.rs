@@ -253,7 +253,7 @@ impl Tally {
                         v,
                         Some(Ok(_))
                             | Some(Err(NodeFailure::Restarted { .. }))
-                            | Some(Err(NodeFailure::Held))
+                            | Some(Err(NodeFailure::Contended))
                     )
             })
             .count();
@@ -337,7 +337,7 @@ impl Tally {
             .filter(|v| {
                 matches!(
                     v,
-                    Some(Err(NodeFailure::Held
+                    Some(Err(NodeFailure::Contended
                         | NodeFailure::Missing
                         | NodeFailure::WrongType(_)
                         | NodeFailure::PermitsMismatch { .. }))
@@ -591,7 +591,7 @@ mod tests {
     }
 
     const YES: Vote = Ok(());
-    const HELD: Vote = Err(NodeFailure::Held);
+    const HELD: Vote = Err(NodeFailure::Contended);
 
     /// Answers from `(delay_ms, vote)` pairs, on tokio's (paused) clock.
     fn answers(spec: &[(u64, Vote)]) -> Vec<BoxFuture<'static, Answer>> {
@@ -687,7 +687,7 @@ mod tests {
                 token: token.into(),
                 ttl: Some(ms(5_000)),
             }),
-            ..Err(NodeFailure::Held).into()
+            ..Err(NodeFailure::Contended).into()
         }
     }
 

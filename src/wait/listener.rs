@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::queue;
-use super::subscriber::{Channel, Mark, Wake, lock};
+use super::subscriber::{Channel, Snapshot, Wake, lock};
 
 /// The channels of one call's keys, listened to together. Dropping one
 /// that was used to wait (or to subscribe) leaves each channel subscribed
@@ -38,7 +38,7 @@ impl Drop for Listener {
 
 /// What had happened on each of a [`Listener`]'s channels at some moment.
 #[derive(Debug, Clone)]
-pub(crate) struct Marks(Vec<Mark>);
+pub(crate) struct Snapshots(Vec<Snapshot>);
 
 impl Listener {
     /// A new wait, numbered `wait`, of the client `client`, on `channels`.
@@ -60,8 +60,8 @@ impl Listener {
     }
 
     /// See [`Channel::mark`].
-    pub(crate) fn mark(&self) -> Marks {
-        Marks(self.channels.iter().map(|c| c.mark()).collect())
+    pub(crate) fn mark(&self) -> Snapshots {
+        Snapshots(self.channels.iter().map(|c| c.mark()).collect())
     }
 
     /// Whether `token`'s release was announced on any of the channels.
@@ -70,7 +70,7 @@ impl Listener {
     }
 
     /// Resolves when any channel would wake (see [`Channel::wake`]).
-    pub(crate) async fn wake(&self, marks: &Marks) -> Wake {
+    pub(crate) async fn wake(&self, marks: &Snapshots) -> Wake {
         self.used.store(true, Ordering::Release);
         let wakes = self
             .channels
@@ -81,7 +81,7 @@ impl Listener {
     }
 
     /// Whether every channel heard every release since `marks`.
-    pub(crate) fn heard_since(&self, marks: &Marks) -> bool {
+    pub(crate) fn heard_since(&self, marks: &Snapshots) -> bool {
         self.channels
             .iter()
             .zip(&marks.0)

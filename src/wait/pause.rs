@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::listener::{Listener, Marks};
+use super::listener::{Listener, Snapshots};
 use super::waiters::Waiters;
 use crate::config::Options;
 use crate::proto::quorum::{Seen, Tally};
@@ -157,7 +157,7 @@ impl<'a> Waiting<'a> {
         keys: &[Box<str>],
         tally: &Tally,
         took: Duration,
-        mark: Option<&Marks>,
+        mark: Option<&Snapshots>,
         left: Duration,
     ) -> Pause {
         let options = self.options;

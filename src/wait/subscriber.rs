@@ -322,7 +322,7 @@ pub(super) const RECENT: usize = 64;
 
 /// What had happened on a channel at some moment; see [`Channel::mark`].
 #[derive(Debug, Clone)]
-pub(crate) struct Mark {
+pub(crate) struct Snapshot {
     releases: u64,
     drops: u64,
     /// Per node, the generation of the connection subscribed then (0: none).
@@ -357,8 +357,8 @@ impl Channel {
     /// What has happened on the channel so far: take it before an attempt;
     /// [`wake`](Self::wake) and [`heard_since`](Self::heard_since) look
     /// only at what happens after.
-    pub(crate) fn mark(&self) -> Mark {
-        Mark {
+    pub(crate) fn mark(&self) -> Snapshot {
+        Snapshot {
             releases: lock(&self.recent).count,
             drops: self.inner.drops.load(Ordering::Acquire),
             subscribed: (0..self.inner.nodes.len())
@@ -405,7 +405,7 @@ impl Channel {
     /// `wait.rs::independent_clients_hand_a_busy_lock_round…`). A named
     /// wake-up reaches one wait only, so acting on it undoes no split's
     /// random back-off. Its own timer covers every case no wake-up does.
-    pub(crate) async fn wake(&self, mark: &Mark, wait: u64) -> Wake {
+    pub(crate) async fn wake(&self, mark: &Snapshot, wait: u64) -> Wake {
         loop {
             // Armed before the checks, so that nothing between them is missed.
             let notified = self.notify.notified();
@@ -425,7 +425,7 @@ impl Channel {
     /// heard: enough of the subscriptions of then are still on the same
     /// connections. A subscription made since may have come after a
     /// release, so it does not count.
-    pub(crate) fn heard_since(&self, mark: &Mark) -> bool {
+    pub(crate) fn heard_since(&self, mark: &Snapshot) -> bool {
         let kept = mark
             .subscribed
             .iter()

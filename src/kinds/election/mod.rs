@@ -300,7 +300,7 @@ pub(crate) struct History {
 
 /// Reads one node's reply to [`observe`]; `None` for a reply that is none
 /// of its shapes.
-pub(crate) fn read_observe(reply: &Value) -> Option<(Seen, History)> {
+pub(crate) fn read_observe(reply: &Value) -> Option<(Found, History)> {
     let Value::Array(items) = reply else {
         return None;
     };
@@ -360,7 +360,7 @@ fn text(v: &Value) -> Option<String> {
 
 /// What one node says of an election.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Seen {
+pub(crate) enum Found {
     /// No key.
     Free,
     /// A lock of another kind on the name.
@@ -385,14 +385,14 @@ pub(crate) struct Record {
 
 /// Reads one node's reply to [`leader`]; `None` for a reply that is none
 /// of its shapes.
-pub(crate) fn read_leader(reply: &Value) -> Option<Seen> {
+pub(crate) fn read_leader(reply: &Value) -> Option<Found> {
     let number = |v: &Value| match v {
         Value::Int(n) => u64::try_from(*n).ok(),
         v => text(v)?.parse().ok(),
     };
     match reply {
-        Value::Int(0) => Some(Seen::Free),
-        Value::Int(-1) => Some(Seen::Other),
+        Value::Int(0) => Some(Found::Free),
+        Value::Int(-1) => Some(Found::Other),
         Value::Array(items) => match items.as_slice() {
             [token, Value::Int(pttl), identity, value, term, seq] => {
                 let record = match identity {
@@ -404,7 +404,7 @@ pub(crate) fn read_leader(reply: &Value) -> Option<Seen> {
                         seq: number(seq)?,
                     }),
                 };
-                Some(Seen::Held {
+                Some(Found::Held {
                     token: text(token)?,
                     // -1 (no TTL) or -2 (gone meanwhile): no life to count.
                     pttl_ms: u64::try_from(*pttl).unwrap_or(0),
@@ -427,8 +427,8 @@ mod tests {
 
     #[test]
     fn reads_what_a_node_says_of_an_election() {
-        assert_eq!(read_leader(&Value::Int(0)), Some(Seen::Free));
-        assert_eq!(read_leader(&Value::Int(-1)), Some(Seen::Other));
+        assert_eq!(read_leader(&Value::Int(0)), Some(Found::Free));
+        assert_eq!(read_leader(&Value::Int(-1)), Some(Found::Other));
         let held = read_leader(&Value::Array(vec![
             bulk("t1"),
             Value::Int(900),
@@ -439,7 +439,7 @@ mod tests {
         ]));
         assert_eq!(
             held,
-            Some(Seen::Held {
+            Some(Found::Held {
                 token: "t1".into(),
                 pttl_ms: 900,
                 record: Some(Record {
@@ -460,7 +460,7 @@ mod tests {
         ]));
         assert_eq!(
             unannounced,
-            Some(Seen::Held {
+            Some(Found::Held {
                 token: "t1".into(),
                 pttl_ms: 0,
                 record: None,
@@ -493,7 +493,7 @@ mod tests {
             bulk("0 1 xy"),
         ]))
         .unwrap();
-        assert_eq!(seen, Seen::Free);
+        assert_eq!(seen, Found::Free);
         assert_eq!(history.dropped, 12);
         let entry = |term, token: &str, identity: &str, value: &str, seq| Entry {
             term,

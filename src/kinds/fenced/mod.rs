@@ -308,7 +308,7 @@ mod tests {
         let read = |v: Value| fenced().read_acquire(v);
         let yes = read(Value::Array(vec![Value::Int(42)]));
         assert_eq!((yes.vote, yes.counter), (Ok(()), Some(42)));
-        assert_eq!(read(Value::Int(0)).vote, Err(NodeFailure::Held));
+        assert_eq!(read(Value::Int(0)).vote, Err(NodeFailure::Contended));
         let held = read(Value::Array(vec![
             Value::BulkString(b"t".to_vec()),
             Value::Int(5),

@@ -172,13 +172,13 @@ mod tests {
         let read = |r: Value| Mutex.read_acquire(r);
         assert!(read(Value::Okay).vote.is_ok());
         assert!(read(Value::Int(1)).vote.is_ok());
-        assert_eq!(read(Value::Nil).vote, Err(NodeFailure::Held));
-        assert_eq!(read(Value::Int(0)).vote, Err(NodeFailure::Held));
+        assert_eq!(read(Value::Nil).vote, Err(NodeFailure::Contended));
+        assert_eq!(read(Value::Int(0)).vote, Err(NodeFailure::Contended));
         let seen = read(Value::Array(vec![
             Value::BulkString(b"other".to_vec()),
             Value::Int(700),
         ]));
-        assert_eq!(seen.vote, Err(NodeFailure::Held));
+        assert_eq!(seen.vote, Err(NodeFailure::Contended));
         assert_eq!(
             seen.holder,
             Some(Holder {
@@ -195,7 +195,7 @@ mod tests {
         let unknown = read(Value::Array(vec![Value::Nil, Value::Int(5)]));
         assert_eq!(
             (unknown.vote, unknown.holder),
-            (Err(NodeFailure::Held), None)
+            (Err(NodeFailure::Contended), None)
         );
         // Garbage is a typed failure, not a panic or a yes.
         for bad in [
@@ -253,7 +253,7 @@ mod tests {
         assert!(read(1).vote.is_ok() && !read(1).unannounced);
         assert!(read(2).vote.is_ok() && read(2).unannounced);
         assert_eq!(read(0).vote, Err(NodeFailure::Missing));
-        assert_eq!(read(-1).vote, Err(NodeFailure::Held));
+        assert_eq!(read(-1).vote, Err(NodeFailure::Contended));
         assert!(matches!(read(7).vote, Err(NodeFailure::Server { .. })));
     }
 }

@@ -126,7 +126,7 @@ pub(crate) static EXTEND: LazyLock<Script> =
 
 /// The reader's side of the read-write lock (the writer's is the mutex).
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Shared {
+pub(crate) struct Reader {
     /// Asked by a task that reads the name already: a waiting writer's
     /// intent does not turn it away.
     nested: bool,
@@ -145,12 +145,12 @@ pub(crate) fn show(f: &mut fmt::Formatter<'_>, readers: &[String]) -> fmt::Resul
 /// The reader's kind, shared by every read lock; `nested` for a task that
 /// reads the name already.
 pub(crate) fn kind(nested: bool) -> Arc<dyn Kind> {
-    static KIND: LazyLock<Arc<dyn Kind>> = LazyLock::new(|| Arc::new(Shared { nested: false }));
-    static NESTED: LazyLock<Arc<dyn Kind>> = LazyLock::new(|| Arc::new(Shared { nested: true }));
+    static KIND: LazyLock<Arc<dyn Kind>> = LazyLock::new(|| Arc::new(Reader { nested: false }));
+    static NESTED: LazyLock<Arc<dyn Kind>> = LazyLock::new(|| Arc::new(Reader { nested: true }));
     if nested { NESTED.clone() } else { KIND.clone() }
 }
 
-impl Kind for Shared {
+impl Kind for Reader {
     fn name(&self, _: &LockId) -> &'static str {
         "read"
     }

@@ -96,8 +96,8 @@ impl Shares {
     }
 
     /// Notes a read lock on `resource` just handed out to the current
-    /// task; it counts until the [`Mark`] ends.
-    pub(crate) fn mark(self: &Arc<Self>, resource: &str) -> Mark {
+    /// task; it counts until the [`ReadEntry`] ends.
+    pub(crate) fn mark(self: &Arc<Self>, resource: &str) -> ReadEntry {
         let who = Who::now();
         let mut held = self.held();
         // Looked up first: no copy of the name for a name already read.
@@ -110,7 +110,7 @@ impl Shares {
             None => readers.push((who, 1)),
         }
         self.live.fetch_add(1, Ordering::AcqRel);
-        Mark {
+        ReadEntry {
             shares: self.clone(),
             resource: resource.into(),
             who,
@@ -154,17 +154,17 @@ impl Shares {
 }
 
 /// One read lock's entry in its client's [`Shares`]: it counts until
-/// [`end`](Mark::end) (called when the [`Lock`](crate::Lock) is released
+/// [`end`](ReadEntry::end) (called when the [`Lock`](crate::Lock) is released
 /// or dropped) or its own drop, whichever comes first.
 #[derive(Debug)]
-pub(crate) struct Mark {
+pub(crate) struct ReadEntry {
     shares: Arc<Shares>,
     resource: Box<str>,
     who: Who,
     ended: AtomicBool,
 }
 
-impl OnEnd for Mark {
+impl OnEnd for ReadEntry {
     /// Stops counting the read lock (once; later calls do nothing).
     fn end(&self) {
         if !self.ended.swap(true, Ordering::AcqRel) {
@@ -173,7 +173,7 @@ impl OnEnd for Mark {
     }
 }
 
-impl Drop for Mark {
+impl Drop for ReadEntry {
     fn drop(&mut self) {
         self.end();
     }

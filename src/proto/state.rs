@@ -11,7 +11,7 @@
 //! is a second allocation, [`Extras`], made the first time one of them is
 //! asked for.
 //!
-//! A [`Shared`] is a thin pointer to a reference-counted block laid out by
+//! A [`LockState`] is a thin pointer to a reference-counted block laid out by
 //! hand: a header ([`Head`]), then the token and the key inline. An `Arc`
 //! cannot end in a variable-length tail behind a thin pointer, and keeps a
 //! weak count nobody needs here; a `Box<str>` for the key would be one more
@@ -34,7 +34,7 @@ pub(crate) const TOKEN_BYTES: usize = 20;
 
 /// A counted reference to one lock's record. Cheap to clone (one atomic
 /// increment); the record is freed with its last reference.
-pub(crate) struct Shared {
+pub(crate) struct LockState {
     block: NonNull<Block>,
 }
 
@@ -59,15 +59,15 @@ pub(crate) struct Head {
     pub(crate) ttl_ms: AtomicU64,
     /// For the engine's `hold`: its flags.
     pub(crate) flags: AtomicU8,
-    /// Null until [`Shared::extras`] is first called; never changed after.
+    /// Null until [`LockState::extras`] is first called; never changed after.
     extras: AtomicPtr<Extras>,
     /// The key's length in bytes.
     key_len: u32,
 }
 
-/// What few locks need, made on first use (see [`Shared::extras`]).
+/// What few locks need, made on first use (see [`LockState::extras`]).
 pub(crate) struct Extras {
-    /// Wakes whoever waits on the lock (see [`Shared::wake`]).
+    /// Wakes whoever waits on the lock (see [`LockState::wake`]).
     pub(crate) changed: Notify,
     /// The watchdog, once started: aborted by a release or drop.
     pub(crate) keeper: Mutex<Option<AbortHandle>>,
@@ -83,7 +83,7 @@ impl Extras {
     }
 }
 
-// Every field is shared between threads through `&Shared`. (The check on
+// Every field is shared between threads through `&LockState`. (The check on
 // `Head` says nothing of what its extras pointer points to — an
 // `AtomicPtr<T>` is `Send + Sync` whatever `T` — so `Extras` is checked
 // on its own.)
@@ -93,12 +93,12 @@ const _: () = {
     send_and_sync::<Extras>();
 };
 
-// SAFETY: a `Shared` gives only shared access to its `Head` and `Extras`,
+// SAFETY: a `LockState` gives only shared access to its `Head` and `Extras`,
 // which are `Send + Sync` (checked above), and to bytes written once before
 // any reference is handed out; the count is atomic.
-unsafe impl Send for Shared {}
+unsafe impl Send for LockState {}
 // SAFETY: as for `Send`.
-unsafe impl Sync for Shared {}
+unsafe impl Sync for LockState {}
 
 /// The layout of a record whose key has `key_len` bytes.
 fn layout(key_len: usize) -> Layout {
@@ -110,10 +110,10 @@ fn layout(key_len: usize) -> Layout {
     layout.pad_to_align()
 }
 
-impl Shared {
+impl LockState {
     /// A record of the lock with `token` on `key` (its first, for a set),
     /// with its gate open.
-    pub(crate) fn new(token: &[u8; TOKEN_BYTES], key: &str) -> Shared {
+    pub(crate) fn new(token: &[u8; TOKEN_BYTES], key: &str) -> LockState {
         // Redis keys are at most 512 MB.
         let key_len = u32::try_from(key.len()).expect("a key longer than 4 GiB");
         let layout = layout(key.len());
@@ -142,11 +142,11 @@ impl Shared {
             ptr::copy_nonoverlapping(token.as_ptr(), tail, TOKEN_BYTES);
             ptr::copy_nonoverlapping(key.as_ptr(), tail.add(TOKEN_BYTES), key.len());
         }
-        Shared { block }
+        LockState { block }
     }
 
     fn block(&self) -> &Block {
-        // SAFETY: the block lives while any `Shared` of it does.
+        // SAFETY: the block lives while any `LockState` of it does.
         unsafe { self.block.as_ref() }
     }
 
@@ -238,7 +238,7 @@ impl Shared {
     }
 }
 
-impl Deref for Shared {
+impl Deref for LockState {
     type Target = Head;
 
     fn deref(&self) -> &Head {
@@ -246,19 +246,19 @@ impl Deref for Shared {
     }
 }
 
-impl Clone for Shared {
-    fn clone(&self) -> Shared {
+impl Clone for LockState {
+    fn clone(&self) -> LockState {
         // As `Arc` does: a new reference is made from a live one, so the
         // block cannot be freed meanwhile and no ordering is needed; a
         // count that could overflow means references are being leaked.
         if self.block().refs.fetch_add(1, Ordering::Relaxed) > isize::MAX as usize {
             std::process::abort();
         }
-        Shared { block: self.block }
+        LockState { block: self.block }
     }
 }
 
-impl Drop for Shared {
+impl Drop for LockState {
     fn drop(&mut self) {
         // As `Arc` does: the last reference frees the block, after every
         // use of it by the others (their decrements release, this acquires).
@@ -280,16 +280,16 @@ impl Drop for Head {
     fn drop(&mut self) {
         let extras = *self.extras.get_mut();
         if !extras.is_null() {
-            // SAFETY: made by `Box::into_raw` in `Shared::extras`; the last
+            // SAFETY: made by `Box::into_raw` in `LockState::extras`; the last
             // reference to the block is going, and the extras with it.
             drop(unsafe { Box::from_raw(extras) });
         }
     }
 }
 
-impl fmt::Debug for Shared {
+impl fmt::Debug for LockState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Shared")
+        f.debug_struct("LockState")
             .field("key", &self.key())
             .finish_non_exhaustive()
     }
@@ -302,23 +302,23 @@ mod tests {
     #[test]
     fn a_record_keeps_its_token_and_key_and_is_small() {
         let token = [0xab; TOKEN_BYTES];
-        let shared = Shared::new(&token, "redquorum:report");
+        let shared = LockState::new(&token, "redquorum:report");
         assert_eq!(shared.token(), &token);
         assert_eq!(shared.key(), "redquorum:report");
         assert!(shared.extras_if_any().is_none());
         assert_eq!(shared.extras().token(), "ab".repeat(TOKEN_BYTES));
         assert!(shared.extras_if_any().is_some());
         // One pointer per handle; the header and the count in 48 bytes.
-        assert_eq!(size_of::<Shared>(), size_of::<usize>());
+        assert_eq!(size_of::<LockState>(), size_of::<usize>());
         #[cfg(target_pointer_width = "64")]
         assert_eq!(TAIL, 48);
-        let empty = Shared::new(&token, "");
+        let empty = LockState::new(&token, "");
         assert_eq!(empty.key(), "");
     }
 
     #[test]
     fn references_are_counted_across_threads() {
-        let shared = Shared::new(&[1; TOKEN_BYTES], "k");
+        let shared = LockState::new(&[1; TOKEN_BYTES], "k");
         let _ = shared.extras();
         let threads: Vec<_> = (0..4)
             .map(|_| {
@@ -340,7 +340,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_waiter_that_registers_before_reading_is_woken() {
-        let shared = Shared::new(&[2; TOKEN_BYTES], "k");
+        let shared = LockState::new(&[2; TOKEN_BYTES], "k");
         let waiter = {
             let shared = shared.clone();
             tokio::spawn(async move {

@@ -2,8 +2,8 @@
 //! the one extension in flight, and the watchdog.
 //!
 //! Every handle on a lock — the [`Lock`](crate::Lock) itself, each
-//! [`Held`](crate::Held) it hands out, and the watchdog — is a [`Hold`] on
-//! the same record (the lock's one allocation: see `proto::shared`), so
+//! [`Held`](crate::Held) it hands out, and the watchdog — is a [`Handle`] on
+//! the same record (the lock's one allocation: see `proto::state`), so
 //! they never disagree. A lock is **lost** as soon as any of these is true, and
 //! stays lost:
 //!
@@ -19,7 +19,7 @@
 //! extension keeps our keys at least until the deadline that extension
 //! produced: the lock's deadline is the latest of them, and a failed or
 //! shorter extension leaves it where it was. At most one extension is in
-//! flight ([`Hold::extend`] holds the turn for its whole round), so the
+//! flight ([`Handle::extend`] holds the turn for its whole round), so the
 //! watchdog and a caller's `extend` take turns, and the watchdog reads the
 //! TTL to renew with only when its turn has come: a caller's newer TTL is
 //! never overwritten by an older one.
@@ -54,13 +54,13 @@ use crate::error::{Error, NodeFailure, Report};
 use crate::kinds::{Kind, OnEnd};
 use crate::metrics;
 use crate::proto::quorum::{Plan, Tally};
-use crate::proto::{Keys, LockId, Shared};
+use crate::proto::{Keys, LockId, LockState};
 
 /// A handle on one held lock: its record, which every handle on it shares,
 /// and its context, which most locks share with the client's other locks.
 /// Two pointers; cloning one is two counts up.
 ///
-/// The record (see `proto::shared`) keeps the lock's token, its key, its
+/// The record (see `proto::state`) keeps the lock's token, its key, its
 /// gate, the validity deadline (as [`Moment::as_nanos`]; [`ENDED`] once the
 /// lock has ended), the TTL of the last acquisition or extension (what the
 /// watchdog renews with) and the flags ([`TURN`], [`RELEASED`]). Atomics,
@@ -68,8 +68,8 @@ use crate::proto::{Keys, LockId, Shared};
 /// channel and a mutex: a held lock is a few hundred bytes less (one
 /// process may hold many thousands).
 #[derive(Clone)]
-pub(crate) struct Hold {
-    shared: Shared,
+pub(crate) struct Handle {
+    state: LockState,
     ctx: Arc<Context>,
 }
 
@@ -112,14 +112,14 @@ impl Context {
 /// The deadline of a lock that has ended.
 const ENDED: u64 = u64::MAX;
 
-/// Flag: an extension has its turn (see [`Hold::turn`]).
+/// Flag: an extension has its turn (see [`Handle::turn`]).
 const TURN: u8 = 1;
 /// Flag: the [`Lock`](crate::Lock)'s release round has been decided (until
 /// then, a drop releases in the background).
 const RELEASED: u8 = 2;
 
-impl Hold {
-    /// The hold of a lock just acquired, of `kind` on `resource`, for
+impl Handle {
+    /// The handle of a lock just acquired, of `kind` on `resource`, for
     /// `plan.ttl`; `plain` is the context the client's plain locks share,
     /// taken where it says all there is to say.
     /// A kind that acts when its lock ends brings its `hook` (a read
@@ -131,21 +131,19 @@ impl Hold {
         resource: &str,
         plan: Plan,
         hook: Option<Box<dyn OnEnd>>,
-    ) -> Hold {
+    ) -> Handle {
         let Acquired {
             id,
             deadline,
             fence,
         } = acquired;
-        let shared = id.shared().clone();
-        shared
-            .deadline
-            .store(deadline.as_nanos(), Ordering::Release);
-        shared.ttl_ms.store(plan.ttl_ms, Ordering::Release);
+        let state = id.state().clone();
+        state.deadline.store(deadline.as_nanos(), Ordering::Release);
+        state.ttl_ms.store(plan.ttl_ms, Ordering::Release);
         let engine = &plain.engine;
         let one = id.keys.len() == 1;
         // The key is the prefix and the name: keep no copy of the name.
-        let derivable = one && engine.options.resource(shared.key()) == Some(resource);
+        let derivable = one && engine.options.resource(state.key()) == Some(resource);
         let ctx =
             if derivable && fence.is_none() && hook.is_none() && Arc::ptr_eq(&kind, &plain.kind) {
                 plain.clone()
@@ -159,7 +157,7 @@ impl Hold {
                     hook,
                 })
             };
-        Hold { shared, ctx }
+        Handle { state, ctx }
     }
 
     /// The engine the lock was taken on.
@@ -174,7 +172,7 @@ impl Hold {
 
     /// The token, 40 hex digits (made the first time it is asked for).
     pub(crate) fn token(&self) -> &str {
-        self.shared.extras().token()
+        self.state.extras().token()
     }
 
     /// The lock's id, for one of its rounds: its keys (made anew, but for a
@@ -182,14 +180,14 @@ impl Hold {
     fn id(&self) -> LockId {
         let keys = match &self.ctx.keys {
             Some(keys) => keys.clone(),
-            None => Arc::new([self.shared.key().into()]),
+            None => Arc::new([self.state.key().into()]),
         };
-        LockId::of(self.shared.clone(), keys)
+        LockId::of(self.state.clone(), keys)
     }
 
     /// The validity deadline; now, once the lock has ended.
     fn deadline(&self) -> Moment {
-        match self.shared.deadline.load(Ordering::Acquire) {
+        match self.state.deadline.load(Ordering::Acquire) {
             ENDED => Moment::now(),
             nanos => Moment::from_nanos(nanos),
         }
@@ -197,7 +195,7 @@ impl Hold {
 
     /// Whether the lock has ended (released, dropped, or found lost).
     fn ended(&self) -> bool {
-        self.shared.deadline.load(Ordering::Acquire) == ENDED
+        self.state.deadline.load(Ordering::Acquire) == ENDED
     }
 
     /// How long the lock is still valid; zero once lost.
@@ -214,8 +212,8 @@ impl Hold {
     pub(crate) async fn lost(&self) {
         loop {
             // Registered before the deadline is read: a change after the
-            // read still wakes us (see `Shared::wake`).
-            let changed = self.shared.extras().changed.notified();
+            // read still wakes us (see `LockState::wake`).
+            let changed = self.state.extras().changed.notified();
             let mut changed = pin!(changed);
             changed.as_mut().enable();
             let left = self.remaining();
@@ -241,19 +239,19 @@ impl Hold {
 
     /// Whether the [`Lock`](crate::Lock)'s release round has been decided.
     pub(crate) fn released(&self) -> bool {
-        self.shared.flags.load(Ordering::Acquire) & RELEASED != 0
+        self.state.flags.load(Ordering::Acquire) & RELEASED != 0
     }
 
     /// Notes that the [`Lock`](crate::Lock)'s release round has been
     /// decided: its drop releases nothing more.
     pub(crate) fn mark_released(&self) {
-        self.shared.flags.fetch_or(RELEASED, Ordering::AcqRel);
+        self.state.flags.fetch_or(RELEASED, Ordering::AcqRel);
     }
 
     /// Starts the watchdog ([`keep_alive`]), unless it runs already.
     pub(crate) fn start_keeper(&self) {
         let mut keeper = self
-            .shared
+            .state
             .extras()
             .keeper
             .lock()
@@ -265,7 +263,7 @@ impl Hold {
 
     /// Aborts the watchdog, if it was started.
     pub(crate) fn stop_keeper(&self) {
-        let Some(extras) = self.shared.extras_if_any() else {
+        let Some(extras) = self.state.extras_if_any() else {
             return;
         };
         let keeper = extras
@@ -291,16 +289,16 @@ impl Hold {
     /// Says that the lock was lost while held, and counts it: once per lock,
     /// by whichever path ended it.
     fn report_lost(&self, why: std::fmt::Arguments<'_>) {
-        tracing::warn!(key = %self.shared.key(), "lock lost: {why}");
+        tracing::warn!(key = %self.state.key(), "lock lost: {why}");
         metrics::lost(self.ctx.kind.name(&self.id()));
     }
 
     /// Marks the lock as ended: every handle says it is lost from now on.
     /// Whether this call ended it.
     pub(crate) fn end(&self) -> bool {
-        let ended = self.shared.deadline.swap(ENDED, Ordering::AcqRel) != ENDED;
+        let ended = self.state.deadline.swap(ENDED, Ordering::AcqRel) != ENDED;
         if ended {
-            self.shared.wake();
+            self.state.wake();
         }
         ended
     }
@@ -310,7 +308,7 @@ impl Hold {
     /// lost: it is marked ended instead (an extension that got through
     /// after the validity ran out does not make it valid again).
     fn set_deadline(&self, deadline: Moment) -> bool {
-        let mut current = self.shared.deadline.load(Ordering::Acquire);
+        let mut current = self.state.deadline.load(Ordering::Acquire);
         loop {
             let (new, ran_out) = if current == ENDED {
                 return false;
@@ -321,14 +319,14 @@ impl Hold {
             } else {
                 return false;
             };
-            match self.shared.deadline.compare_exchange_weak(
+            match self.state.deadline.compare_exchange_weak(
                 current,
                 new,
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
                 Ok(_) => {
-                    self.shared.wake();
+                    self.state.wake();
                     if ran_out {
                         self.report_lost(format_args!(
                             "validity ran out before an extension got through"
@@ -342,7 +340,7 @@ impl Hold {
     }
 
     fn plan(&self) -> Plan {
-        let ttl_ms = self.shared.ttl_ms.load(Ordering::Acquire);
+        let ttl_ms = self.state.ttl_ms.load(Ordering::Acquire);
         Plan::of_ms(ttl_ms, self.ctx.engine.options.drift_factor)
     }
 
@@ -350,12 +348,12 @@ impl Hold {
     pub(crate) fn resource(&self) -> &str {
         match &self.ctx.resource {
             Some(resource) => resource,
-            // `derivable` at the hold's making: the key is the name's.
+            // `derivable` at the handle's making: the key is the name's.
             None => self
                 .ctx
                 .engine
                 .options
-                .resource(self.shared.key())
+                .resource(self.state.key())
                 .unwrap_or_default(),
         }
     }
@@ -371,8 +369,8 @@ impl Hold {
                 return Turn(self);
             }
             // Registered before the flag is read again: a turn handed back
-            // after the read still wakes us (see `Shared::wake`).
-            let changed = self.shared.extras().changed.notified();
+            // after the read still wakes us (see `LockState::wake`).
+            let changed = self.state.extras().changed.notified();
             let mut changed = pin!(changed);
             changed.as_mut().enable();
             if self.take_turn() {
@@ -384,7 +382,7 @@ impl Hold {
 
     /// Takes the turn if nobody has it.
     fn take_turn(&self) -> bool {
-        self.shared.flags.fetch_or(TURN, Ordering::AcqRel) & TURN == 0
+        self.state.flags.fetch_or(TURN, Ordering::AcqRel) & TURN == 0
     }
 
     /// One extension round, the only one in flight: to `plan.ttl`, or, for
@@ -413,7 +411,7 @@ impl Hold {
                 // The TTL the keys now have: what the watchdog renews with.
                 // One shorter than what was left changed nothing.
                 if self.set_deadline(deadline) {
-                    self.shared.ttl_ms.store(plan.ttl_ms, Ordering::Release);
+                    self.state.ttl_ms.store(plan.ttl_ms, Ordering::Release);
                 }
             }),
         ))
@@ -496,13 +494,13 @@ impl Hold {
     }
 }
 
-/// An extension's turn (see [`Hold::turn`]); handed back on drop.
-struct Turn<'a>(&'a Hold);
+/// An extension's turn (see [`Handle::turn`]); handed back on drop.
+struct Turn<'a>(&'a Handle);
 
 impl Drop for Turn<'_> {
     fn drop(&mut self) {
-        self.0.shared.flags.fetch_and(!TURN, Ordering::AcqRel);
-        self.0.shared.wake();
+        self.0.state.flags.fetch_and(!TURN, Ordering::AcqRel);
+        self.0.state.wake();
     }
 }
 
@@ -521,23 +519,23 @@ fn last_try(node_timeout: Duration) -> Duration {
 
 /// The watchdog: extends the lock until it is lost or has ended (the task
 /// is also aborted by a release or drop).
-pub(crate) async fn keep_alive(hold: Hold) {
-    let options = &hold.ctx.engine.options;
+pub(crate) async fn keep_alive(handle: Handle) {
+    let options = &handle.ctx.engine.options;
     let node_timeout = options.node_timeout;
     let every = |plan: Plan| plan.ttl.mul_f64(options.keep_alive_fraction);
-    let mut next = Moment::now().after(every(hold.plan()));
+    let mut next = Moment::now().after(every(handle.plan()));
     // The last failure since the last extension that got through.
     let mut failed: Option<Report> = None;
     loop {
         // Sleep until the next extension is due, but send it while there is
         // still time for it (and, after a failure, for another).
-        let left = hold.remaining();
+        let left = handle.remaining();
         let latest = match &failed {
-            None => left.saturating_sub(lead(&hold.plan(), node_timeout)),
+            None => left.saturating_sub(lead(&handle.plan(), node_timeout)),
             Some(report) => match left.checked_sub(last_try(node_timeout)) {
                 Some(room) if !room.is_zero() => room,
                 _ => {
-                    return hold.lose(format_args!(
+                    return handle.lose(format_args!(
                         "an extension failed ({report}), and too little validity is left \
                          for another to finish"
                     ));
@@ -545,18 +543,18 @@ pub(crate) async fn keep_alive(hold: Hold) {
             },
         };
         tokio::time::sleep(next.remaining().min(latest)).await;
-        if hold.ended() {
+        if handle.ended() {
             return;
         }
         let started = Moment::now();
-        match hold.extend_once(None).await {
+        match handle.extend_once(None).await {
             None => {
-                return hold.lose(format_args!(
+                return handle.lose(format_args!(
                     "validity ran out before an extension was sent"
                 ));
             }
-            Some((_, Ok(()))) if hold.is_lost() => {
-                return hold.lose(format_args!(
+            Some((_, Ok(()))) if handle.is_lost() => {
+                return handle.lose(format_args!(
                     "validity ran out before an extension succeeded"
                 ));
             }
@@ -565,12 +563,12 @@ pub(crate) async fn keep_alive(hold: Hold) {
                 next = started.after(every(plan));
             }
             Some((_, Err(tally))) if !tally.recoverable() => {
-                let report = hold.ctx.engine.report(&tally);
-                return hold.lose(format_args!("a majority no longer holds it ({report})"));
+                let report = handle.ctx.engine.report(&tally);
+                return handle.lose(format_args!("a majority no longer holds it ({report})"));
             }
             Some((plan, Err(tally))) => {
-                let report = hold.ctx.engine.report(&tally);
-                tracing::debug!(key = %hold.shared.key(), %report, "extension failed; trying again");
+                let report = handle.ctx.engine.report(&tally);
+                tracing::debug!(key = %handle.state.key(), %report, "extension failed; trying again");
                 failed = Some(report);
                 next = Moment::now().after((every(plan) / 4).max(node_timeout));
             }
@@ -595,8 +593,13 @@ mod tests {
         Context::plain(engine, mutex::kind())
     }
 
-    /// The hold of a lock of `kind` on `names`, as if just acquired.
-    fn hold(plain: &Arc<Context>, kind: Arc<dyn Kind>, names: &[&str], fence: Option<u64>) -> Hold {
+    /// The handle of a lock of `kind` on `names`, as if just acquired.
+    fn handle(
+        plain: &Arc<Context>,
+        kind: Arc<dyn Kind>,
+        names: &[&str],
+        fence: Option<u64>,
+    ) -> Handle {
         let options = &plain.engine.options;
         let keys: Keys = names.iter().map(|n| options.key(n)).collect();
         let plan = options.plan(Duration::from_secs(10)).unwrap();
@@ -605,30 +608,30 @@ mod tests {
             deadline: Moment::now().after(plan.best_validity()),
             fence,
         };
-        Hold::new(plain, kind, acquired, &names.join(","), plan, None)
+        Handle::new(plain, kind, acquired, &names.join(","), plan, None)
     }
 
     #[tokio::test]
     async fn a_plain_lock_shares_its_clients_context_and_others_keep_what_they_need() {
         let plain = plain();
-        let one = hold(&plain, mutex::kind(), &["r"], None);
+        let one = handle(&plain, mutex::kind(), &["r"], None);
         assert!(Arc::ptr_eq(&one.ctx, &plain));
-        assert_eq!(size_of::<Hold>(), 2 * size_of::<usize>());
+        assert_eq!(size_of::<Handle>(), 2 * size_of::<usize>());
         assert_eq!(one.resource(), "r");
         assert_eq!(&one.id().keys[..], &[Box::from("redquorum:r")]);
         assert!(!one.is_lost());
 
-        let set = hold(&plain, mutex::kind(), &["a", "b"], None);
+        let set = handle(&plain, mutex::kind(), &["a", "b"], None);
         assert!(!Arc::ptr_eq(&set.ctx, &plain));
         assert_eq!(set.resource(), "a,b");
         let keys = set.id().keys;
         assert_eq!(&keys[..], &[Box::from("redquorum:a"), "redquorum:b".into()]);
 
-        let fenced = hold(&plain, fenced::kind("redquorum:f", false), &["f"], Some(7));
+        let fenced = handle(&plain, fenced::kind("redquorum:f", false), &["f"], Some(7));
         assert!(!Arc::ptr_eq(&fenced.ctx, &plain));
         assert_eq!((fenced.fence(), fenced.resource()), (Some(7), "f"));
 
-        let reentrant = hold(&plain, reentrant::kind("job"), &["r"], None);
+        let reentrant = handle(&plain, reentrant::kind("job"), &["r"], None);
         assert!(!Arc::ptr_eq(&reentrant.ctx, &plain));
         assert_eq!((reentrant.fence(), reentrant.resource()), (None, "r"));
     }
@@ -644,10 +647,10 @@ mod tests {
             deadline: Moment::now().after(plan.best_validity()),
             fence: None,
         };
-        let hold = Hold::new(&plain, mutex::kind(), acquired, "r", plan, None);
-        let round = hold.id();
+        let handle = Handle::new(&plain, mutex::kind(), acquired, "r", plan, None);
+        let round = handle.id();
         assert_eq!(round.token(), id.token());
-        assert_eq!(hold.token(), id.token());
+        assert_eq!(handle.token(), id.token());
         // A straggler of the acquisition is stopped by the round's removal.
         round.gate().shut();
         assert_eq!(
@@ -659,20 +662,20 @@ mod tests {
     #[tokio::test]
     async fn extensions_take_turns_also_when_one_is_cancelled() {
         let plain = plain();
-        let hold = hold(&plain, mutex::kind(), &["r"], None);
-        let first = hold.turn().await;
-        let mut second = pin!(hold.turn());
+        let handle = handle(&plain, mutex::kind(), &["r"], None);
+        let first = handle.turn().await;
+        let mut second = pin!(handle.turn());
         assert!(futures::poll!(second.as_mut()).is_pending());
         {
             // Cancelled while waiting: holds nothing.
-            let mut cancelled = pin!(hold.turn());
+            let mut cancelled = pin!(handle.turn());
             assert!(futures::poll!(cancelled.as_mut()).is_pending());
         }
         drop(first);
         let second = tokio::time::timeout(Duration::from_secs(5), second)
             .await
             .expect("the turn is handed on");
-        let mut third = pin!(hold.turn());
+        let mut third = pin!(handle.turn());
         assert!(futures::poll!(third.as_mut()).is_pending());
         drop(second);
         tokio::time::timeout(Duration::from_secs(5), third)
@@ -683,17 +686,17 @@ mod tests {
     #[tokio::test]
     async fn lost_resolves_when_the_lock_ends_and_not_before() {
         let plain = plain();
-        let hold = hold(&plain, mutex::kind(), &["r"], None);
-        let mut lost = pin!(hold.lost());
+        let handle = handle(&plain, mutex::kind(), &["r"], None);
+        let mut lost = pin!(handle.lost());
         assert!(futures::poll!(lost.as_mut()).is_pending());
         // A later deadline wakes it, and it waits again.
-        assert!(hold.set_deadline(Moment::now().after(Duration::from_secs(60))));
+        assert!(handle.set_deadline(Moment::now().after(Duration::from_secs(60))));
         assert!(futures::poll!(lost.as_mut()).is_pending());
-        assert!(hold.end());
+        assert!(handle.end());
         tokio::time::timeout(Duration::from_secs(5), lost)
             .await
             .expect("lost once ended");
-        assert!(hold.is_lost());
-        assert!(!hold.end(), "ended once");
+        assert!(handle.is_lost());
+        assert!(!handle.end(), "ended once");
     }
 }
