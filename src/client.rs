@@ -207,6 +207,7 @@ impl Redlock {
             fenced: false,
             permits: None,
             shared: false,
+            label: None,
             call: Call {
                 retries: options.retry_count,
                 wait: options.wait_timeout,
@@ -331,7 +332,7 @@ impl Redlock {
         let key = self.key(resource);
         let keys: Keys = Arc::new([key.clone(), fenced::counter_key(&key)]);
         let answers = self.engine.gather(admin::inspect(keys)).await;
-        Status {
+        let mut status = Status {
             resource: resource.to_owned(),
             quorum: self.quorum(),
             nodes: self
@@ -341,7 +342,14 @@ impl Redlock {
                 .zip(answers)
                 .map(|(node, a)| (node.name().to_owned(), a.and_then(admin::read_inspect)))
                 .collect(),
+            processes: Default::default(),
+        };
+        // Who took them (see `who`): a second round, for the takers seen.
+        let ids = status.taker_ids();
+        if !ids.is_empty() {
+            status.processes = self.engine.processes(&ids).await;
         }
+        status
     }
 
     /// Clears the lock on `resource` that holds `token` (as
@@ -403,6 +411,7 @@ impl Redlock {
         ttl: Duration,
         call: Call,
         shared: bool,
+        label: Option<&str>,
     ) -> Result<Lock, Error> {
         if !shared && self.shares.any() {
             // An upgrade, whatever asks for it (a lock of any kind, a set,
@@ -422,7 +431,30 @@ impl Redlock {
         if let Some(key) = keys.iter().find(|k| k.len() > MAX_KEY) {
             return Err(ConfigError::KeyTooLong { bytes: key.len() }.into());
         }
-        let acquired = acquire::acquire(&self.engine, &kind, resource, keys, plan, call).await?;
+        let who = self.engine.who.id(label);
+        let acquired =
+            match acquire::acquire(&self.engine, &kind, resource, keys, plan, call, &who).await {
+                Ok(acquired) => acquired,
+                // Never on a successful acquisition: a failed one's holder
+                // is described, once per taker and client (see `who`).
+                Err(Error::NotAcquired {
+                    resource,
+                    attempts,
+                    gave_up,
+                    report,
+                    holder: Some(mut holder),
+                }) => {
+                    self.engine.describe(&mut holder).await;
+                    return Err(Error::NotAcquired {
+                        resource,
+                        attempts,
+                        gave_up,
+                        report,
+                        holder: Some(holder),
+                    });
+                }
+                Err(e) => return Err(e),
+            };
         // Noted in the task that asked (the request's future runs in it).
         let mark = shared.then(|| Box::new(self.shares.mark(resource)));
         let hold = Hold::new(&self.plain, kind, acquired, resource, plan, mark);
@@ -456,6 +488,8 @@ pub struct LockRequest<'a> {
     permits: Option<u32>,
     /// Set for a reader of a read-write lock.
     shared: bool,
+    /// What the lock's taker is called (see [`label`](Self::label)).
+    label: Option<String>,
     call: Call,
 }
 
@@ -625,6 +659,20 @@ impl<'a> LockRequest<'a> {
         self
     }
 
+    /// Names what takes this lock, for whoever looks at it: `status` and
+    /// another client's [`Error::NotAcquired`] show the label beside the
+    /// taker's host, pid and program ([`Who`](crate::Who)). A label names a
+    /// role (`"nightly-backup"`), not a call: each one a client uses is
+    /// recorded on every node (a small key, see the README's "Who holds
+    /// it?"), up to 64 per client; later ones are not recorded, and their
+    /// locks show as the client's unlabelled ones. Costs the acquisition
+    /// nothing: its token names the label's record, written on each
+    /// connection in the background the first time the label is used there.
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
+        self
+    }
+
     /// Runs `work` while holding the lock: acquires it, keeps it alive in
     /// the background ([`Lock::keep_alive`]) however long `work` takes, and
     /// releases it when `work` returns or panics (the panic then goes on).
@@ -736,8 +784,17 @@ impl<'a> IntoFuture for LockRequest<'a> {
         async move {
             let (kind, keys, resource) = self.parts()?;
             self.one_slot(&keys)?;
+            let label = self.label.as_deref();
             self.redlock
-                .acquire(kind, &resource, keys, self.ttl, self.call, self.shared)
+                .acquire(
+                    kind,
+                    &resource,
+                    keys,
+                    self.ttl,
+                    self.call,
+                    self.shared,
+                    label,
+                )
                 .await
         }
         .boxed()
@@ -771,6 +828,7 @@ impl fmt::Debug for LockRequest<'_> {
             .field("fenced", &self.fenced)
             .field("permits", &self.permits)
             .field("shared", &self.shared)
+            .field("label", &self.label)
             .field("call", &self.call)
             .finish()
     }

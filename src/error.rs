@@ -20,6 +20,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::who::Who;
+
 /// Everything that can go wrong with a lock.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -37,6 +39,10 @@ pub enum Error {
         gave_up: GaveUp,
         /// The votes of the last attempt.
         report: Report,
+        /// Who held the resource on a majority at the last attempt, when
+        /// its token says (one of this crate's: see [`Who`]), with its
+        /// description when a node had it.
+        holder: Option<Who>,
     },
     /// The lock is gone: [`extend`](crate::Lock::extend) on a lock whose
     /// validity ran out sends nothing, and [`release`](crate::Lock::release)
@@ -171,6 +177,7 @@ impl fmt::Display for Error {
                 attempts,
                 gave_up,
                 report,
+                holder,
             } => {
                 let why = match gave_up {
                     GaveUp::Retries => "retry limit reached",
@@ -181,6 +188,9 @@ impl fmt::Display for Error {
                     f,
                     "lock on {resource:?} not acquired after {attempts} attempt(s) ({why}); last attempt: {report}"
                 )?;
+                if let Some(holder) = holder {
+                    write!(f, "; held by {holder}")?;
+                }
                 if report.agreed >= report.needed {
                     write!(
                         f,

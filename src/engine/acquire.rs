@@ -35,9 +35,10 @@ use crate::clock::Moment;
 use crate::error::{Error, GaveUp};
 use crate::kinds::Kind;
 use crate::metrics;
-use crate::proto::quorum::Plan;
+use crate::proto::quorum::{Plan, Seen};
 use crate::proto::{Keys, LockId};
 use crate::wait::{Listener, Waiting, Wake};
+use crate::who::Who;
 
 /// How long one call may try.
 #[derive(Debug, Clone, Copy)]
@@ -58,7 +59,7 @@ pub(crate) struct Acquired {
     pub(crate) fence: Option<u64>,
 }
 
-/// Acquires `keys` for `plan.ttl`.
+/// Acquires `keys` for `plan.ttl`, as taker `who` (see [`who`](crate::who)).
 pub(crate) async fn acquire(
     engine: &Arc<Engine>,
     kind: &Arc<dyn Kind>,
@@ -66,6 +67,7 @@ pub(crate) async fn acquire(
     keys: Keys,
     plan: Plan,
     call: Call,
+    who: &crate::who::Id,
 ) -> Result<Acquired, Error> {
     let options = &engine.options;
     let deadline = Moment::now().after(call.wait);
@@ -92,7 +94,7 @@ pub(crate) async fn acquire(
         // the attempt still wakes the wait after it.
         let listened = waiting.channel.clone();
         let mark = listened.as_deref().map(Listener::mark);
-        let id = LockId::new(keys.clone());
+        let id = LockId::by(keys.clone(), who);
         let cancel_guard = CancelGuard {
             engine,
             kind,
@@ -140,6 +142,10 @@ pub(crate) async fn acquire(
                 attempts,
                 gave_up,
                 report: engine.report(&tally),
+                holder: match tally.seen() {
+                    Seen::Holder { token, .. } => Who::from_token(&token),
+                    _ => None,
+                },
             }
         };
         if tally.mismatched() {

@@ -430,6 +430,7 @@ mod tests {
             crate::net::Endpoint::Server(client),
             limits,
             None,
+            None,
         )])
     }
 

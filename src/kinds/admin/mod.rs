@@ -41,6 +41,8 @@ pub struct Status {
     pub(crate) resource: String,
     pub(crate) quorum: usize,
     pub(crate) nodes: Vec<(String, Result<NodeState, NodeFailure>)>,
+    /// The descriptions of the takers seen (see [`who`](crate::who)).
+    pub(crate) processes: std::collections::HashMap<crate::who::Id, Option<crate::who::Process>>,
 }
 
 impl Status {
@@ -289,6 +291,7 @@ mod tests {
                 .enumerate()
                 .map(|(i, s)| (format!("n{i}"), s))
                 .collect(),
+            processes: Default::default(),
         }
     }
 
