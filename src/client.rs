@@ -432,25 +432,26 @@ impl Redlock {
             return Err(ConfigError::KeyTooLong { bytes: key.len() }.into());
         }
         let who = self.engine.who.id(label);
+        let named = keys.clone();
         let acquired =
             match acquire::acquire(&self.engine, &kind, resource, keys, plan, call, &who).await {
                 Ok(acquired) => acquired,
                 // Never on a successful acquisition: a failed one's holder
-                // is described, once per taker and client (see `who`).
+                // is named at the end of the call (see `who`).
                 Err(Error::NotAcquired {
                     resource,
                     attempts,
                     gave_up,
                     report,
-                    holder: Some(mut holder),
+                    holder,
                 }) => {
-                    self.engine.describe(&mut holder).await;
+                    let holder = self.engine.name_holder(holder, &named[0], &report).await;
                     return Err(Error::NotAcquired {
                         resource,
                         attempts,
                         gave_up,
                         report,
-                        holder: Some(holder),
+                        holder,
                     });
                 }
                 Err(e) => return Err(e),

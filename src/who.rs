@@ -451,11 +451,40 @@ impl crate::engine::Engine {
         found
     }
 
-    /// `who` with its description.
-    pub(crate) async fn describe(&self, who: &mut Who) {
-        if let Some(id) = who.raw_id() {
-            who.process = self.processes(&[id]).await.remove(&id).flatten();
+    /// The holder a failed acquisition of `key` met, described: `holder`
+    /// if its votes named it (a script's refusal does), else, if nodes
+    /// refused it as held (`SET NX` names nobody), as the nodes hold `key`
+    /// now (one more round, bounded by the node timeout, only on failure).
+    pub(crate) async fn name_holder(
+        &self,
+        holder: Option<Who>,
+        key: &str,
+        report: &crate::Report,
+    ) -> Option<Who> {
+        let mut holder = match holder {
+            Some(holder) => holder,
+            None if report.held_by_others() > 0 => {
+                use crate::kinds::{admin, fenced};
+                let keys: crate::proto::Keys =
+                    std::sync::Arc::new([key.into(), fenced::counter_key(key)]);
+                let answers = self.gather(admin::inspect(keys)).await;
+                let status = crate::Status {
+                    resource: String::new(),
+                    quorum: self.quorum(),
+                    nodes: answers
+                        .into_iter()
+                        .map(|a| (String::new(), a.and_then(admin::read_inspect)))
+                        .collect(),
+                    processes: HashMap::new(),
+                };
+                status.taken_by().into_iter().next()?
+            }
+            None => return None,
+        };
+        if let Some(id) = holder.raw_id() {
+            holder.process = self.processes(&[id]).await.remove(&id).flatten();
         }
+        Some(holder)
     }
 }
 
