@@ -403,6 +403,7 @@ impl Redlock {
     /// in errors and on the [`Lock`]. Every acquisition goes through here:
     /// a write (`shared` false) on a name the calling task reads is refused
     /// here, with nothing sent ([`rwlock`]'s upgrade check).
+    #[allow(clippy::too_many_arguments)] // One call's parts, passed once.
     pub(crate) async fn acquire(
         &self,
         kind: Arc<dyn Kind>,

@@ -41,8 +41,8 @@ pub enum Error {
         report: Report,
         /// Who held the resource on a majority at the last attempt, when
         /// its token says (one of this crate's: see [`Who`]), with its
-        /// description when a node had it.
-        holder: Option<Who>,
+        /// description when a node had it. Boxed: errors stay small.
+        holder: Option<Box<Who>>,
     },
     /// The lock is gone: [`extend`](crate::Lock::extend) on a lock whose
     /// validity ran out sends nothing, and [`release`](crate::Lock::release)

@@ -299,7 +299,7 @@ impl Registry {
             Some(_) => fresh_id(),
         };
         let process = Process {
-            label: label.clone().map(String::from),
+            label: label.clone(),
             ..self.me.clone()
         };
         records.push(std::sync::Arc::new(Record {
@@ -457,10 +457,10 @@ impl crate::engine::Engine {
     /// now (one more round, bounded by the node timeout, only on failure).
     pub(crate) async fn name_holder(
         &self,
-        holder: Option<Who>,
+        holder: Option<Box<Who>>,
         key: &str,
         report: &crate::Report,
-    ) -> Option<Who> {
+    ) -> Option<Box<Who>> {
         let mut holder = match holder {
             Some(holder) => holder,
             None if report.held_by_others() > 0 => {
@@ -477,7 +477,7 @@ impl crate::engine::Engine {
                         .collect(),
                     processes: HashMap::new(),
                 };
-                status.taken_by().into_iter().next()?
+                Box::new(status.taken_by().into_iter().next()?)
             }
             None => return None,
         };

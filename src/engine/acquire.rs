@@ -143,7 +143,7 @@ pub(crate) async fn acquire(
                 gave_up,
                 report: engine.report(&tally),
                 holder: match tally.seen() {
-                    Seen::Holder { token, .. } => Who::from_token(&token),
+                    Seen::Holder { token, .. } => Who::from_token(&token).map(Box::new),
                     _ => None,
                 },
             }

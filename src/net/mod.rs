@@ -175,7 +175,7 @@ struct Inner {
     /// A permit per request on the wire ([`Limits::in_flight`]).
     in_flight: tokio::sync::Semaphore,
     /// Who this client's locks are taken by, written on each connection
-    /// (see [`who`](crate::who)); `None` in tests that need no record.
+    /// (see [`who`]); `None` in tests that need no record.
     who: Option<Arc<Registry>>,
     /// Whether the node has refused a record of [`who`](Self::who).
     who_refused: AtomicBool,
@@ -191,7 +191,7 @@ struct Conn {
     heard_at: Arc<AtomicU64>,
     /// When it was made.
     made: u64,
-    /// How many of the client's [`who`](crate::who) records were written
+    /// How many of the client's [`who`] records were written
     /// on it, and when they all last were (as [`Moment::as_nanos`]).
     registered: Arc<AtomicUsize>,
     registered_at: Arc<AtomicU64>,
@@ -245,7 +245,7 @@ impl Node {
     /// A node reached through `client`. `lives` is shared by the nodes of
     /// one `Redlock` when the restart guard is on.
     /// `who`, when given, is written on each of its connections (see
-    /// [`who`](crate::who)).
+    /// [`who`]).
     pub(crate) fn new(
         endpoint: Endpoint,
         limits: Limits,
@@ -740,7 +740,7 @@ impl Inner {
     }
 
     /// Before an acquisition is sent on `conn` at `now`: writes the
-    /// client's [`who`](crate::who) records it lacks (its first
+    /// client's [`who`] records it lacks (its first
     /// acquisition, a label new to it), or all of them again once they are
     /// half their expiry old on it, in the background: the acquisition
     /// waits for none of it, and costs nothing more when there is nothing
