@@ -70,10 +70,6 @@ fn print_status(status: &Status) {
         status.resource(),
         status.quorum()
     );
-    // Who took it, when its tokens say.
-    for who in status.taken_by() {
-        println!("  taken by {who}");
-    }
     for (node, state) in status.nodes() {
         let line = match state {
             Err(failure) => format!("no answer: {failure}"),
@@ -95,6 +91,10 @@ fn print_status(status: &Status) {
             }
         };
         println!("  {node:<22} {line}");
+    }
+    // Who took it, when its tokens say; after the nodes' lines.
+    for who in status.taken_by() {
+        println!("  taken by {who}");
     }
 }
 
