@@ -20,8 +20,8 @@
 //! **The description.** Each client writes, once per connection, on each
 //! node, the key `<prefix>who:<id in hex>` (hash-tagged like a resource's
 //! key on a Redlock with a Redis Cluster node, [`keys`](crate::keys)):
-//! `SET key "host=…\npid=…\nprogram=…\nstarted=<unix ms>[\nlabel=…]" PX`
-//! [`EXPIRY`]. Sent in the background on a connection's first acquisition
+//! `PSETEX key` [`EXPIRY`] `"host=…\npid=…\nprogram=…\nstarted=<unix ms>[\nlabel=…]"`
+//! (`SET … PX` under another name in `INFO commandstats`). Sent in the background on a connection's first acquisition
 //! (no round trip of the lock waits for it; a client that only reads,
 //! `redquorum status`, writes nothing), again when the connection is older
 //! than half the expiry, and on each new connection (a node restarted empty
@@ -30,7 +30,7 @@
 //! refuses it (an ACL without that key) costs nothing but a warning, once.
 //!
 //! **Reading.** [`Redlock::status`](crate::Redlock::status) reads the
-//! description of each taker it sees (one `GET` per distinct id, on every
+//! description of each taker it sees (one `MGET` of its key per distinct id, on every
 //! node at once, bounded by the node timeout); a failed acquisition that
 //! names the holder ([`Error::NotAcquired`](crate::Error::NotAcquired))
 //! reads it the same way at the end of the call, once per id and client
@@ -190,13 +190,14 @@ pub(crate) struct Record {
 }
 
 impl Record {
-    /// `SET key value PX expiry`.
+    /// `PSETEX key expiry value`: `SET … PX` under its own name in `INFO
+    /// commandstats`, whose `cmdstat_set` then counts lock acquisitions
+    /// alone, as before records were written.
     pub(crate) fn set(&self) -> redis::Cmd {
-        let mut cmd = redis::cmd("SET");
+        let mut cmd = redis::cmd("PSETEX");
         cmd.arg(&*self.key)
-            .arg(&*self.value)
-            .arg("PX")
-            .arg(EXPIRY.as_millis() as u64);
+            .arg(EXPIRY.as_millis() as u64)
+            .arg(&*self.value);
         cmd
     }
 }
@@ -427,8 +428,10 @@ impl crate::engine::Engine {
                 None => {}
             }
         }
+        // `MGET` of one key: `GET`, counted apart from the lock scripts'
+        // reads in `INFO commandstats`.
         let reads = unknown.iter().map(|id| {
-            let mut get = redis::cmd("GET");
+            let mut get = redis::cmd("MGET");
             get.arg(&*self.who.key(id));
             self.gather(crate::proto::Command {
                 call: crate::proto::Call::Command(get),
@@ -440,7 +443,10 @@ impl crate::engine::Engine {
             // A node that did not answer may have it: not remembered then.
             let answered = replies.iter().all(Result::is_ok);
             let process = replies.into_iter().find_map(|reply| match reply {
-                Ok(redis::Value::BulkString(value)) => read(&value),
+                Ok(redis::Value::Array(values)) => match values.first() {
+                    Some(redis::Value::BulkString(value)) => read(value),
+                    _ => None,
+                },
                 _ => None,
             });
             if process.is_some() || answered {

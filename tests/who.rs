@@ -244,13 +244,17 @@ async fn a_lock_costs_the_same_commands() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     for (i, before) in ALL.iter().zip(before) {
         let mut delta = calls(&c, *i);
+        assert!(
+            delta.get("psetex") >= Some(&1),
+            "node {i}: the record was written"
+        );
         for (command, n) in &before {
             *delta.get_mut(command).unwrap() -= n;
         }
         delta.retain(|command, n| *n > 0 && command != "info");
         // Sent: SET NX PX and the release's EVALSHA, per lock; run by the
         // release script (unchanged): GET, DEL, and its look at the queue
-        // (EXISTS, ZRANGE). Nothing else: no record written.
+        // (EXISTS, ZRANGE). Nothing else: no record written (`psetex`).
         let expected: BTreeMap<String, u64> = [
             ("set", N),
             ("evalsha", N),

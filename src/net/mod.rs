@@ -795,8 +795,8 @@ impl Inner {
                             node = %inner.name,
                             error = %e,
                             "this node refused the record of who takes this client's locks \
-                             (SET <key prefix>who:<id>): status and errors elsewhere cannot \
-                             name them; allow SET on those keys in the ACL"
+                             (PSETEX <key prefix>who:<id>): status and errors elsewhere cannot \
+                             name them; allow PSETEX on those keys in the ACL"
                         );
                     }
                 }
