@@ -208,6 +208,7 @@ impl Redlock {
             fenced: false,
             permits: None,
             shared: false,
+            label: None,
             call: Budget {
                 retries: options.retry_count,
                 wait: options.wait_timeout,
@@ -332,7 +333,7 @@ impl Redlock {
         let key = self.key(resource);
         let keys: Keys = Arc::new([key.clone(), fenced::counter_key(&key)]);
         let answers = self.engine.gather(admin::inspect(keys)).await;
-        Status {
+        let mut status = Status {
             resource: resource.to_owned(),
             quorum: self.quorum(),
             nodes: self
@@ -342,7 +343,14 @@ impl Redlock {
                 .zip(answers)
                 .map(|(node, a)| (node.name().to_owned(), a.and_then(admin::read_inspect)))
                 .collect(),
+            processes: Default::default(),
+        };
+        // Who took them (see `who`): a second round, for the takers seen.
+        let ids = status.taker_ids();
+        if !ids.is_empty() {
+            status.processes = self.engine.processes(&ids).await;
         }
+        status
     }
 
     /// Clears the lock on `resource` that holds `token` (as
@@ -396,6 +404,7 @@ impl Redlock {
     /// in errors and on the [`Lock`]. Every acquisition goes through here:
     /// a write (`shared` false) on a name the calling task reads is refused
     /// here, with nothing sent ([`rwlock`]'s upgrade check).
+    #[allow(clippy::too_many_arguments)] // One call's parts, passed once.
     pub(crate) async fn acquire(
         &self,
         kind: Arc<dyn Kind>,
@@ -404,6 +413,7 @@ impl Redlock {
         ttl: Duration,
         call: Budget,
         shared: bool,
+        label: Option<&str>,
     ) -> Result<Lock, Error> {
         if !shared && self.shares.any() {
             // An upgrade, whatever asks for it (a lock of any kind, a set,
@@ -423,7 +433,31 @@ impl Redlock {
         if let Some(key) = keys.iter().find(|k| k.len() > MAX_KEY) {
             return Err(ConfigError::KeyTooLong { bytes: key.len() }.into());
         }
-        let acquired = acquire::acquire(&self.engine, &kind, resource, keys, plan, call).await?;
+        let who = self.engine.who.id(label);
+        let named = keys.clone();
+        let acquired =
+            match acquire::acquire(&self.engine, &kind, resource, keys, plan, call, &who).await {
+                Ok(acquired) => acquired,
+                // Never on a successful acquisition: a failed one's holder
+                // is named at the end of the call (see `who`).
+                Err(Error::NotAcquired {
+                    resource,
+                    attempts,
+                    gave_up,
+                    report,
+                    holder,
+                }) => {
+                    let holder = self.engine.name_holder(holder, &named[0], &report).await;
+                    return Err(Error::NotAcquired {
+                        resource,
+                        attempts,
+                        gave_up,
+                        report,
+                        holder,
+                    });
+                }
+                Err(e) => return Err(e),
+            };
         // Noted in the task that asked (the request's future runs in it).
         let mark = shared.then(|| Box::new(self.shares.mark(resource)) as Box<dyn OnEnd>);
         let handle = Handle::new(&self.plain, kind, acquired, resource, plan, mark);
@@ -457,6 +491,8 @@ pub struct LockRequest<'a> {
     permits: Option<u32>,
     /// Set for a reader of a read-write lock.
     shared: bool,
+    /// What the lock's taker is called (see [`label`](Self::label)).
+    label: Option<String>,
     call: Budget,
 }
 
@@ -626,6 +662,20 @@ impl<'a> LockRequest<'a> {
         self
     }
 
+    /// Names what takes this lock, for whoever looks at it: `status` and
+    /// another client's [`Error::NotAcquired`] show the label beside the
+    /// taker's host, pid and program ([`Who`](crate::Who)). A label names a
+    /// role (`"nightly-backup"`), not a call: each one a client uses is
+    /// recorded on every node (a small key, see the README's "Who holds
+    /// it?"), up to 64 per client; later ones are not recorded, and their
+    /// locks show as the client's unlabelled ones. Costs the acquisition
+    /// nothing: its token names the label's record, written on each
+    /// connection in the background the first time the label is used there.
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
+        self
+    }
+
     /// Runs `work` while holding the lock: acquires it, keeps it alive in
     /// the background ([`Lock::keep_alive`]) however long `work` takes, and
     /// releases it when `work` returns or panics (the panic then goes on).
@@ -710,8 +760,17 @@ impl<'a> IntoFuture for LockRequest<'a> {
         async move {
             let (kind, keys, resource) = self.parts()?;
             self.one_slot(&keys)?;
+            let label = self.label.as_deref();
             self.redlock
-                .acquire(kind, &resource, keys, self.ttl, self.call, self.shared)
+                .acquire(
+                    kind,
+                    &resource,
+                    keys,
+                    self.ttl,
+                    self.call,
+                    self.shared,
+                    label,
+                )
                 .await
         }
         .boxed()
@@ -745,6 +804,7 @@ impl fmt::Debug for LockRequest<'_> {
             .field("fenced", &self.fenced)
             .field("permits", &self.permits)
             .field("shared", &self.shared)
+            .field("label", &self.label)
             .field("call", &self.call)
             .finish()
     }

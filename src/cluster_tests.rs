@@ -28,7 +28,7 @@ async fn a_cluster_connection_that_failed_is_retired_not_forgotten() {
         in_flight: 8,
     };
     let endpoint = ClusterEndpoint::new(&seeds, limits.connect).unwrap();
-    let node = Node::new(Endpoint::Cluster(endpoint), limits, None);
+    let node = Node::new(Endpoint::Cluster(endpoint), limits, None, None);
     let generation = node.connect_now().await.unwrap();
     // Two requests fail on it: retired once.
     assert!(node.fail_connection(generation, 2));

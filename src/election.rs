@@ -196,7 +196,15 @@ impl<'a> IntoFuture for Campaign<'a> {
             };
             let mut lock = self
                 .redlock
-                .acquire(kind, self.name, Arc::new([key]), self.ttl, call, false)
+                .acquire(
+                    kind,
+                    self.name,
+                    Arc::new([key]),
+                    self.ttl,
+                    call,
+                    false,
+                    None,
+                )
                 .await?;
             lock.keep_alive();
             Ok(Leadership {

@@ -20,6 +20,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::who::Who;
+
 /// What an ACL user needs on every node: the commands the locks send and
 /// their scripts run, the keys and channels under the key prefix, and the
 /// restart guard's `INFO`/`ROLE`/`SMEMBERS`. The one list, shown by
@@ -28,7 +30,7 @@ use std::time::Duration;
 pub(crate) const ACL_NEEDED: &str = "~<key prefix>* &<key prefix>* ~redquorum-born-empty \
      +evalsha +eval +script|load +set +get +del +exists +type +pttl +pexpire +time \
      +hset +hget +hmget +hgetall +hkeys +hlen +hdel +hexists +zadd +zrange +zrem +zscore \
-     +publish +pubsub|numsub +subscribe +unsubscribe +ping +info +role +smembers \
+     +psetex +mget +publish +pubsub|numsub +subscribe +unsubscribe +ping +info +role +smembers \
      (with a Redis Cluster node, keys are ~{<key prefix>*, and +cluster|slots +asking)";
 
 /// Everything that can go wrong with a lock.
@@ -48,6 +50,10 @@ pub enum Error {
         gave_up: GaveUp,
         /// The votes of the last attempt.
         report: Report,
+        /// Who held the resource on a majority at the last attempt, when
+        /// its token says (one of this crate's: see [`Who`]), with its
+        /// description when a node had it. Boxed: errors stay small.
+        holder: Option<Box<Who>>,
     },
     /// The lock is gone: [`extend`](crate::Lock::extend) on a lock whose
     /// validity ran out sends nothing, and [`release`](crate::Lock::release)
@@ -234,6 +240,7 @@ impl fmt::Display for Error {
                 attempts,
                 gave_up,
                 report,
+                holder,
             } => {
                 let why = match gave_up {
                     GaveUp::Retries => "retry limit reached",
@@ -247,6 +254,9 @@ impl fmt::Display for Error {
                     f,
                     "lock on {resource:?} not acquired after {attempts} attempt(s) ({why}); last attempt: {report}"
                 )?;
+                if let Some(holder) = holder {
+                    write!(f, "; held by {holder}")?;
+                }
                 if report.agreed >= report.needed {
                     write!(
                         f,
@@ -1083,6 +1093,7 @@ mod tests {
             resource: "r".into(),
             attempts: 1,
             gave_up,
+            holder: None,
             report: Report {
                 needed: (agreed + failures.len()) / 2 + 1,
                 agreed,

@@ -110,6 +110,7 @@ mod metrics;
 mod net;
 mod proto;
 mod wait;
+mod who;
 
 #[cfg(feature = "local-servers")]
 #[cfg_attr(docsrs, doc(cfg(feature = "local-servers")))]
@@ -129,6 +130,7 @@ pub use error::{ConfigError, Error, GaveUp, NodeFailure, Report};
 pub use kinds::admin::{Holding, NodeState, Status};
 pub use lock::{Held, Lock};
 pub use proto::quorum::MAX_TTL;
+pub use who::{Process, Who};
 
 /// How many `MOVED` and `ASK` answers for keys of a slot this process has
 /// followed on cluster nodes: for the crate's own tests, not part of the

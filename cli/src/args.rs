@@ -215,6 +215,10 @@ pub struct Run {
     /// --ttl].
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     pub kill_after: Option<Duration>,
+    /// What `status`, and a run that waits, show beside this run's host,
+    /// pid and program as the lock's taker [default: the command's name].
+    #[arg(long, value_name = "TEXT")]
+    pub label: Option<String>,
     /// The exit status when the lock could not be acquired.
     #[arg(long, value_name = "N", default_value_t = exit::NOT_ACQUIRED)]
     pub conflict_exit_code: u8,
@@ -230,8 +234,9 @@ pub struct Run {
 
 const STATUS_ABOUT: &str = "\
 Show what every node holds for each RESOURCE: whether it holds a lock, whose
-(the token; for reentrant holds the owner and each hold), how long the key
-has left, and the resource's fencing counter; then whether a majority of
+(the token; for reentrant holds the owner and each hold), who took it (the
+program, pid, host and label of a redquorum client, and since when), how long
+the key has left, and the resource's fencing counter; then whether a majority of
 nodes agrees on one holder (held), on no lock (free), or on neither (split:
 a lock being taken or lost, or a node that restarted empty), or unknown
 when fewer than a majority of nodes answered.

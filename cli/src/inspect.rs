@@ -1,7 +1,9 @@
 //! `redquorum status` and `redquorum release --token`: for an operator
 //! looking at a stuck job.
 
-use redquorum::{Holding, NodeFailure, Status};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use redquorum::{Holding, NodeFailure, Status, Who};
 use serde_json::{Value, json};
 
 use crate::args;
@@ -90,6 +92,10 @@ fn print_status(status: &Status) {
         };
         println!("  {node:<22} {line}");
     }
+    // Who took it, when its tokens say; after the nodes' lines.
+    for who in status.taken_by() {
+        println!("  taken by {who}");
+    }
 }
 
 fn holder_json(holder: &Holding) -> Value {
@@ -131,7 +137,32 @@ fn status_json(status: &Status) -> Value {
         "quorum": status.quorum(),
         "verdict": verdict(status),
         "holder": status.holder().map(holder_json),
+        "taken_by": status.taken_by().iter().map(who_json).collect::<Vec<_>>(),
         "nodes": nodes,
+    })
+}
+
+/// A lock's taker (see `redquorum::Who`): `process` is null when no node
+/// had its record.
+fn who_json(who: &Who) -> Value {
+    let ms = |t: SystemTime| {
+        t.duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64)
+    };
+    let process = who.process.as_ref().map(|p| {
+        json!({
+            "host": p.host,
+            "pid": p.pid,
+            "program": p.program,
+            "label": p.label,
+            "started_ms": ms(p.started),
+        })
+    });
+    json!({
+        "id": who.id,
+        "since_ms": ms(who.since),
+        "text": who.to_string(),
+        "process": process,
     })
 }
 

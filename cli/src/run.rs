@@ -101,6 +101,7 @@ async fn acquire(redlock: &Redlock, args: &Run, signals: &mut Signals) -> Result
     if args.shared {
         request = request.shared();
     }
+    request = request.label(label(args));
     let acquiring = request.into_future();
     let watching = async {
         if args.no_wait {
@@ -259,10 +260,30 @@ fn describe_holder(status: &redquorum::Status) -> String {
         }
         holder => format!("{holder:#}"),
     };
-    format!(
+    let mut line = format!(
         "held by {who} on {on}/{n} nodes, {:.1}s left{unanswered}",
         left.as_secs_f64()
-    )
+    );
+    // Who took it, when its token says (see `Who`).
+    if let [taker, rest @ ..] = &status.taken_by()[..] {
+        line += &format!("; taken by {taker}");
+        if !rest.is_empty() {
+            line += &format!(" and {} more", rest.len());
+        }
+    }
+    line
+}
+
+/// What this run's lock is labelled with: `--label`, or the command's name.
+fn label(args: &Run) -> String {
+    if let Some(label) = &args.label {
+        return label.clone();
+    }
+    let command = args.command.first().map(std::path::Path::new);
+    command
+        .and_then(|c| c.file_name())
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 fn clear_progress(args: &Run) {

@@ -1525,3 +1525,42 @@ fn free_ports_from(from: u16, n: u16) -> u16 {
     }
     panic!("no {n} consecutive free ports from {from}")
 }
+
+/// Who holds it: `status` (text and JSON) and a refused run name the
+/// holding run's program, pid, host and label.
+#[test]
+fn status_and_a_refused_run_name_the_holder() {
+    let c = servers();
+    let mut holder = run_sh(&c, &["--label", "nightly"], "r", "echo held; exec sleep 30")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert_eq!(first_line(&mut holder), "held");
+    let pid = holder.id();
+    let named = format!("redquorum[{pid}] on ");
+    // The record is written beside the lock, in the background.
+    let mut text = String::new();
+    wait_for("status names the holder", Duration::from_secs(5), || {
+        text = stdout(&output(redquorum(&c, &["status", "r"])));
+        text.contains(&named)
+    });
+    assert!(text.contains("taken by redquorum["), "{text}");
+    assert!(text.contains("(nightly) since "), "{text}");
+    let json = stdout(&output(redquorum(&c, &["status", "--json", "r"])));
+    let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let taker = &value[0]["taken_by"][0];
+    assert_eq!(taker["process"]["pid"], pid, "{json}");
+    assert_eq!(taker["process"]["program"], "redquorum", "{json}");
+    assert_eq!(taker["process"]["label"], "nightly", "{json}");
+    assert_eq!(taker["id"].as_str().unwrap().len(), 12, "{json}");
+    assert!(taker["since_ms"].as_u64().unwrap() > 0, "{json}");
+    let out = output(run_sh(&c, &["--no-wait"], "r", "echo ran"));
+    assert_eq!(code(&out), 75, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("held by {named}")),
+        "{}",
+        stderr(&out)
+    );
+    signal(pid, libc::SIGTERM);
+    holder.wait().unwrap();
+}

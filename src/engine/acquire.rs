@@ -38,9 +38,10 @@ use crate::clock::Moment;
 use crate::error::{Error, GaveUp};
 use crate::kinds::Kind;
 use crate::metrics;
-use crate::proto::quorum::Plan;
+use crate::proto::quorum::{Plan, Seen};
 use crate::proto::{Keys, LockId};
 use crate::wait::{Listener, Waiting, Wake};
+use crate::who::Who;
 
 /// How long one call may try.
 #[derive(Debug, Clone, Copy)]
@@ -61,7 +62,7 @@ pub(crate) struct Acquired {
     pub(crate) fence: Option<u64>,
 }
 
-/// Acquires `keys` for `plan.ttl`.
+/// Acquires `keys` for `plan.ttl`, as taker `who` (see [`who`](crate::who)).
 pub(crate) async fn acquire(
     engine: &Arc<Engine>,
     kind: &Arc<dyn Kind>,
@@ -69,6 +70,7 @@ pub(crate) async fn acquire(
     keys: Keys,
     plan: Plan,
     call: Budget,
+    who: &crate::who::Id,
 ) -> Result<Acquired, Error> {
     let options = &engine.options;
     let deadline = Moment::now().after(call.wait);
@@ -95,7 +97,7 @@ pub(crate) async fn acquire(
         // the attempt still wakes the wait after it.
         let listened = waiting.channel.clone();
         let mark = listened.as_deref().map(Listener::mark);
-        let id = LockId::new(keys.clone());
+        let id = LockId::by(keys.clone(), who);
         let cancel_guard = CancelGuard {
             engine,
             kind,
@@ -144,6 +146,10 @@ pub(crate) async fn acquire(
                 attempts,
                 gave_up,
                 report: engine.report(&tally),
+                holder: match tally.seen() {
+                    Seen::Holder { token, .. } => Who::from_token(&token).map(Box::new),
+                    _ => None,
+                },
             }
         };
         if tally.mismatched() {

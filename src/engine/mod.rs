@@ -21,6 +21,7 @@
 
 pub(crate) mod acquire;
 pub(crate) mod handle;
+mod takers;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -41,6 +42,7 @@ use crate::net::{Endpoint, Limits, Node, Patience};
 use crate::proto::quorum::{self, Plan, Stragglers, Tally};
 use crate::proto::{Answer, Command, Keys, LockId, LockState, Prepared};
 use crate::wait::{Waiters, queue};
+use crate::who::Registry;
 
 /// The nodes, the options and the waiters' subscriptions of one `Redlock`.
 pub(crate) struct Engine {
@@ -48,6 +50,8 @@ pub(crate) struct Engine {
     pub(crate) options: Options,
     pub(crate) waiters: Waiters,
     background: Arc<Background>,
+    /// Who takes its locks, and who took others' (see `who`).
+    pub(crate) who: Arc<Registry>,
 }
 
 /// The requests the engine leaves to run in the background (the nodes
@@ -163,9 +167,11 @@ impl Engine {
         // The restart guard's record of how long keys live, shared by the
         // nodes: other clients are taken to use TTLs like ours.
         let lives = options.restart_guard.then(|| Arc::new(Lives::default()));
+        // Who takes this client's locks, written on every node (see `who`).
+        let who = Arc::new(Registry::new(&options.key_prefix, options.cluster_keys));
         let nodes: Vec<Node> = endpoints
             .into_iter()
-            .map(|e| Node::new(e, limits, lives.clone()))
+            .map(|e| Node::new(e, limits, lives.clone(), Some(who.clone())))
             .collect();
         let waiters = Waiters::new(&nodes);
         Engine {
@@ -173,6 +179,7 @@ impl Engine {
             options,
             waiters,
             background: Arc::default(),
+            who,
         }
     }
 

@@ -93,7 +93,7 @@ pub(crate) mod topology;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use redis::{AsyncConnectionConfig, ErrorKind, RedisError, ServerErrorKind, Value};
@@ -104,6 +104,7 @@ use crate::error::NodeFailure;
 #[cfg(feature = "metrics")]
 use crate::metrics;
 use crate::proto::{Effect, Gate, LockState, Pass, Prepared, ScriptCall};
+use crate::who::{self, Registry};
 use classify::{classify, is_connection_error, needs_new_connection};
 use guard::{Guard, Lives};
 use removals::Removals;
@@ -179,6 +180,11 @@ struct Inner {
     removals: Removals,
     /// A permit per request on the wire ([`Limits::in_flight`]).
     in_flight: tokio::sync::Semaphore,
+    /// Who this client's locks are taken by, written on each connection
+    /// (see [`who`]); `None` in tests that need no record.
+    who: Option<Arc<Registry>>,
+    /// Whether the node has refused a record of [`who`](Self::who).
+    who_refused: AtomicBool,
 }
 
 /// A command connection, since when it has left a request unanswered, and
@@ -191,6 +197,10 @@ struct Conn {
     heard_at: Arc<AtomicU64>,
     /// When it was made.
     made: u64,
+    /// How many of the client's [`who`] records were written
+    /// on it, and when they all last were (as [`Moment::as_nanos`]).
+    registered: Arc<AtomicUsize>,
+    registered_at: Arc<AtomicU64>,
 }
 
 impl Conn {
@@ -240,7 +250,14 @@ pub(crate) enum Patience {
 impl Node {
     /// A node reached through `client`. `lives` is shared by the nodes of
     /// one `Redlock` when the restart guard is on.
-    pub(crate) fn new(endpoint: Endpoint, limits: Limits, lives: Option<Arc<Lives>>) -> Node {
+    /// `who`, when given, is written on each of its connections (see
+    /// [`who`]).
+    pub(crate) fn new(
+        endpoint: Endpoint,
+        limits: Limits,
+        lives: Option<Arc<Lives>>,
+        who: Option<Arc<Registry>>,
+    ) -> Node {
         let failover = endpoint.fails_over().then(|| failover_margin(limits));
         // Handing a command to the cluster connection must not wait (see
         // `cluster::IN_FLIGHT`).
@@ -265,6 +282,8 @@ impl Node {
                 retired: Arc::default(),
                 removals: Removals::default(),
                 in_flight: tokio::sync::Semaphore::new(limits.in_flight),
+                who,
+                who_refused: AtomicBool::new(false),
             }),
         }
     }
@@ -500,6 +519,9 @@ impl Inner {
             };
             let conn = &live.conn;
             let sent = conn.sending();
+            if matches!(command.effect, Effect::Grant { .. }) {
+                self.register(conn, sent);
+            }
             let watch = self.guard.is_some() && matches!(command.effect, Effect::Grant { .. });
             match timeout_at(deadline, send(&conn.conn, command, gate, watch)).await {
                 Err(_) => return Err(self.timed_out(&live)),
@@ -731,7 +753,75 @@ impl Inner {
             waiting_since: Arc::default(),
             heard_at: Arc::new(AtomicU64::new(made)),
             made,
+            registered: Arc::default(),
+            registered_at: Arc::new(AtomicU64::new(made)),
         })
+    }
+
+    /// Before an acquisition is sent on `conn` at `now`: writes the
+    /// client's [`who`] records it lacks (its first
+    /// acquisition, a label new to it), or all of them again once they are
+    /// half their expiry old on it, in the background: the acquisition
+    /// waits for none of it, and costs nothing more when there is nothing
+    /// to write (two loads). A refusal (an ACL without the key) is warned
+    /// of once per node, and changes nothing else.
+    fn register(self: &Arc<Self>, conn: &Conn, now: u64) {
+        let Some(who) = &self.who else {
+            return;
+        };
+        let count = who.count();
+        let at = conn.registered_at.load(Ordering::Relaxed);
+        let stale = now.saturating_sub(at) > (who::EXPIRY / 2).as_nanos() as u64;
+        if !stale && conn.registered.load(Ordering::Relaxed) >= count {
+            return;
+        }
+        let from = if stale {
+            if conn
+                .registered_at
+                .compare_exchange(at, now, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+            {
+                return;
+            }
+            conn.registered.fetch_max(count, Ordering::AcqRel);
+            0
+        } else {
+            let done = conn.registered.fetch_max(count, Ordering::AcqRel);
+            if done >= count {
+                return;
+            }
+            done
+        };
+        let records = who.records(from, count);
+        let (inner, conn) = (self.clone(), conn.conn.clone());
+        tokio::spawn(async move {
+            let writes = records.iter().map(|record| {
+                let set = record.set();
+                let conn = conn.clone();
+                async move { query(conn, &set).await }
+            });
+            let written = tokio::time::timeout(MAX_LOAD, futures::future::join_all(writes)).await;
+            // A refusal (an ACL, `OOM`) is the node's word, warned of once; a
+            // connection that broke or went silent says nothing of the node.
+            let refusal = match written {
+                Err(_) => None,
+                Ok(replies) => replies.into_iter().find_map(Result::err),
+            };
+            match refusal {
+                Some(e) if !is_connection_error(&e) => {
+                    if !inner.who_refused.swap(true, Ordering::Relaxed) {
+                        tracing::warn!(
+                            node = %inner.name,
+                            error = %e,
+                            "this node refused the record of who takes this client's locks \
+                             (PSETEX <key prefix>who:<id>): status and errors elsewhere cannot \
+                             name them; allow PSETEX on those keys in the ACL"
+                        );
+                    }
+                }
+                _ => tracing::debug!(node = %inner.name, "who records sent"),
+            }
+        });
     }
 }
 
@@ -967,7 +1057,7 @@ mod tests {
             connect: Duration::from_secs(5),
             in_flight: 8,
         };
-        let node = Node::new(Endpoint::Server(client), limits, Some(Arc::default()));
+        let node = Node::new(Endpoint::Server(client), limits, Some(Arc::default()), None);
         let id = LockId::new(crate::proto::keys(&["k"]));
         let plan = Plan::new(Duration::from_millis(1_500), 0.01).unwrap();
         let acquire = Prepared::new(Mutex.acquire(&id, &plan, None));

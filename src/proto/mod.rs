@@ -42,13 +42,24 @@ pub(crate) struct LockId {
 }
 
 impl LockId {
-    /// A lock on `keys` (at least one) with a fresh token: 20 bytes from
-    /// the operating system's CSPRNG, in hex. Not from a user-space
-    /// generator: one seeded once per thread would hand the same tokens to
-    /// both sides of a `fork` or to two VMs restored from one snapshot.
+    /// A lock on `keys` (at least one) with a token of 20 random bytes,
+    /// for tests that need no taker.
+    #[cfg(test)]
     pub(crate) fn new(keys: Keys) -> Arc<LockId> {
         debug_assert!(!keys.is_empty());
-        let state = LockState::new(&fresh_bytes(), keys.first().map_or("", |k| k));
+        let state = LockState::new(&crate::who::fresh_bytes(), keys.first().map_or("", |k| k));
+        Arc::new(LockId::of(state, keys))
+    }
+
+    /// A lock on `keys` (at least one) taken by `who`, with a fresh token:
+    /// who took it and when (see [`who`](crate::who)), then 8 bytes from
+    /// the operating system's CSPRNG. Not from a user-space generator: one
+    /// seeded once per thread would hand the same tokens to both sides of
+    /// a `fork` or to two VMs restored from one snapshot.
+    pub(crate) fn by(keys: Keys, who: &crate::who::Id) -> Arc<LockId> {
+        debug_assert!(!keys.is_empty());
+        let token = crate::who::token(who, &crate::who::fresh_bytes());
+        let state = LockState::new(&token, keys.first().map_or("", |k| k));
         Arc::new(LockId::of(state, keys))
     }
 
@@ -82,19 +93,6 @@ impl LockId {
     pub(crate) fn gate(&self) -> &Gate {
         &self.state.gate
     }
-}
-
-/// 20 bytes from the OS. Should the OS ever refuse (no `getrandom`, no
-/// `/dev/urandom`), the thread's generator stands in, with an error logged:
-/// unique tokens within the process still keep its own locks apart.
-fn fresh_bytes() -> [u8; 20] {
-    use rand::TryRng;
-    let mut bytes = [0u8; 20];
-    if let Err(e) = rand::rngs::SysRng.try_fill_bytes(&mut bytes) {
-        tracing::error!(error = %e, "the OS random source failed; lock tokens come from the thread's generator");
-        rand::fill(&mut bytes);
-    }
-    bytes
 }
 
 /// A command for every node: built once, shared by all of them.
@@ -286,9 +284,15 @@ pub(crate) fn keys(names: &[&str]) -> Keys {
 mod tests {
     use super::*;
 
+    /// One taker for all: tokens differ by their random bytes alone.
+    const WHO: crate::who::Id = [crate::who::MARK, 1, 2, 3, 4, 5];
+
     #[test]
     fn tokens_are_40_hex_digits_and_fresh() {
-        let (a, b) = (LockId::new(keys(&["k"])), LockId::new(keys(&["k"])));
+        let (a, b) = (
+            LockId::by(keys(&["k"]), &WHO),
+            LockId::by(keys(&["k"]), &WHO),
+        );
         assert_eq!(a.token().len(), 40);
         assert!(a.token().bytes().all(|c| c.is_ascii_hexdigit()));
         assert_ne!(a.token(), b.token());
@@ -301,7 +305,7 @@ mod tests {
     #[test]
     fn tokens_differ_across_fork() {
         // Warm any per-thread generator up before the fork.
-        let _ = LockId::new(keys(&["k"]));
+        let _ = LockId::by(keys(&["k"]), &WHO);
         let mut fds = [0i32; 2];
         // SAFETY: a valid array of two ints for pipe(2).
         assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
@@ -309,7 +313,7 @@ mod tests {
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0, "fork failed");
         if pid == 0 {
-            let id = LockId::new(keys(&["k"]));
+            let id = LockId::by(keys(&["k"]), &WHO);
             // SAFETY: writing 40 bytes from a live buffer to our pipe, then
             // leaving without running any destructor or atexit handler.
             unsafe {
@@ -317,7 +321,7 @@ mod tests {
                 libc::_exit(0);
             }
         }
-        let ours = LockId::new(keys(&["k"]));
+        let ours = LockId::by(keys(&["k"]), &WHO);
         let mut theirs = [0u8; 40];
         // SAFETY: reading into a live 40-byte buffer; waiting for our child.
         unsafe {

@@ -673,6 +673,7 @@ mod tests {
             crate::net::Endpoint::Server(client),
             limits,
             None,
+            None,
         )])
     }
 

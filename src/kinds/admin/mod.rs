@@ -18,6 +18,8 @@
 //! tokens are drawn fresh for every attempt, so the token of a stale lock
 //! names that lock and nothing else.
 
+mod takers;
+
 use std::fmt;
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -42,6 +44,8 @@ pub struct Status {
     pub(crate) resource: String,
     pub(crate) quorum: usize,
     pub(crate) nodes: Vec<(String, Result<NodeState, NodeFailure>)>,
+    /// The descriptions of the takers seen (see [`who`](crate::who)).
+    pub(crate) processes: std::collections::HashMap<crate::who::Id, Option<crate::who::Process>>,
 }
 
 impl Status {
@@ -309,6 +313,7 @@ mod tests {
                 .enumerate()
                 .map(|(i, s)| (format!("n{i}"), s))
                 .collect(),
+            processes: Default::default(),
         }
     }
 
