@@ -62,7 +62,33 @@
 //!   a resource ([`Status`]), and [`release_token`](Redlock::release_token),
 //!   clearing a stale lock by its token.
 //! * [`Error`], with the per-node [`Report`] and [`NodeFailure`]s, and
-//!   [`ConfigError`]: what went wrong and what to fix.
+//!   [`ConfigError`]: what went wrong and what to fix;
+//!   [`is_contended`](Error::is_contended) tells a lock held elsewhere from
+//!   an outage ([`is_unavailable`](Error::is_unavailable)).
+//! * [`Who`] took a lock (and its [`Process`]): read from its token and
+//!   the record its taker left on the nodes, by [`Status::taken_by`] and
+//!   [`Error::NotAcquired`].
+//!
+//! ## Words
+//!
+//! One word per concept, here, in every doc and in the code:
+//!
+//! | word | means |
+//! |---|---|
+//! | **node** | one of the N independent parts a [`Redlock`] counts votes on: a server, a Sentinel-managed primary, or a Redis Cluster |
+//! | **server** | one `redis-server` (or Valkey) process; the tests' and the command's local ones are [`local_servers`] (`redquorum servers up`) |
+//! | **cluster** | a Redis Cluster, only |
+//! | **resource** | the name a lock is on; its **key** is the prefix and the name, on every node |
+//! | **token** | the random 40 hex digits that mark one acquisition on the nodes ([`Lock::token`]); it also says [`Who`] took it and when |
+//! | **fencing token** | the number a fenced lock carries, greater than every earlier holder's ([`Lock::fence`]) |
+//! | **lock** | one acquisition a majority granted, and the handle on it ([`Lock`]); [`Held`] is a view of it for the code it protects |
+//! | **holder** | whoever a key names on a node: a token, a reentrant owner, readers, permit holders; [`Holding`] is what one node holds for a resource |
+//! | **hold** | one take of a reentrant lock, by an **owner** (who may take it again); a **share** is one reader's part of a read lock; a **permit** one of a semaphore's k slots |
+//! | **contended** | refused because another holder has the key ([`NodeFailure::Contended`]); **unavailable**: too few nodes could answer ([`Error::is_unavailable`]) |
+//! | **validity** | how long a lock is sure to be held: its TTL less the time its acquisition took and the drift allowance ([`Lock::remaining`]) |
+//! | **waiter** | one call that waits for a lock; it queues on the nodes, and a release **announces** itself to the first waiter |
+//! | **quarantine** | the time the restart guard gives a node no vote, after it may have forgotten keys |
+//! | **leader** | the holder of an election's lock; its **term** is the lock's fencing token ([`Leadership::term`]) |
 //!
 //! How it works, one layer per module, each using only those below it:
 //! * `client`, `lock` and `election`: the handles above.
@@ -85,7 +111,8 @@
 //!   per-request bound, replacing silent connections, the restart guard;
 //!   `net::topology`, what a node is (one server, a Sentinel-managed
 //!   primary, a Redis Cluster): its URL, its redaction, its connections.
-//! * `config`, `error`, `clock` (the suspend-aware monotonic clock).
+//! * `config`, `error`, `clock` (the suspend-aware monotonic clock),
+//!   `keys` (a resource's key), `who` (a token's taker and its record).
 //! * `local_servers` (feature `local-servers`): local `redis-server`
 //!   processes for tests, examples and benchmarks; `local_sentinel`, the
 //!   same for Sentinel-managed nodes (a primary and a replica each, and

@@ -48,6 +48,8 @@
 //! | `kinds/admin/mod.rs` | its [`Holding`](admin::Holding) variant: its arm in `read_inspect`, `same_holder` and `Display` |
 //! | `error.rs` | a [`NodeFailure`] variant, if it refuses with a failure of its own (the semaphore's `PermitsMismatch`; `proto/quorum.rs` counts that one as a mismatch no retry mends) |
 //! | `cli/src/inspect.rs` | its holder in `status --json` (the human form is its `show`) |
+//! | `kinds/admin/takers.rs` | which of its holders' tokens name a taker (`taken_by`, `taker_ids`), if it has a `Holding` of its own |
+//! | `metrics.rs` | its `kind` label (its `Kind::name`) in the module doc and the test that reads it |
 
 pub(crate) mod admin;
 pub(crate) mod election;
