@@ -954,7 +954,11 @@ impl NodeFailure {
 /// passes on has no kind of its own for it (Rust's standard library words
 /// it so on every Unix).
 fn unresolved(reason: &str) -> bool {
-    reason.contains("failed to lookup address information")
+    // A resolver that could not answer now (`EAI_AGAIN`: "Temporary
+    // failure in name resolution", a DNS server restarting, a name not yet
+    // published for a pod that is starting) is not an answer that the name
+    // does not exist: waiting may mend it.
+    reason.contains("failed to lookup address information") && !reason.contains("Temporary failure")
 }
 
 impl fmt::Display for NodeFailure {

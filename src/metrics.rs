@@ -6,7 +6,7 @@
 //! |---|---|---|---|
 //! | `redquorum_attempts_total` | counter | `kind` | acquisition attempts (one round of requests to every node) |
 //! | `redquorum_acquired_total` | counter | `kind` | locks acquired |
-//! | `redquorum_gave_up_total` | counter | `kind`, `cause` | `lock()` calls that gave up: `retries`, `deadline` or `mismatch` (a semaphore of another number of permits) |
+//! | `redquorum_gave_up_total` | counter | `kind`, `cause` | `lock()` calls that gave up: `retries`, `deadline`, `mismatch` (a semaphore of another number of permits) or `unavailable` (an outage waiting does not mend) |
 //! | `redquorum_extend_failures_total` | counter | `kind` | extensions (yours or the watchdog's) that did not get a majority |
 //! | `redquorum_lost_total` | counter | `kind` | held locks lost before their release (a majority gone, or the validity ran out first) |
 //! | `redquorum_node_request_seconds` | histogram | `node`, `outcome` | each request to a node, from the call to its answer: `outcome` is `ok`, `timeout`, `connection` or `error` |
@@ -99,6 +99,7 @@ mod tests {
             "retries",
             "deadline",
             "mismatch",
+            "unavailable",
         ] {
             assert!(
                 doc.contains(&format!("`{label}`")),

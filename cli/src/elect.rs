@@ -27,7 +27,7 @@ pub async fn elect(args: Elect) -> u8 {
             Ok(leadership) => leadership,
             Err(code) => break code,
         };
-        eprintln!(
+        say!(
             "redquorum: leading {:?} as {:?}, term {}",
             args.name,
             args.id,
@@ -51,7 +51,7 @@ pub async fn elect(args: Elect) -> u8 {
         if !(lost && args.again) {
             break code;
         }
-        eprintln!("redquorum: campaigning for {:?} again", args.name);
+        say!("redquorum: campaigning for {:?} again", args.name);
     };
     if !redlock.drain(run::DRAIN).await {
         tracing::warn!("some keys could not be removed now and will expire at their TTL");

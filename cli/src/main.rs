@@ -7,6 +7,24 @@
 //! * `elect`: run a command while leading an election, and `leader`;
 //! * `servers`: a local set of `redis-server` processes.
 
+/// `eprintln!` that never panics: a closed stderr (`redquorum run … 2>&1 |
+/// head`) must not kill the process that supervises a command and keeps
+/// its lock; what cannot be written is dropped.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+/// `eprint!` that never panics (see [`say!`]).
+macro_rules! say_part {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod args;
 mod elect;
 mod inspect;
@@ -89,7 +107,7 @@ fn colour() -> bool {
 
 /// Prints `message` on stderr and returns `code`.
 pub fn fail(code: u8, message: impl std::fmt::Display) -> u8 {
-    eprintln!("redquorum: {message}");
+    say!("redquorum: {message}");
     code
 }
 
@@ -123,7 +141,7 @@ pub fn connect(nodes: &Nodes) -> Result<Redlock, u8> {
             if matches!(e, Error::Config(ConfigError::InvalidUrl { .. }))
                 && urls.iter().any(in_host)
             {
-                eprintln!(
+                say!(
                     "redquorum: a list of nodes is split only at a comma followed by a URL's \
                      scheme: give every URL its redis:// (or rediss://, unix://), or pass \
                      --nodes once per URL"

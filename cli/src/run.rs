@@ -195,12 +195,12 @@ pub async fn watch(redlock: &Redlock, resource: &str, what: &str, terminal: bool
         }
         let waited = start.elapsed();
         if terminal {
-            eprint!(
+            say_part!(
                 "\r\x1b[2Kredquorum: waiting for {what}: {}s; {holder}",
                 waited.as_secs()
             );
         } else if waited >= next_log {
-            eprintln!(
+            say!(
                 "redquorum: still waiting for {what} after {}s; {holder}",
                 waited.as_secs()
             );
@@ -288,7 +288,7 @@ fn label(args: &Run) -> String {
 
 fn clear_progress(args: &Run) {
     if terminal(args) {
-        eprint!("\r\x1b[2K");
+        say_part!("\r\x1b[2K");
     }
 }
 
@@ -408,7 +408,7 @@ pub async fn run_job(held: &Held, job: &Job<'_>, signals: &mut Signals) -> Ended
             // given up on): nothing protects the command any more.
             () = held.lost(), if !killed => {
                 if kill_at.is_none() {
-                    eprintln!("redquorum: {} was lost: killing the command (SIGKILL)", job.what);
+                    say!("redquorum: {} was lost: killing the command (SIGKILL)", job.what);
                 }
                 signal_group(group, libc::SIGKILL);
                 kill_at = Some(tokio::time::Instant::now());
@@ -418,7 +418,7 @@ pub async fn run_job(held: &Held, job: &Job<'_>, signals: &mut Signals) -> Ended
             // still holds, so that it is gone when the lock ends.
             () = running_low(held, kill_after), if kill_at.is_none() => {
                 let left = held.remaining().min(kill_after);
-                eprintln!(
+                say!(
                     "redquorum: {} has less than --kill-after left (renewals are failing): \
                      stopping the command (SIGTERM, SIGKILL in {})",
                     job.what,
@@ -438,9 +438,7 @@ pub async fn run_job(held: &Held, job: &Job<'_>, signals: &mut Signals) -> Ended
     // What the command left running in its group ends before the lock
     // does: the lock covers all of it. A SIGKILL due already stays due.
     if end_group(group, held, kill_at.unwrap_or_else(|| after(kill_after))).await {
-        eprintln!(
-            "redquorum: the command left processes running; they were stopped before the release"
-        );
+        say!("redquorum: the command left processes running; they were stopped before the release");
     }
     if terminal {
         // SAFETY: a plain query of our own process group.

@@ -1238,6 +1238,29 @@ fn wrong_password(c: &LocalServers) -> String {
         .join(",")
 }
 
+/// A closed stderr (`redquorum run … 2>&1 | head`, the reader gone) does
+/// not kill the command's supervisor: what it would say is dropped, and it
+/// exits with the status that applies (it panicked, exit 101, on its first
+/// message).
+#[test]
+fn a_closed_stderr_does_not_end_a_run_early() {
+    let c = servers();
+    let mut holder = run_sh(&c, &[], "r", "echo held; exec sleep 30")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert_eq!(first_line(&mut holder), "held");
+    let mut refused = run_sh(&c, &["--no-wait"], "r", "echo ran")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(refused.stderr.take());
+    let status = refused.wait().unwrap();
+    assert_eq!(status.code(), Some(75), "{status:?}");
+    signal(holder.id(), libc::SIGTERM);
+    holder.wait().unwrap();
+}
+
 /// An outage is not contention: a wrong password, or nothing listening,
 /// ends `run` at once with 69 (EX_UNAVAILABLE) and the reason, with or
 /// without --wait, stderr not a terminal (as under cron); so do three of

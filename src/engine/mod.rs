@@ -377,8 +377,17 @@ impl Engine {
             // that its error says which (`Error::is_contended`,
             // `is_unavailable`). The nodes not waited for were asked at
             // the same moment as the one that failed: hearing them out
-            // costs little more than the failure's own timeout.
-            stragglers.hear_out(&mut tally).await;
+            // costs little more than the failure's own timeout. Hearing
+            // them out for the error's sake takes at most one node timeout
+            // more (a request still waiting for its node's in-flight cap
+            // would wait up to the TTL): those still out then are dropped,
+            // as before, and the rollback below goes to every node.
+            if waiter.is_some() && tally.unclear() {
+                stragglers.hear_out(&mut tally).await;
+            } else {
+                let limit = self.options.node_timeout;
+                let _ = tokio::time::timeout(limit, stragglers.hear_out(&mut tally)).await;
+            }
             self.rollback(kind, id, &tally, plan, None::<NoStragglers>)
                 .await;
         } else if waiter.is_some() {

@@ -56,8 +56,25 @@ impl Engine {
     /// The holder a failed acquisition of `key` met, described: `holder`
     /// if its votes named it (a script's refusal does), else, if nodes
     /// refused it as held (`SET NX` names nobody), as the nodes hold `key`
-    /// now (one more round, bounded by the node timeout, only on failure).
+    /// now. Only on failure, and at most one node timeout in all (the key
+    /// read and the taker's record, whichever of them are needed; the
+    /// record is remembered): a node that does not answer in time costs a
+    /// failed call that much, and the holder is then named as far as was
+    /// read: as its votes named it, or not at all.
     pub(crate) async fn name_holder(
+        &self,
+        holder: Option<Box<Who>>,
+        key: &str,
+        report: &crate::Report,
+    ) -> Option<Box<Who>> {
+        let limit = self.options.node_timeout;
+        let named = holder.clone();
+        tokio::time::timeout(limit, self.name_holder_unbounded(holder, key, report))
+            .await
+            .unwrap_or(named)
+    }
+
+    async fn name_holder_unbounded(
         &self,
         holder: Option<Box<Who>>,
         key: &str,

@@ -153,6 +153,12 @@ pub(crate) fn refine(e: &RedisError) -> Option<NodeFailure> {
         return Some(NodeFailure::ClusterMember(e.to_string()));
     }
     let message = e.to_string();
+    // The text is read only where Redis puts an ACL refusal: a `NOPERM`
+    // answer, or an error raised inside a script (`ERR`, or no code); a
+    // kind's own refusal (`BADFENCE <key>`) may quote a resource's name.
+    if !matches!(e.code(), None | Some("ERR" | "NOPERM")) {
+        return None;
+    }
     let denied = e.code() == Some("NOPERM")
         || [
             "NOPERM",
@@ -249,6 +255,23 @@ mod tests {
             "-CLUSTERDOWN The cluster is down\r\n",
         ] {
             assert_eq!(refine(&error(other)), None, "{other}");
+        }
+    }
+
+    /// A kind's own refusal quotes a resource's name, which may hold any
+    /// word: it stays the kind's (a `Server` failure with its code, which
+    /// the kind reads), never an ACL denial or a node's own condition.
+    #[test]
+    fn a_kinds_refusal_naming_a_key_is_not_read_for_other_codes() {
+        for reply in [
+            "-BADFENCE redquorum:no permissions to NOPERM:fence\r\n",
+            "-FENCEMAX the fencing counter redquorum:BACKROOM-READONLY:fence cannot grow past 2^53\r\n",
+        ] {
+            let failure = classify(&error(reply));
+            assert!(
+                matches!(&failure, NodeFailure::Server { code, .. } if code == "BADFENCE" || code == "FENCEMAX"),
+                "{reply}: {failure:?}"
+            );
         }
     }
 

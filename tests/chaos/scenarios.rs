@@ -1806,6 +1806,22 @@ struct KeysLeft {
 /// stay. The keys that live beside a lock key and are no lock
 /// ([`expires_within`]) must not stay either, but one that a waiter's lost
 /// or late request left behind is given its own bounded life to expire.
+/// Whether `key` is a client's record of who it is, `<prefix>who:<id>`
+/// (12 hex digits; see `redquorum::Who`).
+fn is_taker_record(prefix: &str, key: &str) -> bool {
+    key.strip_prefix(prefix)
+        .and_then(|rest| rest.strip_prefix("who:"))
+        .is_some_and(|id| id.len() == 12 && id.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// The PTTL of `key` on the node at `port` (-1: no expiry; -2: gone).
+fn pttl_ms(port: u16, key: &str) -> i64 {
+    match command(port, &["PTTL", key]) {
+        Ok(Reply::Int(ms)) => ms,
+        other => panic!("PTTL {key}: {other:?}"),
+    }
+}
+
 fn keys_left(c: &LocalServers, prefix: &str, ttl: Duration) -> KeysLeft {
     let pattern = format!("{prefix}*");
     let start = Instant::now();
@@ -1823,6 +1839,9 @@ fn keys_left(c: &LocalServers, prefix: &str, ttl: Duration) -> KeysLeft {
             // A fenced resource's counter is kept on purpose, without a
             // TTL (see `kinds::fenced`): no lock.
             .filter(|(_, k)| !k.ends_with(":fence"))
+            // Nor is a client's record of who it is (`who`), which lives a
+            // day; one without an expiry is counted as left.
+            .filter(|(i, k)| !(is_taker_record(prefix, k) && pttl_ms(c.port(*i), k) > 0))
             .collect();
         let bounds: Vec<Option<Duration>> =
             names.iter().map(|(_, k)| expires_within(k, ttl)).collect();

@@ -28,7 +28,7 @@ end
 -- counter would stop growing: refused, before anything is written.
 local n = math.max(c + 1, tonumber(ARGV[4]))
 if n >= 9007199254740992 then
-  return redis.error_reply('ERR the fencing counter ' .. KEYS[2] .. ' cannot grow past 2^53')
+  return redis.error_reply('FENCEMAX the fencing counter ' .. KEYS[2] .. ' cannot grow past 2^53')
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('SET', KEYS[2], whole(n))

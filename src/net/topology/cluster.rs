@@ -362,8 +362,11 @@ pub(crate) async fn send(
             },
         }
     }
+    // A slot moving under many requests at once (a reshard): the node's
+    // failure for this request, which waiting mends, never the client's
+    // own configuration (`NodeFailure::Client` is lasting).
     Some(Err(RedisError::from((
-        ErrorKind::Client,
+        ErrorKind::Server(ServerErrorKind::TryAgain),
         "too many cluster redirects",
         format!("more than {MAX_REDIRECTS} MOVED/ASK answers for one request"),
     ))))
