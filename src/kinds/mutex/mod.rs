@@ -69,11 +69,12 @@ use crate::proto::{Call, Command, Effect, LockId, Script};
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(script!("acquire.lua")));
 
 /// Compare-and-delete, announcing the release to waiters.
-pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(script!("release.lua")));
+pub(crate) static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(script!(fast "release_fast.lua"; "release.lua")));
 
 /// Compare-and-pexpire, never shortening.
 pub(crate) static EXTEND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(script!(keys "extend.lua")));
+    LazyLock::new(|| Script::new(script!(fast "extend_fast.lua"; keys "extend.lua")));
 
 /// The mutex kind.
 #[derive(Debug, Clone, Copy, Default)]
