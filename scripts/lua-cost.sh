@@ -28,7 +28,8 @@
 # lock + release, and per extension, with one request per round trip as a
 # client sends them (`redis-cli` without --pipe; RT calls, 20 000 by
 # default): the figure issue 38 is about. The machine's other load moves
-# single figures by 10-20%: compare the ratios, and run it twice.
+# the commandstats figures by 10-20% (compare the ratios, run it twice)
+# and node-cpu by up to 3 times: read that one on a quiet machine only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
