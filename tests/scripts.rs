@@ -1654,7 +1654,16 @@ fn the_mutex_fast_paths_agree_with_the_whole_scripts() {
     let woken = vec![format!("{waiter} {TOKEN}")];
     // Case, setup, scripts (with the fast path, without), arguments, the
     // reply, whether the fast path answers, what the waiter hears.
-    let cases: Vec<(&str, Setup, [&str; 2], [&str; 2], i64, bool, Vec<String>)> = vec![
+    type Case<'a> = (
+        &'a str,
+        Setup,
+        [&'a str; 2],
+        [&'a str; 2],
+        i64,
+        bool,
+        Vec<String>,
+    );
+    let cases: Vec<Case> = vec![
         (
             "release (a) ours",
             ours,
