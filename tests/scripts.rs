@@ -30,8 +30,25 @@ macro_rules! prelude {
 }
 
 /// A script as the crate builds it: the key space's prelude, then the
-/// script's own text.
+/// script's own text; with `fast`, a fast path before that text, which
+/// becomes the function `slow`.
 macro_rules! script {
+    (fast $fast:literal; keys $($file:literal),+) => {
+        concat!(
+            include_str!($fast),
+            "local function slow()\n",
+            script!(keys $($file),+),
+            "\nend\nreturn slow()\n"
+        )
+    };
+    (fast $fast:literal; $($file:literal),+) => {
+        concat!(
+            include_str!($fast),
+            "local function slow()\n",
+            script!($($file),+),
+            "\nend\nreturn slow()\n"
+        )
+    };
     ($($file:literal),+) => {
         concat!(
             prelude!(queue),
@@ -48,8 +65,14 @@ macro_rules! script {
 }
 
 const MUTEX_ACQUIRE: &str = script!("../src/kinds/mutex/acquire.lua");
-const MUTEX_RELEASE: &str = script!("../src/kinds/mutex/release.lua");
-const MUTEX_EXTEND: &str = script!(keys "../src/kinds/mutex/extend.lua");
+const MUTEX_RELEASE: &str =
+    script!(fast "../src/kinds/mutex/release_fast.lua"; "../src/kinds/mutex/release.lua");
+const MUTEX_EXTEND: &str =
+    script!(fast "../src/kinds/mutex/extend_fast.lua"; keys "../src/kinds/mutex/extend.lua");
+/// The mutex's release and extension without their fast paths: what the
+/// fast path leaves to (`slow`), and what it must agree with.
+const MUTEX_RELEASE_SLOW: &str = script!("../src/kinds/mutex/release.lua");
+const MUTEX_EXTEND_SLOW: &str = script!(keys "../src/kinds/mutex/extend.lua");
 const REENTRANT_ACQUIRE: &str = script!("../src/kinds/reentrant/acquire.lua");
 const REENTRANT_RELEASE: &str = script!("../src/kinds/reentrant/release.lua");
 const REENTRANT_EXTEND: &str = script!(keys "../src/kinds/reentrant/extend.lua");
@@ -1562,6 +1585,250 @@ fn a_release_announces_the_holder_by_the_name_its_waiters_were_told() {
             listening.heard(&c),
             [format!("{waiter} {told}")],
             "{name}: the release was announced by another name than the waiters were told"
+        );
+    }
+}
+
+/// What node 0 holds of the lock `k`, for comparing two runs: the key's
+/// type and value, its life in 5 s steps (-1: none, -2: no key), the queue
+/// and the intent.
+fn mutex_state(c: &LocalServers) -> Vec<String> {
+    let text = |reply: Reply| format!("{reply:?}");
+    let life = match pttl(c, 0, "k") {
+        ms if ms < 0 => ms,
+        ms => (ms + 2_500) / 5_000,
+    };
+    vec![
+        text(run(c, 0, &["TYPE", "k"])),
+        match run(c, 0, &["TYPE", "k"]) {
+            Reply::Status(t) if t == "hash" => text(run(c, 0, &["HGETALL", "k"])),
+            _ => text(run(c, 0, &["GET", "k"])),
+        },
+        life.to_string(),
+        text(run(c, 0, &["ZRANGE", "k:waiters", "0", "-1"])),
+        text(run(c, 0, &["GET", "k:intent"])),
+    ]
+}
+
+/// The mutex's release and extension answer every case their fast path
+/// takes exactly as their whole script (`slow`) does, with the same writes
+/// and wake-ups, and leave every other case to it: (a) our key, no waiters
+/// (fast); (b) waiters queued: woken by `slow`; (c) a writer's intent:
+/// `slow`; (d) a reentrant lock's hash: -1 and nothing changed, no error
+/// (`slow`); (e) no key: 0; (f) another token: -1 (fast). Which path ran
+/// is told by the reads (`GET`s): the fast path reads the key once, as the
+/// whole script does, and `slow` after it once more.
+#[test]
+fn the_mutex_fast_paths_agree_with_the_whole_scripts() {
+    let c = servers(1);
+    let waiter = "0000000000000002:bb:1";
+    let other = "fedcba9876543210fedcba9876543210fedcba98";
+    let mut listening = Listening::subscribe(&c, "k:wake:bb");
+    type Setup = fn(&LocalServers, &str, &str);
+    let ours: Setup = |c, _, _| {
+        run(c, 0, &["SET", "k", TOKEN, "PX", "1000"]);
+    };
+    let queued: Setup = |c, waiter, _| {
+        run(c, 0, &["SET", "k", TOKEN, "PX", "1000"]);
+        run(c, 0, &["ZADD", "k:waiters", "0", waiter]);
+        run(c, 0, &["PEXPIRE", "k:waiters", "60000"]);
+    };
+    let intent: Setup = |c, waiter, _| {
+        run(c, 0, &["SET", "k", TOKEN, "PX", "1000"]);
+        run(c, 0, &["SET", "k:intent", waiter, "PX", "60000"]);
+    };
+    let hash: Setup = |c, _, _| {
+        let reply = eval(c, REENTRANT_ACQUIRE, &["k"], &["job", TOKEN, "60000", ""]);
+        assert_eq!(reply, Reply::Int(1));
+    };
+    let missing: Setup = |_, _, _| {};
+    let another: Setup = |c, _, other| {
+        run(c, 0, &["SET", "k", other, "PX", "60000"]);
+    };
+    let persistent: Setup = |c, _, _| {
+        run(c, 0, &["SET", "k", TOKEN]);
+    };
+    let long: Setup = |c, _, _| {
+        run(c, 0, &["SET", "k", TOKEN, "PX", "120000"]);
+    };
+    let woken = vec![format!("{waiter} {TOKEN}")];
+    // Case, setup, scripts (with the fast path, without), arguments, the
+    // reply, whether the fast path answers, what the waiter hears.
+    type Case<'a> = (
+        &'a str,
+        Setup,
+        [&'a str; 2],
+        [&'a str; 2],
+        i64,
+        bool,
+        Vec<String>,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "release (a) ours",
+            ours,
+            [MUTEX_RELEASE, MUTEX_RELEASE_SLOW],
+            [TOKEN, "1"],
+            1,
+            true,
+            vec![],
+        ),
+        (
+            "release (b) waiters",
+            queued,
+            [MUTEX_RELEASE, MUTEX_RELEASE_SLOW],
+            [TOKEN, "1"],
+            1,
+            false,
+            woken.clone(),
+        ),
+        (
+            "release (b') waiters, unannounced",
+            queued,
+            [MUTEX_RELEASE, MUTEX_RELEASE_SLOW],
+            [TOKEN, "0"],
+            1,
+            true,
+            vec![],
+        ),
+        (
+            "release (c) intent",
+            intent,
+            [MUTEX_RELEASE, MUTEX_RELEASE_SLOW],
+            [TOKEN, "1"],
+            1,
+            false,
+            vec![],
+        ),
+        (
+            "release (d) a hash",
+            hash,
+            [MUTEX_RELEASE, MUTEX_RELEASE_SLOW],
+            [TOKEN, "1"],
+            -1,
+            false,
+            vec![],
+        ),
+        (
+            "release (e) missing",
+            missing,
+            [MUTEX_RELEASE, MUTEX_RELEASE_SLOW],
+            [TOKEN, "1"],
+            0,
+            true,
+            vec![],
+        ),
+        (
+            "release (f) another",
+            another,
+            [MUTEX_RELEASE, MUTEX_RELEASE_SLOW],
+            [TOKEN, "1"],
+            -1,
+            true,
+            vec![],
+        ),
+        (
+            "extend (a) ours",
+            ours,
+            [MUTEX_EXTEND, MUTEX_EXTEND_SLOW],
+            [TOKEN, "60000"],
+            1,
+            true,
+            vec![],
+        ),
+        (
+            "extend (a) ours, no expiry",
+            persistent,
+            [MUTEX_EXTEND, MUTEX_EXTEND_SLOW],
+            [TOKEN, "60000"],
+            1,
+            true,
+            vec![],
+        ),
+        (
+            "extend (a) ours, longer",
+            long,
+            [MUTEX_EXTEND, MUTEX_EXTEND_SLOW],
+            [TOKEN, "60000"],
+            1,
+            true,
+            vec![],
+        ),
+        (
+            "extend (b) waiters",
+            queued,
+            [MUTEX_EXTEND, MUTEX_EXTEND_SLOW],
+            [TOKEN, "60000"],
+            1,
+            true,
+            vec![],
+        ),
+        (
+            "extend (c) intent",
+            intent,
+            [MUTEX_EXTEND, MUTEX_EXTEND_SLOW],
+            [TOKEN, "60000"],
+            1,
+            true,
+            vec![],
+        ),
+        (
+            "extend (d) a hash",
+            hash,
+            [MUTEX_EXTEND, MUTEX_EXTEND_SLOW],
+            [TOKEN, "60000"],
+            -1,
+            false,
+            vec![],
+        ),
+        (
+            "extend (e) missing",
+            missing,
+            [MUTEX_EXTEND, MUTEX_EXTEND_SLOW],
+            [TOKEN, "60000"],
+            0,
+            true,
+            vec![],
+        ),
+        (
+            "extend (f) another",
+            another,
+            [MUTEX_EXTEND, MUTEX_EXTEND_SLOW],
+            [TOKEN, "60000"],
+            -1,
+            true,
+            vec![],
+        ),
+    ];
+    for (name, setup, scripts, args, reply, fast, heard) in cases {
+        let mut seen = Vec::new();
+        for script in scripts {
+            run(&c, 0, &["FLUSHALL"]);
+            setup(&c, waiter, other);
+            let before = mutex_state(&c);
+            run(&c, 0, &["CONFIG", "RESETSTAT"]);
+            assert_eq!(eval(&c, script, &["k"], &args), Reply::Int(reply), "{name}");
+            let reads = command_stat(&c, 0, "get", "calls");
+            let errors = command_stat(&c, 0, "eval", "failed_calls");
+            assert_eq!(errors, 0, "{name}");
+            if reply != 1 {
+                assert_eq!(mutex_state(&c), before, "{name}: changed");
+            }
+            seen.push((mutex_state(&c), listening.heard(&c), reads));
+        }
+        let [(state, woke, reads), (slow_state, slow_woke, slow_reads)] = &seen[..] else {
+            unreachable!()
+        };
+        assert_eq!(
+            state, slow_state,
+            "{name}: the fast path left another state"
+        );
+        assert_eq!(woke, slow_woke, "{name}: the fast path woke otherwise");
+        assert_eq!(woke, &heard, "{name}");
+        assert_eq!(
+            *reads - slow_reads,
+            u64::from(!fast),
+            "{name}: fast path {fast}"
         );
     }
 }
