@@ -296,7 +296,8 @@ impl LocalRedisCluster {
     }
 
     /// The keys on each live primary (`DBSIZE`, less the born-empty set
-    /// [`start`](Self::start) declared), by port.
+    /// [`start`](Self::start) declared and the clients' records of who
+    /// they are, `*who:*`), by port.
     ///
     /// # Errors
     /// When a primary does not answer.
@@ -309,7 +310,14 @@ impl LocalRedisCluster {
             .into_iter()
             .map(|port| {
                 let exists = int(port, &["EXISTS", BORN_EMPTY_KEY]).unwrap_or(0);
-                Ok((port, int(port, &["DBSIZE"])? - exists))
+                // The clients' records of who they are (`{<prefix>who:<id>}`,
+                // a day's life): no lock's.
+                let records = int(
+                    port,
+                    &["EVAL", "return #redis.call('KEYS', ARGV[1])", "0", "*who:*"],
+                )
+                .unwrap_or(0);
+                Ok((port, int(port, &["DBSIZE"])? - exists - records))
             })
             .collect()
     }

@@ -18,16 +18,22 @@ use redquorum::local_servers::{LocalServers, Reply};
 
 const TTL: Duration = Duration::from_secs(30);
 
-/// How many keys under the default prefix node `i` holds.
+/// How many keys under the default prefix node `i` holds, but the clients'
+/// records of who they are (`redquorum:who:<id>`, which live a day).
 fn keys_on(c: &LocalServers, i: usize) -> i64 {
     match run(
         c,
         i,
         &[
             "EVAL",
-            "return #redis.call('KEYS', ARGV[1])",
+            "local n = 0 \
+             for _, k in ipairs(redis.call('KEYS', ARGV[1])) do \
+               if k:sub(1, #ARGV[2]) ~= ARGV[2] then n = n + 1 end \
+             end \
+             return n",
             "0",
             "redquorum:*",
+            "redquorum:who:",
         ],
     ) {
         Reply::Int(n) => n,

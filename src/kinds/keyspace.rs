@@ -101,6 +101,13 @@
 //! leaderships, which observers read to tell what they missed (one that
 //! lapsed could not say what it lost).
 //!
+//! Under the prefix, too, each client's record of who it is,
+//! `<prefix>who:<id>` (12 hex digits; see [`who`](crate::who)), a day's
+//! expiry: a resource named `who:` and a client's id would share its key
+//! (the lock would look held by a record for a day; never two holders).
+//! Keep resource names out of `who:`. A client made per request writes one
+//! record per node each time: about 100 bytes, for a day.
+//!
 //! **Numbers.** Lua 5.1's numbers are doubles, and `redis.call` hands one
 //! to Redis as `%.17g` text (Redis 6.2 and 7.0): `1e17` and above in
 //! exponent form, which `PEXPIRE`, `PX` and every integer argument refuse.
