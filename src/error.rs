@@ -26,8 +26,10 @@ use crate::who::Who;
 /// their scripts run, the keys and channels under the key prefix, and the
 /// restart guard's `INFO`/`ROLE`/`SMEMBERS`. The one list, shown by
 /// [`NodeFailure::Denied`] and [`NodeFailure::Auth`], and tested against a
-/// real server (`tests/lock.rs`).
-pub(crate) const ACL_NEEDED: &str = "~<key prefix>* &<key prefix>* ~redquorum-born-empty \
+/// real server (`tests/lock.rs`, against Redis 6.2 and Valkey too).
+/// `resetchannels` first: Redis 6.2 gives a user every channel by default
+/// (`acl-pubsub-default allchannels`) and then refuses a channel pattern.
+pub(crate) const ACL_NEEDED: &str = "resetchannels ~<key prefix>* &<key prefix>* ~redquorum-born-empty \
      +evalsha +eval +script|load +set +get +del +exists +type +pttl +pexpire +time \
      +hset +hget +hmget +hgetall +hkeys +hlen +hdel +hexists +zadd +zrange +zrem +zscore \
      +psetex +mget +publish +pubsub|numsub +subscribe +unsubscribe +ping +info +role +smembers \
