@@ -134,13 +134,35 @@ async fn a_waiter_does_not_poll_while_the_lock_is_held_and_a_polling_one_does() 
         let lock = holder.lock("r", LONG_TTL).await.unwrap();
         run(&c, 0, &["CONFIG", "RESETSTAT"]);
         let task = start_waiting(&waiting).await;
+        if wake {
+            // Counted from when the waiter listens on every node: until
+            // then (its first attempt, subscribing, the attempt right
+            // after, and on a loaded machine a subscription that comes
+            // late) it may try on its retry pause, as designed.
+            let start = Instant::now();
+            while !ALL.iter().all(|&i| subscribers(&c, i, "redquorum:r") >= 1) {
+                assert!(
+                    start.elapsed() < Duration::from_secs(10),
+                    "never subscribed"
+                );
+                tokio::time::sleep(ms(10)).await;
+            }
+            tokio::time::sleep(ms(100)).await;
+            run(&c, 0, &["CONFIG", "RESETSTAT"]);
+        }
         tokio::time::sleep(ms(600)).await;
         let attempts = attempts(&c, 0);
         hand_over(lock, task).await;
-        println!("wake_on_release({wake}): {attempts} attempts in 1 s of waiting");
+        println!("wake_on_release({wake}): {attempts} attempts while held");
         if wake {
-            // The first attempt, and the one right after subscribing.
-            assert!(attempts <= 3, "{attempts} attempts while held");
+            // While it listens it sleeps on the holder's PTTL, capped at
+            // 0.9-1 s (`wait::pause`: a release that cannot be announced
+            // must not strand it): at most one such attempt in 600 ms,
+            // and the one right after subscribing, if it lands late.
+            assert!(
+                attempts <= 2,
+                "{attempts} attempts while held and listening"
+            );
         } else {
             // A poll every 20 ms.
             assert!(attempts >= 20, "only {attempts} polls");
