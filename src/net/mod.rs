@@ -1044,9 +1044,19 @@ async fn check_eviction_policy(node: String, mut conn: CommandConn) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kinds::{Kind, mutex::Mutex};
     use crate::proto::quorum::Plan;
-    use crate::proto::{Effect, LockId};
+    use crate::proto::{Call, Command, Effect};
+
+    /// A command with `effect`, as a kind would build one: the node looks
+    /// at the effect, not at what the command is (a node knows no kind).
+    fn with(effect: Effect) -> Arc<Prepared> {
+        let mut cmd = redis::cmd("SET");
+        cmd.arg("k").arg("token");
+        Prepared::new(Command {
+            call: Call::Command(cmd),
+            effect,
+        })
+    }
 
     #[tokio::test]
     async fn a_quarantined_node_refuses_acquisitions_at_once_and_lets_the_rest_through() {
@@ -1058,11 +1068,10 @@ mod tests {
             in_flight: 8,
         };
         let node = Node::new(Endpoint::Server(client), limits, Some(Arc::default()), None);
-        let id = LockId::new(crate::proto::keys(&["k"]));
         let plan = Plan::new(Duration::from_millis(1_500), 0.01).unwrap();
-        let acquire = Prepared::new(Mutex.acquire(&id, &plan, None));
-        let extend = Prepared::new(Mutex.extend(&id, &plan));
-        let release = Prepared::new(Mutex.release(&id, true));
+        let acquire = with(Effect::Grant { life: plan.life() });
+        let extend = with(Effect::Refresh { life: plan.life() });
+        let release = with(Effect::Remove);
         let sent = |r: Result<Value, NodeFailure>| matches!(r, Err(NodeFailure::Connection(_)));
         let vote = Patience::Within(limits.request);
 
