@@ -250,11 +250,8 @@ mod tests {
 
     /// A node's error answer as `net` leaves it.
     fn answered(text: &[u8]) -> NodeFailure {
-        let e = redis::parse_redis_value(text)
-            .unwrap()
-            .extract_error()
-            .unwrap_err();
-        crate::net::classify::classify(&e)
+        use crate::net::classify::{classify, error};
+        classify(&error(std::str::from_utf8(text).unwrap()))
     }
 
     #[test]

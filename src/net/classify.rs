@@ -184,16 +184,19 @@ fn named_command(message: &str) -> Option<String> {
     (!name.is_empty() && !name.contains(char::is_whitespace)).then(|| name.to_owned())
 }
 
+/// The error a node answers with `reply` (RESP text: `-CODE detail\r\n`),
+/// as the Redis client hands it over: for tests of what an error means.
+#[cfg(test)]
+pub(crate) fn error(reply: &str) -> RedisError {
+    redis::parse_redis_value(reply.as_bytes())
+        .unwrap()
+        .extract_error()
+        .unwrap_err()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn error(reply: &str) -> RedisError {
-        redis::parse_redis_value(reply.as_bytes())
-            .unwrap()
-            .extract_error()
-            .unwrap_err()
-    }
 
     #[test]
     fn acl_refusals_are_denials_naming_the_command_where_the_node_does() {

@@ -439,13 +439,7 @@ pub(crate) fn route_key(command: &crate::proto::Prepared) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn error(reply: &str) -> RedisError {
-        redis::parse_redis_value(reply.as_bytes())
-            .unwrap()
-            .extract_error()
-            .unwrap_err()
-    }
+    use crate::net::classify::error;
 
     #[test]
     fn redirects_are_followed_to_the_address_named_and_nothing_else() {
