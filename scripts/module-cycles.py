@@ -3,8 +3,9 @@
 
 Edges come from `crate::…`, `super::…` and `self::…` paths and from paths
 through a child module (`slot::Live`, `use topology::cluster`), in `use`
-lines and in code alike; comments, doc comments and the unit tests (an
-inline `#[cfg(test)] mod …` at the end of a file) are left out. A module is
+lines and in code alike, the unit tests' too (an inline `#[cfg(test)] mod
+…` at the end of a file: its `super` is the file's module); comments and
+doc comments are left out. A module is
 a file (src/net/topology/mod.rs is net::topology); an edge goes to the
 deepest module a path names. Reports the 2-cycles (A uses B and B uses A),
 those between unrelated modules apart from those between a module and one
@@ -29,16 +30,22 @@ def resolve(parts):
         m = '::'.join(parts[:n])
         if m in known: return m
     return None
-edges = {m: set() for m in known}
-for m, p in mods.items():
+def source(p):
+    """The code of file `p` without comments (line and doc; strings are rare
+    enough to ignore), split into the module's own code and its unit tests
+    (an inline `#[cfg(test)] mod …` at the end of the file)."""
     text = open(p).read()
-    # strip comments (line and doc); strings are rare enough to ignore
     text = re.sub(r'//[^\n]*', '', text)
     text = re.sub(r'/\*.*?\*/', '', text, flags=re.S)
-    # unit tests (an inline `mod tests` at the end of the file): their
-    # `super` is the file's module, and they are not the module's design
-    text = re.split(r'#\[cfg\(test\)\]\s*mod \w+\s*\{', text)[0]
-    here = m.split('::') if m else []
+    parts = re.split(r'#\[cfg\(test\)\]\s*mod \w+\s*\{', text, maxsplit=1)
+    return parts[0], parts[1] if len(parts) > 1 else ''
+edges = {m: set() for m in known}
+for m, p in mods.items():
+  body, tests = source(p)
+  # A unit test's `super` is the file's module: read as a child of it. Its
+  # imports count as the module's (the design forbids cycles in tests too).
+  for text, here in ((body, m.split('::') if m else []),
+                     (tests, (m.split('::') if m else []) + ['tests'])):
     # expand `use crate::a::{b, c::d}` groups roughly: take the prefix path
     for mt in re.finditer(r'\b(crate|super(?:::super)*|self)::(?:([A-Za-z_][\w:]*?)(?:::)?)?(\{([^;]*?)\})?(?![\w:])', text):
         head, path, _, group = mt.groups()
@@ -61,12 +68,7 @@ for m, p in mods.items():
                 edges[m].add(t)
 # bare paths to a child module (`slot::Live`, `use topology::cluster;`)
 for m, p in mods.items():
-    text = open(p).read()
-    text = re.sub(r'//[^\n]*', '', text)
-    text = re.sub(r'/\*.*?\*/', '', text, flags=re.S)
-    # unit tests (an inline `mod tests` at the end of the file): their
-    # `super` is the file's module, and they are not the module's design
-    text = re.split(r'#\[cfg\(test\)\]\s*mod \w+\s*\{', text)[0]
+    text = source(p)[0]
     here = m.split('::') if m else []
     parent = lambda k: k.rsplit('::', 1)[0] if '::' in k else ''
     children = {k.rsplit('::', 1)[-1]: k for k in known if k and parent(k) == m}

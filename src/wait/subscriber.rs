@@ -659,7 +659,7 @@ impl Drop for Channel {
 mod tests {
     use super::*;
     use crate::net::{Limits, Node};
-    use crate::wait::Waiters;
+    use crate::wait::waiters::Waiters;
 
     fn waiters() -> Waiters {
         // Nothing here connects: the registry alone is under test.
