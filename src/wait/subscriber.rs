@@ -339,6 +339,12 @@ pub(crate) enum Wake {
 }
 
 impl Channel {
+    /// How many wake-ups the channel remembers now: for tests.
+    #[cfg(test)]
+    pub(super) fn remembered(&self) -> usize {
+        lock(&self.recent).tokens.len()
+    }
+
     /// The channel `name`, of no node yet, registered by its `Waiters`
     /// ([`Waiters::channel`](super::Waiters::channel)).
     pub(super) fn new(name: Box<str>, inner: Arc<Inner>) -> Channel {
@@ -651,132 +657,6 @@ impl Drop for Channel {
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             let (inner, name) = (self.inner.clone(), self.name.clone());
             handle.spawn(async move { inner.unsubscribe(&name).await });
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::net::{Limits, Node};
-    use crate::wait::waiters::Waiters;
-
-    fn waiters() -> Waiters {
-        // Nothing here connects: the registry alone is under test.
-        let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
-        let limits = Limits {
-            request: Duration::from_secs(1),
-            connect: Duration::from_secs(1),
-            in_flight: 8,
-        };
-        Waiters::new(&[Node::new(
-            crate::net::Endpoint::Server(client),
-            limits,
-            None,
-            None,
-        )])
-    }
-
-    /// A wake-up that names a wait wakes it, even when its last attempt
-    /// saw no one holder (a split vote, too few answers): the nodes took it
-    /// out of their queues, and ignoring it lost the turn (the waiters
-    /// behind slept out the holder's PTTL). A copy of the same release
-    /// (another node's) heard before the wait's next mark wakes nothing
-    /// more; one heard after it wakes the wait again (that node let go only
-    /// then, and took the wait out of its queue: see `Channel::announce`).
-    /// One for an ended wait is passed on unless the same release woke a
-    /// wait that still waits.
-    #[tokio::test]
-    async fn a_wake_up_that_names_a_wait_wakes_it_whatever_its_attempt_saw() {
-        let waiters = waiters();
-        let listener = waiters.listen(&["k".into()]);
-        let marks = listener.mark();
-        let channel = &listener.channels[0];
-        assert!(
-            channel.announce(listener.wait, b"tok"),
-            "taken, not passed on"
-        );
-        let woke = tokio::time::timeout(Duration::from_millis(200), listener.wake(&marks)).await;
-        assert_eq!(
-            woke.ok(),
-            Some(Wake::Released),
-            "a taken wake-up was ignored"
-        );
-        // A copy before the next attempt's mark: nothing more.
-        assert!(channel.announce(listener.wait, b"tok"), "a copy: taken");
-        let marks = listener.mark();
-        let woke = tokio::time::timeout(Duration::from_millis(100), listener.wake(&marks)).await;
-        assert!(
-            woke.is_err(),
-            "a copy heard before the attempt woke the wait after it"
-        );
-        // A copy after it: the release reached that node only after the
-        // attempt did, and the node took the wait out of its queue.
-        assert!(channel.announce(listener.wait, b"tok"), "a copy: taken");
-        let woke = tokio::time::timeout(Duration::from_millis(200), listener.wake(&marks)).await;
-        assert_eq!(
-            woke.ok(),
-            Some(Wake::Released),
-            "a copy heard after the attempt was ignored"
-        );
-        assert_eq!(
-            lock(&channel.recent).tokens.len(),
-            1,
-            "one entry per wait and release"
-        );
-        // An ended wait (never registered here): passed on, unless the same
-        // release woke a live one.
-        assert!(!channel.announce(999, b"other"));
-        assert!(channel.announce(999, b"tok"));
-        let ended = listener.wait;
-        drop(listener);
-        let listener = waiters.listen(&["k".into()]);
-        assert!(
-            !listener.channels[0].announce(ended, b"tok"),
-            "the wait it woke has ended: passed on"
-        );
-    }
-
-    /// `listening` over several keys, one of them not registered, while
-    /// another thread registers and drops the first key's channel: the
-    /// channel must never be dropped (which takes the registry's lock)
-    /// while `listening` holds that lock. It once upgraded the channels
-    /// under the lock, and hung here within a second or so.
-    #[test]
-    fn listening_never_drops_a_channel_under_the_registry_lock() {
-        let waiters = Arc::new(waiters());
-        // Registered for the whole test, so that `listening` upgrades many
-        // channels before it finds the missing last key.
-        let middle: Vec<Box<str>> = (0..200).map(|i| format!("c{i}").into()).collect();
-        let _held = waiters.listen(&middle);
-        let mut keys: Vec<Box<str>> = vec!["a".into()];
-        keys.extend(middle.iter().cloned());
-        keys.push("never".into());
-        let until = std::time::Instant::now() + Duration::from_millis(1_500);
-        let (done, finished) = std::sync::mpsc::channel();
-        for churn in [true, false] {
-            let (waiters, keys, done) = (waiters.clone(), keys.clone(), done.clone());
-            std::thread::spawn(move || {
-                let mut rounds = 0u64;
-                loop {
-                    if churn {
-                        drop(waiters.listen(&keys[..1]));
-                    } else {
-                        assert!(waiters.listening(&keys).is_none());
-                    }
-                    rounds += 1;
-                    if std::time::Instant::now() >= until {
-                        break;
-                    }
-                }
-                let _ = done.send(rounds);
-            });
-        }
-        for _ in 0..2 {
-            let rounds = finished
-                .recv_timeout(Duration::from_secs(20))
-                .expect("a thread hung: a channel was dropped under the registry lock");
-            assert!(rounds > 0);
         }
     }
 }
