@@ -8,7 +8,10 @@
 //!
 //! It starts its own five local servers, or uses `REDQUORUM_NODES` (then the
 //! frozen and dead node scenarios, which need to signal the nodes, are
-//! skipped). The table also goes to `target/bench-report.json`.
+//! skipped). The table also goes to `target/bench-report.json`, each row
+//! with its ratios to its peer in the same run (`cpu_vs_rslock`,
+//! `server_cpu_vs_rslock`, `lock_s_vs_rslock`, …; a cluster row's
+//! `ops_vs_servers3` and `cpu_vs_servers3`).
 //!
 //! For profiling, `REDQUORUM_BENCH_ONLY=throughput64,uncontended` runs only
 //! the named scenarios (`memory` is one: the held-lock figures below), and
@@ -75,7 +78,7 @@
 //! local Redis Clusters of three shards each (a primary and a replica per
 //! shard) as the three nodes (`cluster3x3`) with three single servers
 //! (`servers3`), and the clusters without the restart guard
-//! (`cluster3x3_noguard`: no `INFO server` pipelined with each grant):
+//! (`cluster3x3_noguard`: no `INFO replication` pipelined with each grant):
 //! locks a second, and the CPU each primary of the first
 //! cluster (or the first server) spent per lock
 //! (`shard<i>_cpu_us_per_op`); then `scaleout_keys`: the keys on each

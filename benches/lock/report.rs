@@ -29,6 +29,55 @@ fn fmt_num(x: f64, decimals: usize) -> String {
     }
 }
 
+/// Each row's ratios to its peer measured in the same run: to rslock's row
+/// of its scenario (`*_vs_rslock`: the client's CPU, p50, ops/s, the
+/// nodes' CPU; the burst's phases), and a cluster row of `scaleout*` to
+/// the three plain servers' (`*_vs_servers3`). What the goals are read
+/// against: a ratio, never a figure alone.
+pub fn ratios(rows: &[Row], r: &Row) -> Vec<(String, f64)> {
+    let mut out = Vec::new();
+    let mut against = |peer: &Row, suffix: &str, keys: &[&str]| {
+        let pairs = [
+            ("cpu", r.cpu_us_per_op, peer.cpu_us_per_op),
+            ("p50", r.p50_us, peer.p50_us),
+            ("ops", r.ops_per_s, peer.ops_per_s),
+        ];
+        for (name, a, b) in pairs {
+            if a.is_finite() && b.is_finite() && b > 0.0 {
+                out.push((format!("{name}_vs_{suffix}"), a / b));
+            }
+        }
+        for key in keys {
+            if let (Some(a), Some(b)) = (r.extra.get(key), peer.extra.get(key))
+                && *b > 0.0
+            {
+                let short = key.trim_end_matches("_us_per_op");
+                out.push((format!("{short}_vs_{suffix}"), a / b));
+            }
+        }
+    };
+    if r.imp != "rslock"
+        && let Some(peer) = rows
+            .iter()
+            .find(|p| p.scenario == r.scenario && p.imp == "rslock")
+    {
+        against(
+            peer,
+            "rslock",
+            &["server_cpu_us_per_op", "lock_s", "release_s"],
+        );
+    }
+    if r.scenario.starts_with("scaleout")
+        && r.imp.starts_with("cluster")
+        && let Some(peer) = rows
+            .iter()
+            .find(|p| p.scenario == r.scenario && p.imp == "servers3")
+    {
+        against(peer, "servers3", &[]);
+    }
+    out
+}
+
 pub fn print_table(rows: &[Row]) {
     let find =
         |scenario: &str, imp: &str| rows.iter().find(|r| r.scenario == scenario && r.imp == imp);
@@ -63,6 +112,14 @@ pub fn print_table(rows: &[Row]) {
             .iter()
             .map(|(k, v)| format!("{k}={v:.3} "))
             .collect();
+        if r.scenario.starts_with("scaleout") || r.scenario == "burst" {
+            for (k, v) in ratios(rows, r) {
+                if k.ends_with("servers3") || k.starts_with("lock_s") || k.starts_with("release_s")
+                {
+                    let _ = write!(extra, "{k}={v:.2} ");
+                }
+            }
+        }
         // redquorum's other kinds: against its own plain lock, in the
         // printed table only; rslock has nothing to compare with.
         if let Some(kind) = Cycle::KINDS.iter().find(|c| c.scenario() == r.scenario) {
@@ -126,6 +183,9 @@ pub fn json(machine: &str, rows: &[Row], memory: &[(String, f64, f64, f64)]) -> 
         }
         for (k, v) in &r.extra {
             let _ = write!(s, ", {k:?}: {}", num(*v));
+        }
+        for (k, v) in ratios(rows, r) {
+            let _ = write!(s, ", {k:?}: {}", num(v));
         }
         s.push('}');
     }

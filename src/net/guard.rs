@@ -53,10 +53,10 @@
 //! **A node that fails over** (a Sentinel-managed primary, see
 //! `net::sentinel`) loses what asynchronous replication had
 //! not copied to the promoted replica, exactly as a restart without
-//! persistence loses everything. Its identity is its `run_id` and its
-//! replication ID ([`primary_identity`]): Redis draws a new replication ID
-//! at every promotion, so a failover *and a failback* (P fails over to R,
-//! then R back to P, whose `run_id` this client knows) are new
+//! persistence loses everything. Its identity is its replication ID
+//! ([`primary_identity`]): Redis draws a new one at every promotion and
+//! every start, so a restart, a failover *and a failback* (P fails over to
+//! R, then R back to P, whose `run_id` this client knows) are new
 //! identities. The promoted replica's `uptime_in_seconds` is its process
 //! uptime, not the time since it became the primary: on a new identity
 //! the start is taken as now, plus a margin: the time a client still
@@ -191,11 +191,11 @@ pub(crate) struct Guard {
     forgot_at: AtomicU64,
     /// The `forgot_at` a refusal was last warned about (one warning each).
     warned: AtomicU64,
-    /// The node's identity (`run_id`, with the replication ID for a node
+    /// The node's identity (its `run_id`; the replication ID for a node
     /// that fails over) as of the last connection, once known.
     identity: Mutex<Option<String>>,
-    /// A cluster node's primaries seen so far, by identity (`run_id` and
-    /// replication ID, see [`primary_identity`] and
+    /// A cluster node's primaries seen so far, by identity (replication
+    /// ID, see [`primary_identity`] and
     /// [`cluster`](super::topology::cluster)): a grant by another one is no vote.
     primaries: Mutex<std::collections::HashSet<String>>,
     /// Whether the node has refused `INFO`, so that its restarts cannot be
@@ -214,8 +214,8 @@ pub(crate) struct Guard {
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct ServerInfo {
     /// Drawn afresh at every start: a new one means the node restarted.
-    /// For a node that fails over, the replication ID is part of it
-    /// ([`primary_identity`]), drawn afresh at every promotion.
+    /// For a node that fails over, it is the replication ID instead
+    /// ([`primary_identity`]), drawn afresh at every promotion and start.
     pub(crate) identity: String,
     /// `uptime_in_seconds`.
     pub(crate) uptime: Duration,
@@ -532,20 +532,36 @@ impl Guard {
     }
 }
 
-/// A cluster primary's identity, `run_id/master_replid`, from the texts of
-/// its `INFO server` and `INFO replication`. The `run_id` alone is not
-/// enough: a primary that failed over to its replica and was promoted
-/// again (a failback) keeps its `run_id`, though as a replica meanwhile it
-/// may have lost keys granted by the other one. Redis draws a new
-/// replication ID at every promotion (and at a start without persistence),
-/// so the pair is new after a failover, a failback, or a restart.
+/// A primary's identity, its `master_replid`, from the text of its `INFO
+/// replication` (or of its raw bytes, as a cluster's grant brings it back).
+/// Redis draws a new replication ID at every promotion of a replica
+/// (`shiftReplicationId`) and at every start of a primary, from an RDB file
+/// too (the file's ID becomes `master_replid2`): checked on Redis 6.2.14,
+/// 7.0.15 and Valkey 9.1, a primary with a replica restarted from its
+/// `SAVE` came back with a new `master_replid` on each. So a new
+/// identity follows a restart, a failover and a failback (P fails over to
+/// R and back: P, a replica meanwhile, may lack R's grants, and P's
+/// `run_id` is unchanged: the `run_id` alone would miss it); the
+/// `run_id` adds nothing, and reading it would cost `INFO server` (about
+/// 1 KB) with every cluster grant.
 #[cfg(any(feature = "cluster", feature = "sentinel"))]
-pub(crate) fn primary_identity(server: &str, replication: &str) -> Result<String, String> {
-    let (run_id, _) = parse_info(server)?;
-    let replid = info_field(replication, "master_replid")
-        .filter(|id| !id.is_empty())
-        .ok_or_else(|| "no master_replid in the answer to INFO replication".to_owned())?;
-    Ok(format!("{run_id}/{replid}"))
+pub(crate) fn primary_identity(replication: &[u8]) -> Result<String, String> {
+    const FIELD: &[u8] = b"\nmaster_replid:";
+    let missing = || "no master_replid in the answer to INFO replication".to_owned();
+    // The field is never the first line (`# Replication` is).
+    let at = replication
+        .windows(FIELD.len())
+        .position(|w| w == FIELD)
+        .ok_or_else(missing)?;
+    let value = &replication[at + FIELD.len()..];
+    let end = value
+        .iter()
+        .position(|&b| b == b'\r' || b == b'\n')
+        .unwrap_or(value.len());
+    match std::str::from_utf8(&value[..end]).map(str::trim) {
+        Ok(id) if !id.is_empty() => Ok(id.to_owned()),
+        _ => Err(missing()),
+    }
 }
 
 /// Reads `run_id` and `uptime_in_seconds` from the text of `INFO server`.
@@ -562,7 +578,7 @@ pub(crate) fn parse_info(text: &str) -> Result<(String, Duration), String> {
 /// What the guard learns of a server from the texts of its `INFO server`
 /// and `INFO replication` (where read), and the members of its
 /// [`BORN_EMPTY_KEY`] set. For a node that fails over (`fails_over`), the
-/// identity is the `run_id` with the replication ID
+/// identity is its replication ID
 /// ([`primary_identity`]). A server counts as born empty when the set
 /// names its `run_id` and it was never promoted in its life
 /// (`second_repl_offset:-1`): a declared primary that failed over and
@@ -576,7 +592,7 @@ pub(crate) fn server_info(
     let (run_id, uptime) = parse_info(server)?;
     let identity = match (fails_over, replication) {
         #[cfg(any(feature = "cluster", feature = "sentinel"))]
-        (true, Some(replication)) => primary_identity(server, replication)?,
+        (true, Some(replication)) => primary_identity(replication.as_bytes())?,
         (true, _) => return Err("no answer to INFO replication".to_owned()),
         (false, _) => run_id.clone(),
     };
@@ -722,31 +738,37 @@ mod tests {
 
     #[cfg(any(feature = "cluster", feature = "sentinel"))]
     #[test]
-    fn a_primary_is_its_run_id_and_its_replication_id() {
+    fn a_primary_is_its_replication_id() {
         let server = "# Server\r\nrun_id:p1\r\nuptime_in_seconds:9\r\n";
         let before = "# Replication\r\nrole:master\r\nmaster_replid:aaa\r\nmaster_replid2:000\r\n";
         // The same process promoted again (a failback) draws a new
         // replication ID: another identity, though its run_id is known.
         let after = "# Replication\r\nrole:master\r\nmaster_replid:bbb\r\nmaster_replid2:aaa\r\n";
-        let first = primary_identity(server, before).unwrap();
-        let again = primary_identity(server, after).unwrap();
-        assert_eq!(first, "p1/aaa");
+        let first = primary_identity(before.as_bytes()).unwrap();
+        let again = primary_identity(after.as_bytes()).unwrap();
+        assert_eq!(first, "aaa");
         assert_ne!(first, again);
-        // `master_replid2` is not `master_replid`.
+        // `master_replid2` is not `master_replid`, first or last.
         assert_eq!(
-            primary_identity(server, "master_replid2:x\nmaster_replid:y\n"),
-            Ok("p1/y".to_owned())
+            primary_identity(b"# R\nmaster_replid2:x\nmaster_replid:y"),
+            Ok("y".to_owned())
         );
-        for broken in ["", "master_replid:\r\n", "master_replid2:x\r\n"] {
-            assert!(primary_identity(server, broken).is_err(), "{broken:?}");
+        for broken in [
+            "",
+            "master_replid:z\r\n",
+            "# R\r\nmaster_replid:\r\n",
+            "# R\r\nmaster_replid2:x\r\n",
+        ] {
+            assert!(primary_identity(broken.as_bytes()).is_err(), "{broken:?}");
         }
-        assert!(primary_identity("", before).is_err());
-        // A node that fails over is known by both.
+        assert!(primary_identity(b"# R\r\nmaster_replid:\xff\r\n").is_err());
+        // A node that fails over is known by it; one that does not, by
+        // its run_id.
         assert_eq!(
             server_info(server, Some(before), true, &[])
                 .unwrap()
                 .identity,
-            "p1/aaa"
+            "aaa"
         );
         assert_eq!(
             server_info(server, Some(before), false, &[])

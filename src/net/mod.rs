@@ -16,10 +16,10 @@
 //!   reconnect, where they could land after a rollback. The one retry we
 //!   make ourselves, on a connection that went stale, happens inside the
 //!   same request, before its vote is counted (see `Inner::run`). A node
-//!   that is a Redis Cluster uses redis-rs's cluster connection with its
-//!   retries off; the redirects it would have followed (`MOVED`, `ASK`:
-//!   the command did not run) we follow ourselves, through the gate (see
-//!   `cluster`, feature `cluster`).
+//!   that is a Redis Cluster is one such connection per primary, routed
+//!   by our own slot map; the redirects (`MOVED`, `ASK`: the command did
+//!   not run) we follow ourselves, through the gate (see `cluster`,
+//!   feature `cluster`).
 //! * **Nothing of a lock is sent after its removal began.** An
 //!   acquisition, a fenced confirmation or an extension is handed to a
 //!   connection only through the lock's [`Gate`], which its rollback or
@@ -259,16 +259,6 @@ impl Node {
         who: Option<Arc<Registry>>,
     ) -> Node {
         let failover = endpoint.fails_over().then(|| failover_margin(limits));
-        // Handing a command to the cluster connection must not wait (see
-        // `cluster::IN_FLIGHT`).
-        #[cfg(feature = "cluster")]
-        let limits = match endpoint.is_cluster() {
-            true => Limits {
-                in_flight: limits.in_flight.min(cluster::IN_FLIGHT),
-                ..limits
-            },
-            false => limits,
-        };
         Node {
             inner: Arc::new(Inner {
                 name: endpoint.name(),
@@ -707,7 +697,7 @@ impl Inner {
         #[cfg(feature = "cluster")]
         if let (Some(guard), CommandConn::Cluster(cluster)) = (&self.guard, &mut conn) {
             let born = !guard.knows_primaries();
-            let info = match cluster::primaries(cluster, born).await {
+            let info = match cluster::primaries(&cluster.0, born).await {
                 Ok(primaries) => Ok(primaries),
                 Err(e) if is_connection_error(&e) => return Err(classify(&e)),
                 Err(e) => Err(e.to_string()),
@@ -968,7 +958,7 @@ async fn routed(
         #[cfg(feature = "cluster")]
         CommandConn::Cluster(cluster) => {
             let key = cluster::route_key(command);
-            let ran = cluster::send(cluster, cmd, key.as_deref(), gate, watch).await?;
+            let ran = cluster::send(&cluster.0, cmd, key.as_deref(), gate, watch).await?;
             Some(ran.and_then(|ran| {
                 ran.reply.map(|reply| Sent {
                     reply,

@@ -29,12 +29,12 @@
 //! (with a warning; it stays open until its drain ends), should a node's
 //! connections be replaced more often than they drain.
 //!
-//! A cluster node's retired connection is redis-rs's cluster connection,
-//! one socket per server: a mirrored removal goes to the primary of its
-//! key's slot on it (behind what that socket carries), but the draining
-//! `PING` goes to any one server, so the connection may be closed before
-//! the socket that carried a late acquisition has delivered everything;
-//! such a key lingers until its TTL (a delay, never two holders).
+//! A cluster node's retired connection is one socket per primary: a
+//! mirrored removal goes to the primary of its key's slot on it (behind
+//! what that socket carries), but the draining `PING` goes to the first
+//! primary, so the connection may be closed before the socket that
+//! carried a late acquisition has delivered everything; such a key
+//! lingers until its TTL (a delay, never two holders).
 
 use std::future::poll_fn;
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -936,7 +936,10 @@ fn cluster_failover(secs: Duration) {
     load.spec.ttl = Duration::from_secs(2);
     let clients = load.start(|_| urls.clone());
     // A probe of our own, on other names: how often the guard refused a
-    // node (`Restarted`) after a failover it saw.
+    // node (`Restarted`) after a failover it saw. One `Redlock` per cluster,
+    // with that cluster as its only node, so that every refusal fails the
+    // attempt and is seen (over the three, the other two would grant the
+    // lock and the refusal would go unreported).
     let stop = Arc::new(AtomicBool::new(false));
     let (quarantined, probed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let probe = {
@@ -952,31 +955,38 @@ fn cluster_failover(secs: Duration) {
                 .build()
                 .unwrap();
             rt.block_on(async {
-                let redlock = redquorum::Redlock::builder()
-                    .nodes(&urls)
-                    .key_prefix("chaos:cluster_probe:")
-                    .node_timeout(Duration::from_millis(100))
-                    .build()
-                    .unwrap();
+                let probes: Vec<redquorum::Redlock> = urls
+                    .iter()
+                    .map(|url| {
+                        redquorum::Redlock::builder()
+                            .node(url)
+                            .key_prefix("chaos:cluster_probe:")
+                            .node_timeout(Duration::from_millis(100))
+                            .build()
+                            .unwrap()
+                    })
+                    .collect();
                 let mut n = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     n += 1;
-                    probed.fetch_add(1, Ordering::Relaxed);
-                    match redlock
-                        .try_lock(&format!("p{}", n % 16), Duration::from_secs(2))
-                        .await
-                    {
-                        Ok(lock) => {
-                            let _ = lock.release().await;
-                        }
-                        Err(e) => {
-                            let restarted = e.report().is_some_and(|r| {
-                                r.failures().iter().any(|(_, f)| {
-                                    matches!(f, redquorum::NodeFailure::Restarted { .. })
-                                })
-                            });
-                            if restarted {
-                                quarantined.fetch_add(1, Ordering::Relaxed);
+                    for redlock in &probes {
+                        probed.fetch_add(1, Ordering::Relaxed);
+                        match redlock
+                            .try_lock(&format!("p{}", n % 16), Duration::from_secs(2))
+                            .await
+                        {
+                            Ok(lock) => {
+                                let _ = lock.release().await;
+                            }
+                            Err(e) => {
+                                let restarted = e.report().is_some_and(|r| {
+                                    r.failures().iter().any(|(_, f)| {
+                                        matches!(f, redquorum::NodeFailure::Restarted { .. })
+                                    })
+                                });
+                                if restarted {
+                                    quarantined.fetch_add(1, Ordering::Relaxed);
+                                }
                             }
                         }
                     }

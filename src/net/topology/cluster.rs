@@ -16,50 +16,49 @@
 //!   (`:waiters`, `:intent`, `:leader`, `:terms`, `:fence`) are built from the lock
 //!   key, so they share its hash tag.
 //!
-//! * **Nothing replayed behind our back.** redis-rs's cluster connection
-//!   retries a request on one counter, `retries` (16 by default), for
-//!   every reason it has: `MOVED` and `ASK` (the command did not run:
-//!   safe), `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `LOADING` (did not
-//!   run: safe), `READONLY` (did not run), but also an I/O error or a
-//!   dropped connection (`RetryMethod::Reconnect` and `RetryImmediately`
-//!   in `errors/redis_error.rs`): there the command may have run, and its
-//!   resending after our rollback could land after it and leave a key
-//!   nobody holds. One counter cannot tell them apart, so we set
-//!   `retries(0)`: redis-rs retries nothing and hands every error back.
-//!   We follow the redirects ourselves ([`send`]): a `MOVED` or `ASK`
-//!   answer means the command did not run, so sending it to the address
-//!   named (with `ASKING` first for `ASK`) is no replay; each hop passes
-//!   the lock's [`Gate`] again, so a hop after the lock's removal began
-//!   is dropped unsent. At most [`MAX_REDIRECTS`] hops; the slot map is
-//!   refreshed by redis-rs on the `MOVED` it saw. A connection error is a
+//! * **Nothing replayed behind our back, and no layer in between.** We
+//!   route ourselves ([`Shards`]): a new connection asks a seed for the
+//!   slot map (`CLUSTER SLOTS`) and opens one plain multiplexed
+//!   connection to each primary it names, each command goes to the
+//!   primary of its key's slot, and nothing is retried. (redis-rs's
+//!   cluster connection, used before, retries a request on one counter for
+//!   every reason it has, an I/O error included, after which the command
+//!   may have run: its resending after our rollback could leave a key
+//!   nobody holds; and each request crossed its task and channel on top of
+//!   the plain connection's, which made a lock on cluster nodes cost
+//!   about 1.9 times the client CPU of one on plain servers.) We follow
+//!   the redirects ([`send`]): a `MOVED` or `ASK` answer means the command
+//!   did not run, so sending it to the primary named (with `ASKING` first
+//!   for `ASK`) is no replay; each hop passes the lock's [`Gate`] again,
+//!   so a hop after the lock's removal began is dropped unsent. A `MOVED`
+//!   to a known primary updates the slot map; a redirect to a primary
+//!   this connection does not know is a connection error, and the next
+//!   connection reads the map afresh (and hears the new primary's `INFO`
+//!   first). At most [`MAX_REDIRECTS`] hops. A connection error is a
 //!   failed vote, handled by the one retry of `Inner::run` like on a plain
-//!   node (before the vote is counted, through the gate).
+//!   node (before the vote is counted, through the gate). The gate needs
+//!   the hand-over to be immediate: each primary's connection is a plain
+//!   node's, with a plain node's buffer and `max_in_flight` bound.
 //!
-//!   The gate needs the hand-over to be immediate (a request handed over
-//!   later than its first poll could be written after the lock's
-//!   rollback). redis-rs hands a command to the cluster connection's task
-//!   through a channel of 100 messages, so a cluster node has at most
-//!   [`IN_FLIGHT`] requests on the wire (each sends one message at a
-//!   time), below `Builder::max_in_flight` if that is higher: the channel
-//!   always has room. (A script's background `SCRIPT LOAD` after a
-//!   `NOSCRIPT` the gate cut off takes no permit; it would take 36 of them
-//!   at once to fill the rest. Even then the late command runs on the
-//!   same node and leaves a key nobody holds until its TTL: a delay,
-//!   never two holders.)
-//!
-//! * **The restart guard per shard.** The cluster connection reconnects to
-//!   a promoted replica by itself, so "read `INFO server` on every new
-//!   connection" would never run. Instead: at connect, the identity of
+//! * **The restart guard per shard.** A shard's primary can change under
+//!   a connection that stays open (a failback, below), so "read `INFO
+//!   server` on every new connection" is not enough. Instead: at connect, the identity of
 //!   every primary is learned (`INFO server` and `INFO replication` to all
 //!   primaries); and every acquisition
 //!   ([`Effect::Grant`](crate::proto::Effect)) is pipelined with `INFO
-//!   server` and `INFO replication` on the same route, so the reply names
-//!   the primary that ran it. A primary is its `run_id` and its
-//!   `master_replid` ([`primary_identity`](crate::net::guard::primary_identity)):
-//!   the `run_id` alone would miss a failback (P1 fails over to R1, then
-//!   R1 back to P1: P1, a replica meanwhile, may lack R1's grants, and its
-//!   `run_id` is known), while Redis draws a new replication ID at every
-//!   promotion. A grant from a primary this client has not seen is no
+//!   replication` on the same route, so the reply names the primary that
+//!   ran it. A primary is its `master_replid`
+//!   ([`primary_identity`](crate::net::guard::primary_identity)), which
+//!   Redis draws afresh at every promotion and every start: a failback
+//!   (P1 fails over to R1, then R1 back to P1: P1, a replica meanwhile,
+//!   may lack R1's grants, and its `run_id` is known) is a new identity.
+//!   Why with every grant, and not only when the primary can have changed
+//!   (a new connection, a redirect): a failback while this client sent
+//!   nothing to the shard leaves its connection to P1 open and brings no
+//!   redirect, so only a word that comes back with the grant sees it. The
+//!   word is small: the client looks for one field in about 450 bytes (no
+//!   `INFO server`, about 1 KB more, since the replication ID alone
+//!   names a primary). A grant from a primary this client has not seen is no
 //!   vote: the node is quarantined as after a restart with an uptime of 0
 //!   (the longest TTL in use, from now) and the vote is
 //!   [`NodeFailure::Restarted`](crate::NodeFailure) — the engine's
@@ -72,55 +71,47 @@
 //!   several clusters a client started after a failover counts that
 //!   cluster's vote.
 //!
-//! * **Every request bounded, redis-rs's own too.** Its `PING` on each new
-//!   connection and its slot map's refresh have no bound but the builder's
-//!   `connection_timeout` and `response_timeout`: both are a quarter of
-//!   the connect timeout ([`ClusterEndpoint::new`]), so that one frozen
-//!   server (a replica even) does not hold every new cluster connection
-//!   forever. Neither retries anything (`retries(0)`), and redis-rs's
-//!   `overall_response_timeout` is off: ours bound each request. A reply
-//!   slower than a quarter of the connect timeout is thus a connection
-//!   error on a cluster node.
+//! * **Every request bounded.** Making a connection is bounded in steps
+//!   of a quarter of the connect timeout each (a seed that does not
+//!   answer, then the next; then every primary at once), so that one
+//!   frozen server does not hold every new cluster connection; replicas
+//!   are never contacted. Each request is bounded by ours, as on a plain
+//!   node.
 //!
-//! What it costs in availability: a connection error on any one server of
-//! the cluster (its primary killed, say) replaces the whole cluster
-//! connection, as on a plain node (the old one is retired, not dropped:
-//! requests handed to it may still be written, and the removals sent
-//! meanwhile are written on it too, see `Inner::replace_connection`), and
-//! the new one must reach every primary for the guard's `INFO`: until the cluster has promoted a
+//! What it costs in availability: a connection error on any one primary
+//! (killed, say) replaces the whole cluster connection, as on a plain
+//! node (the old one is retired, not dropped: requests handed to it may
+//! still be written, and the removals sent meanwhile are written on it
+//! too, see `Inner::replace_connection`), and the new one must reach every
+//! primary for the guard's `INFO`: until the cluster has promoted a
 //! replica (its `cluster-node-timeout`), the node votes `Connection` for
-//! every key, not only for the keys of the dead shard. Dropping it is sure
-//! to find the promoted replica, though: a new connection reads the slot
-//! map afresh, while redis-rs refreshes a kept one's on a redirect (which
-//! a dead primary never sends) or when it has no connection for a slot,
-//! and whether that comes promptly after a primary's death was not
-//! checked. Keeping the connection, with a slot refresh of our own after
-//! connection errors, and learning the primaries one by one, would narrow
-//! the cost to the shard; not done yet.
+//! every key, not only for the keys of the dead shard. The new connection
+//! is sure to find the promoted replica, since it reads the slot map
+//! afresh. Keeping the connections to the other primaries, and learning a
+//! new one alone, would narrow the cost to the shard; not done yet.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use redis::aio::PubSub;
-use redis::cluster::ClusterClientBuilder;
-use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{
-    MultipleNodeRoutingInfo, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
+use redis::aio::{ConnectionLike, MultiplexedConnection, PubSub};
+use redis::{
+    AsyncConnectionConfig, Cmd, ConnectionAddr, ErrorKind, Pipeline, RedisError, RedisFuture,
+    ServerErrorKind, Value,
 };
-use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 
 use crate::net::guard::ServerInfo;
 use crate::proto::{Gate, Pass};
 
-/// The most requests on the wire to one cluster node: below the 100
-/// messages of redis-rs's command channel, so that handing a command over
-/// never waits (the lock's gate relies on it).
-pub(crate) const IN_FLIGHT: usize = 64;
-
 /// The most redirects one request follows (a slot migrating while the
 /// slot map is refreshed takes two).
 pub(crate) const MAX_REDIRECTS: usize = 5;
+
+/// The slots of a Redis Cluster.
+const SLOTS: usize = 16_384;
+
+/// No primary known for a slot.
+const NONE: u16 = u16::MAX;
 
 /// How many `MOVED` and `ASK` answers [`send`] has followed in this
 /// process, per slot: for tests, to know that a redirect was taken. Touched
@@ -156,16 +147,20 @@ pub(crate) struct ClusterEndpoint {
     /// The seeds' `host:port`, sorted, in lower case: one identity each
     /// (see [`Endpoint::identities`](super::Endpoint::identities)).
     addresses: Vec<String>,
-    client: redis::cluster::ClusterClient,
-    /// A plain client per seed, for subscribers.
+    /// A plain client per seed: the slot map is asked of them, subscribers
+    /// listen on them, and each primary is reached with a seed's
+    /// credentials and TLS settings.
     seeds: Arc<[redis::Client]>,
     /// The seed the next subscriber tries.
     next: Arc<AtomicUsize>,
+    /// The bound on each step of making a connection (a seed's, a
+    /// primary's; the slot map).
+    step: Duration,
 }
 
 impl ClusterEndpoint {
     /// A cluster reached through `seeds` (`redis://[user:password@]host:port`
-    /// each); `connect` bounds each of redis-rs's connection attempts.
+    /// each); `connect` bounds making a connection to it.
     pub(crate) fn new(seeds: &[String], connect: Duration) -> Result<Self, RedisError> {
         let mut clients = Vec::with_capacity(seeds.len());
         let mut names = Vec::with_capacity(seeds.len());
@@ -176,29 +171,14 @@ impl ClusterEndpoint {
         }
         names.sort();
         names.dedup();
-        // redis-rs's own requests (the PING on each new connection, the
-        // `CLUSTER SLOTS` of a refresh) have no bound but these: without a
-        // response timeout, one frozen server (a replica even) would hold
-        // every new cluster connection forever. A connection is made in
-        // phases (every seed at once, then the slot map, then every node it
-        // names at once), each up to `connection_timeout` plus
-        // `response_timeout` for an unanswering server: a quarter of the
-        // connect budget each keeps two phases within it.
-        let part = (connect / 4).max(Duration::from_millis(1));
-        let client = ClusterClientBuilder::new(seeds.iter().map(String::as_str))
-            // Nothing retried behind our back: see the module's doc.
-            .retries(0)
-            .connection_timeout(part)
-            .response_timeout(part)
-            // Our own timeouts bound each request as a whole.
-            .overall_response_timeout(None)
-            .build()?;
         Ok(ClusterEndpoint {
             name: format!("cluster({})", names.join(",")),
             addresses: names.iter().map(|n| n.to_ascii_lowercase()).collect(),
-            client,
             seeds: clients.into(),
             next: Arc::default(),
+            // A seed that does not answer, then the primaries: a quarter
+            // of the budget each keeps two seeds and the primaries in it.
+            step: (connect / 4).max(Duration::from_millis(1)),
         })
     }
 
@@ -213,8 +193,99 @@ impl ClusterEndpoint {
         self.name.clone()
     }
 
-    pub(crate) async fn connect(&self) -> Result<ClusterConnection, RedisError> {
-        self.client.get_async_connection().await
+    /// A new connection: the slot map from the first seed that gives it
+    /// (`CLUSTER SLOTS`), then one connection to each primary it names, at
+    /// once. Any primary unreachable fails it (the guard must hear every
+    /// primary: see the module's doc).
+    pub(crate) async fn connect(
+        &self,
+        config: &AsyncConnectionConfig,
+    ) -> Result<ShardsConn, RedisError> {
+        let bounded = |e: tokio::time::error::Elapsed| {
+            RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, e))
+        };
+        let mut failure = None;
+        let mut map = None;
+        for seed in self.seeds.iter() {
+            let ask = async {
+                let mut conn = seed
+                    .get_multiplexed_async_connection_with_config(config)
+                    .await?;
+                let slots: Value = redis::cmd("CLUSTER")
+                    .arg("SLOTS")
+                    .query_async(&mut conn)
+                    .await?;
+                Ok::<_, RedisError>(slots)
+            };
+            match tokio::time::timeout(self.step, ask).await.map_err(bounded) {
+                Ok(Ok(slots)) => {
+                    let host = match seed.get_connection_info().addr() {
+                        ConnectionAddr::Tcp(host, _) | ConnectionAddr::TcpTls { host, .. } => {
+                            host.clone()
+                        }
+                        _ => String::new(),
+                    };
+                    map = Some((
+                        seed,
+                        slot_map(&slots, &host).map_err(|reason| {
+                            RedisError::from((ErrorKind::Client, "CLUSTER SLOTS", reason))
+                        })?,
+                    ));
+                    break;
+                }
+                Ok(Err(e)) | Err(e) => failure = Some(e),
+            }
+        }
+        let Some((seed, ranges)) = map else {
+            return Err(failure.unwrap_or_else(|| {
+                RedisError::from((ErrorKind::Client, "a cluster node with no seed"))
+            }));
+        };
+        let mut addresses: Vec<(String, u16)> = Vec::new();
+        let slots: Box<[AtomicU16]> = (0..SLOTS).map(|_| AtomicU16::new(NONE)).collect();
+        for (first, last, host, port) in ranges {
+            let at = match addresses.iter().position(|a| a.0 == host && a.1 == port) {
+                Some(at) => at,
+                None => {
+                    addresses.push((host, port));
+                    addresses.len() - 1
+                }
+            };
+            for slot in first..=last.min(SLOTS as u16 - 1) {
+                slots[slot as usize].store(at as u16, Ordering::Relaxed);
+            }
+        }
+        let info = seed.get_connection_info();
+        let conns = futures::future::try_join_all(addresses.iter().map(|(host, port)| {
+            let addr = match info.addr() {
+                ConnectionAddr::TcpTls {
+                    insecure,
+                    tls_params,
+                    ..
+                } => ConnectionAddr::TcpTls {
+                    host: host.clone(),
+                    port: *port,
+                    insecure: *insecure,
+                    tls_params: tls_params.clone(),
+                },
+                _ => ConnectionAddr::Tcp(host.clone(), *port),
+            };
+            let client = redis::Client::open(info.clone().set_addr(addr));
+            async move {
+                let client = client?;
+                let conn = client.get_multiplexed_async_connection_with_config(config);
+                tokio::time::timeout(self.step, conn)
+                    .await
+                    .map_err(bounded)?
+            }
+        }))
+        .await?;
+        let primaries = addresses
+            .into_iter()
+            .zip(conns)
+            .map(|((host, port), conn)| Primary { host, port, conn })
+            .collect();
+        Ok(ShardsConn(Arc::new(Shards { primaries, slots })))
     }
 
     /// A subscriber on one seed, the next one at each call.
@@ -224,78 +295,139 @@ impl ClusterEndpoint {
     }
 }
 
+/// The slot ranges of a `CLUSTER SLOTS` answer, each with its primary's
+/// host and port (`seed`, the host asked, where the answer leaves it
+/// empty, as Redis does for the node that answers when it knows no
+/// address of its own).
+fn slot_map(answer: &Value, seed: &str) -> Result<Vec<(u16, u16, String, u16)>, String> {
+    let int = |v: &Value| match v {
+        Value::Int(n) => u16::try_from(*n).ok(),
+        _ => None,
+    };
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    let Value::Array(ranges) = answer else {
+        return Err(format!("not a list of slot ranges: {answer:?}"));
+    };
+    let mut map = Vec::with_capacity(ranges.len());
+    for range in ranges {
+        let parsed = (|| {
+            let Value::Array(fields) = range else {
+                return None;
+            };
+            let (first, last) = (int(fields.first()?)?, int(fields.get(1)?)?);
+            let Value::Array(primary) = fields.get(2)? else {
+                return None;
+            };
+            let host = text(primary.first()?)?;
+            let port = int(primary.get(1)?)?;
+            let host = match host.as_str() {
+                "" => seed.to_owned(),
+                "?" => return None,
+                _ => host,
+            };
+            (first <= last && usize::from(last) < SLOTS).then_some((first, last, host, port))
+        })();
+        map.push(parsed.ok_or_else(|| format!("a slot range not understood: {range:?}"))?);
+    }
+    if map.is_empty() {
+        return Err("no slot is served (a cluster not yet set up?)".to_owned());
+    }
+    Ok(map)
+}
+
+/// A cluster's command connection, routed by us: one multiplexed
+/// connection to each primary, and which of them serves each slot.
+pub(crate) struct Shards {
+    primaries: Box<[Primary]>,
+    /// For each slot, the index in `primaries` of the one serving it
+    /// ([`NONE`]: none named), updated by `MOVED` to a known primary.
+    slots: Box<[AtomicU16]>,
+}
+
+/// One primary of a cluster, as the slot map named it.
+struct Primary {
+    host: String,
+    port: u16,
+    conn: MultiplexedConnection,
+}
+
+impl Shards {
+    /// The primary serving `key`'s slot (the first primary for no key).
+    fn route(&self, key: Option<&[u8]>) -> Result<usize, RedisError> {
+        let Some(key) = key else {
+            return Ok(0);
+        };
+        match self.slots[usize::from(crate::keys::key_slot(key))].load(Ordering::Relaxed) {
+            NONE => Err(RedisError::from((
+                ErrorKind::Server(ServerErrorKind::ClusterDown),
+                "no primary serves this key's slot",
+            ))),
+            at => Ok(usize::from(at)),
+        }
+    }
+
+    /// The primary at `host:port`.
+    fn find(&self, host: &str, port: u16) -> Option<usize> {
+        self.primaries
+            .iter()
+            .position(|p| p.port == port && p.host.eq_ignore_ascii_case(host))
+    }
+}
+
+impl std::fmt::Debug for Shards {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(
+                self.primaries
+                    .iter()
+                    .map(|p| format!("{}:{}", p.host, p.port)),
+            )
+            .finish()
+    }
+}
+
 /// The cluster's primaries as the guard sees them ([`ServerInfo`]: each
 /// one's identity, [`primary_identity`], and uptime), from `INFO server`
-/// and `INFO replication` sent to all of them (`Err` with the reason if
-/// that failed, or if the two answers do not come from the same
-/// primaries: one failed over in between); with `born`, which of them the
+/// and `INFO replication` sent to each; with `born`, which of them the
 /// [`BORN_EMPTY_KEY`] set names (one set for the cluster, in its key's
 /// slot; a refusal reads as empty).
 ///
 /// [`primary_identity`]: crate::net::guard::primary_identity
 /// [`BORN_EMPTY_KEY`]: crate::net::guard::BORN_EMPTY_KEY
-pub(crate) async fn primaries(
-    conn: &mut ClusterConnection,
-    born: bool,
-) -> Result<Vec<ServerInfo>, RedisError> {
-    let server = all_primaries(conn, "server").await?;
-    let replication = all_primaries(conn, "replication").await?;
-    let changed = || {
-        RedisError::from((
-            ErrorKind::Client,
-            "INFO to all primaries",
-            "the primaries changed between INFO server and INFO replication".to_owned(),
-        ))
-    };
-    if server.len() != replication.len() {
-        return Err(changed());
-    }
+pub(crate) async fn primaries(shards: &Shards, born: bool) -> Result<Vec<ServerInfo>, RedisError> {
     let born_empty: Vec<String> = match born {
-        true => match redis::cmd("SMEMBERS")
-            .arg(crate::net::guard::BORN_EMPTY_KEY)
-            .query_async(conn)
-            .await
-        {
-            Ok(members) => members,
-            Err(e) if crate::net::classify::is_connection_error(&e) => return Err(e),
-            Err(_) => Vec::new(),
-        },
+        true => {
+            let key = crate::net::guard::BORN_EMPTY_KEY;
+            let mut members = redis::cmd("SMEMBERS");
+            members.arg(key);
+            match send(shards, &members, Some(key.as_bytes()), None, false).await {
+                Some(Ok(Ran {
+                    reply: Ok(value), ..
+                })) => redis::from_redis_value(value).unwrap_or_default(),
+                Some(Err(e)) if crate::net::classify::is_connection_error(&e) => return Err(e),
+                _ => Vec::new(),
+            }
+        }
         false => Vec::new(),
     };
-    let mut primaries = Vec::with_capacity(server.len());
-    for (address, server) in &server {
-        let Some((_, replication)) = replication.iter().find(|(a, _)| a == address) else {
-            return Err(changed());
-        };
-        let primary = crate::net::guard::server_info(server, Some(replication), true, &born_empty)
-            .map_err(|reason| RedisError::from((ErrorKind::Client, "INFO", reason)))?;
-        primaries.push(primary);
-    }
-    Ok(primaries)
-}
-
-/// `INFO section` to every primary: (address, answer) each.
-async fn all_primaries(
-    conn: &mut ClusterConnection,
-    section: &str,
-) -> Result<Vec<(Value, String)>, RedisError> {
-    let mut info = redis::cmd("INFO");
-    info.arg(section);
-    let reply = conn
-        .route_command(
-            info,
-            RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None)),
-        )
-        .await?;
-    let Value::Map(answers) = reply else {
-        return Err(RedisError::from((
-            ErrorKind::UnexpectedReturnType,
-            "INFO to all primaries: not one answer per primary",
-        )));
-    };
+    let answers = futures::future::try_join_all(shards.primaries.iter().map(|primary| {
+        let mut pipe = redis::pipe();
+        pipe.cmd("INFO").arg("server");
+        pipe.cmd("INFO").arg("replication");
+        let mut conn = primary.conn.clone();
+        async move { pipe.query_async::<(String, String)>(&mut conn).await }
+    }))
+    .await?;
     answers
-        .into_iter()
-        .map(|(address, answer)| Ok((address, redis::from_redis_value(answer)?)))
+        .iter()
+        .map(|(server, replication)| {
+            crate::net::guard::server_info(server, Some(replication), true, &born_empty)
+                .map_err(|reason| RedisError::from((ErrorKind::Client, "INFO", reason)))
+        })
         .collect()
 }
 
@@ -309,58 +441,78 @@ pub(crate) struct Ran {
     pub(crate) primary: Option<Result<String, String>>,
 }
 
-/// Sends `cmd` to the primary serving `key`'s slot (anywhere without a
-/// key), following `MOVED` and `ASK` ourselves (see the module's doc), each
-/// hop through `gate`; with `watch`, pipelined with `INFO server` and
-/// `INFO replication` (two commands: `INFO` of several sections needs Redis
-/// 7) on the same route, so that the primary that ran it is known. `None` if the gate was shut before a
-/// hop could be handed over (that hop did not run; an earlier hop was
-/// redirected, so it did not run either).
+/// Sends `cmd` to the primary serving `key`'s slot (the first primary
+/// without a key), following `MOVED` and `ASK` ourselves (see the module's
+/// doc), each hop through `gate`; with `watch`, pipelined with `INFO
+/// replication` on the same connection, so that the primary that ran it is
+/// known (its replication ID, read from the reply's bytes). `None` if the
+/// gate was shut before a hop could be handed over (that hop did not run;
+/// an earlier hop was redirected, so it did not run either). A redirect to
+/// a primary this connection does not know is a connection error: a new
+/// connection reads the slot map afresh and hears the new primary's
+/// `INFO` first.
 pub(crate) async fn send(
-    conn: &ClusterConnection,
+    shards: &Shards,
     cmd: &Cmd,
     key: Option<&[u8]>,
     gate: Option<&Gate>,
     watch: bool,
 ) -> Option<Result<Ran, RedisError>> {
-    let mut route = match key {
-        Some(key) => SingleNodeRoutingInfo::SpecificNode(Route::new(
-            crate::keys::key_slot(key),
-            SlotAddr::Master,
-        )),
-        None => SingleNodeRoutingInfo::Random,
+    let mut at = match shards.route(key) {
+        Ok(at) => at,
+        Err(e) => return Some(Err(e)),
     };
     let mut asking = false;
     for _ in 0..=MAX_REDIRECTS {
-        let mut pipe = redis::pipe();
-        if asking {
-            pipe.cmd("ASKING");
+        let mut conn = shards.primaries[at].conn.clone();
+        let ran = if asking || watch {
+            let mut pipe = redis::pipe();
+            if asking {
+                pipe.cmd("ASKING");
+            }
+            pipe.add_command(cmd.clone());
+            if watch {
+                pipe.cmd("INFO").arg("replication");
+            }
+            let count = 1 + usize::from(asking) + usize::from(watch);
+            let answer = Pass::new(gate, async move {
+                conn.req_packed_commands(&pipe, 0, count).await
+            })
+            .await?;
+            match answer {
+                Ok(values) => read(values, asking, watch),
+                Err(e) => return Some(Err(e)),
+            }
+        } else {
+            let answer = Pass::new(gate, async move { conn.req_packed_command(cmd).await }).await?;
+            Ran {
+                reply: answer.and_then(Value::extract_error),
+                primary: None,
+            }
+        };
+        let to = match &ran.reply {
+            Err(e) => redirect(e),
+            Ok(_) => None,
+        };
+        let Some((host, port, ask)) = to else {
+            return Some(Ok(ran));
+        };
+        if let Some(key) = key {
+            count_redirect(crate::keys::key_slot(key));
         }
-        pipe.add_command(cmd.clone());
-        if watch {
-            pipe.cmd("INFO").arg("server");
-            pipe.cmd("INFO").arg("replication");
+        let Some(next) = shards.find(&host, port) else {
+            return Some(Err(RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                format!("redirected to {host}:{port}, a primary this connection does not know"),
+            ))));
+        };
+        // A `MOVED` changes the map (an `ASK` is for this request only).
+        if let (false, Some(key)) = (ask, key) {
+            shards.slots[usize::from(crate::keys::key_slot(key))]
+                .store(next as u16, Ordering::Relaxed);
         }
-        let count = 1 + usize::from(asking) + 2 * usize::from(watch);
-        let mut conn = conn.clone();
-        let hop = route.clone();
-        let answer = Pass::new(gate, async move {
-            conn.route_pipeline(pipe, 0, count, hop).await
-        })
-        .await?;
-        match answer {
-            Ok(values) => return Some(Ok(read(values, asking, watch))),
-            Err(e) => match redirect(&e) {
-                Some((to, ask)) => {
-                    if let Some(key) = key {
-                        count_redirect(crate::keys::key_slot(key));
-                    }
-                    route = to;
-                    asking = ask;
-                }
-                None => return Some(Err(e)),
-            },
-        }
+        at = next;
+        asking = ask;
     }
     // A slot moving under many requests at once (a reshard): the node's
     // failure for this request, which waiting mends, never the client's
@@ -372,9 +524,10 @@ pub(crate) async fn send(
     ))))
 }
 
-/// Where a `MOVED` or `ASK` error sends the request, and whether it is an
-/// `ASK` (`ASKING` first, and the slot map is not changed).
-fn redirect(e: &RedisError) -> Option<(SingleNodeRoutingInfo, bool)> {
+/// Where a `MOVED` or `ASK` error sends the request (host, port), and
+/// whether it is an `ASK` (`ASKING` first, and the slot map is not
+/// changed).
+fn redirect(e: &RedisError) -> Option<(String, u16, bool)> {
     let ask = match e.kind() {
         ErrorKind::Server(ServerErrorKind::Moved) => false,
         ErrorKind::Server(ServerErrorKind::Ask) => true,
@@ -382,14 +535,7 @@ fn redirect(e: &RedisError) -> Option<(SingleNodeRoutingInfo, bool)> {
     };
     let (address, _slot) = e.redirect_node()?;
     let (host, port) = address.rsplit_once(':')?;
-    let port = port.parse().ok()?;
-    Some((
-        SingleNodeRoutingInfo::ByAddress {
-            host: host.to_owned(),
-            port,
-        },
-        ask,
-    ))
+    Some((host.to_owned(), port.parse().ok()?, ask))
 }
 
 /// The command's reply and, if asked for, the primary's identity, from the
@@ -403,16 +549,14 @@ fn read(values: Vec<Value>, asking: bool, watch: bool) -> Ran {
             "a cluster pipeline came back without the command's reply",
         ))),
     };
-    let mut text = |section: &str| match values.next() {
-        Some(value) => {
-            redis::from_redis_value::<String>(value).map_err(|e| format!("INFO {section}: {e}"))
+    let primary = watch.then(|| match values.next() {
+        Some(Value::BulkString(bytes)) => crate::net::guard::primary_identity(&bytes),
+        Some(Value::VerbatimString { text, .. }) => {
+            crate::net::guard::primary_identity(text.as_bytes())
         }
-        None => Err(format!("no INFO {section} reply")),
-    };
-    let primary = watch.then(|| {
-        let server = text("server");
-        let replication = text("replication");
-        crate::net::guard::primary_identity(&server?, &replication?)
+        Some(Value::ServerError(e)) => Err(format!("INFO replication: {e:?}")),
+        Some(other) => Err(format!("INFO replication: unexpected {other:?}")),
+        None => Err("no INFO replication reply".to_owned()),
     });
     Ran { reply, primary }
 }
@@ -423,18 +567,71 @@ pub(crate) fn route_key(command: &crate::proto::Prepared) -> Option<Vec<u8>> {
     if let Some(script) = &command.script {
         return script.keys.first().map(|k| k.as_bytes().to_vec());
     }
-    let mut args = command.first.args_iter();
-    let redis::Arg::Simple(name) = args.next()? else {
-        return None;
-    };
-    if name.eq_ignore_ascii_case(b"PING") {
+    cmd_key(&command.first).map(<[u8]>::to_vec)
+}
+
+/// The key a command names: `EVAL`/`EVALSHA`'s first key, if any; none for
+/// the commands that take none (`PING`, `INFO`, `CONFIG`, `SCRIPT`, …);
+/// otherwise the first argument after the name (`SET key …`).
+fn cmd_key(cmd: &Cmd) -> Option<&[u8]> {
+    let mut args = cmd.args_iter().map(|arg| match arg {
+        redis::Arg::Simple(bytes) => Some(bytes),
+        _ => None,
+    });
+    let name = args.next()??;
+    const KEYLESS: [&[u8]; 8] = [
+        b"PING", b"INFO", b"CONFIG", b"SCRIPT", b"CLUSTER", b"ACL", b"CLIENT", b"PUBLISH",
+    ];
+    if KEYLESS.iter().any(|k| name.eq_ignore_ascii_case(k)) {
         return None;
     }
-    match args.next()? {
-        redis::Arg::Simple(key) => Some(key.to_vec()),
-        _ => None,
+    if name.eq_ignore_ascii_case(b"EVAL") || name.eq_ignore_ascii_case(b"EVALSHA") {
+        let _script = args.next()??;
+        let keys = std::str::from_utf8(args.next()??)
+            .ok()?
+            .parse::<usize>()
+            .ok()?;
+        return if keys > 0 { args.next()? } else { None };
+    }
+    args.next()?
+}
+
+/// The connection used as a plain one (the connect-time checks, the who
+/// records, script loading): each command routed by [`cmd_key`], redirects
+/// followed; a pipeline by its first command's key.
+impl ConnectionLike for ShardsConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            match send(&self.0, cmd, cmd_key(cmd), None, false).await {
+                Some(Ok(ran)) => ran.reply,
+                Some(Err(e)) => Err(e),
+                None => unreachable!("no gate, never cut off"),
+            }
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        let key = cmd.cmd_iter().next().and_then(cmd_key);
+        let at = self.0.route(key);
+        Box::pin(async move {
+            let mut conn = self.0.primaries[at?].conn.clone();
+            conn.req_packed_commands(cmd, offset, count).await
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        0
     }
 }
+
+/// A cluster's command connection as a node holds it.
+#[derive(Clone, Debug)]
+pub(crate) struct ShardsConn(pub(crate) Arc<Shards>);
 
 #[cfg(test)]
 mod tests {
@@ -443,18 +640,14 @@ mod tests {
 
     #[test]
     fn redirects_are_followed_to_the_address_named_and_nothing_else() {
-        match redirect(&error("-MOVED 3999 127.0.0.1:6381\r\n")) {
-            Some((SingleNodeRoutingInfo::ByAddress { host, port }, false)) => {
-                assert_eq!((host.as_str(), port), ("127.0.0.1", 6381));
-            }
-            other => panic!("{other:?}"),
-        }
-        match redirect(&error("-ASK 3999 10.0.0.2:7000\r\n")) {
-            Some((SingleNodeRoutingInfo::ByAddress { host, port }, true)) => {
-                assert_eq!((host.as_str(), port), ("10.0.0.2", 7000));
-            }
-            other => panic!("{other:?}"),
-        }
+        assert_eq!(
+            redirect(&error("-MOVED 3999 127.0.0.1:6381\r\n")),
+            Some(("127.0.0.1".to_owned(), 6381, false))
+        );
+        assert_eq!(
+            redirect(&error("-ASK 3999 10.0.0.2:7000\r\n")),
+            Some(("10.0.0.2".to_owned(), 7000, true))
+        );
         // Errors after which the command may have run, or that name no
         // address, are not followed.
         for reply in [
@@ -470,36 +663,98 @@ mod tests {
     }
 
     #[test]
+    fn the_slot_map_names_each_range_s_primary() {
+        let node = |host: &str, port: i64| {
+            Value::Array(vec![
+                Value::BulkString(host.as_bytes().to_vec()),
+                Value::Int(port),
+                Value::BulkString(b"id".to_vec()),
+            ])
+        };
+        let range = |first: i64, last: i64, primary: Value| {
+            Value::Array(vec![
+                Value::Int(first),
+                Value::Int(last),
+                primary,
+                node("10.0.0.9", 1),
+            ])
+        };
+        let answer = Value::Array(vec![
+            range(0, 5460, node("10.0.0.1", 7000)),
+            range(5461, 16383, node("", 7001)),
+        ]);
+        assert_eq!(
+            slot_map(&answer, "seed").unwrap(),
+            vec![
+                (0, 5460, "10.0.0.1".to_owned(), 7000),
+                (5461, 16383, "seed".to_owned(), 7001)
+            ]
+        );
+        for broken in [
+            Value::Array(Vec::new()),
+            Value::Okay,
+            Value::Array(vec![range(5, 4, node("a", 1))]),
+            Value::Array(vec![range(0, 16384, node("a", 1))]),
+            Value::Array(vec![range(0, 1, node("?", 1))]),
+            Value::Array(vec![range(0, 1, node("a", 70000))]),
+            Value::Array(vec![Value::Array(vec![Value::Int(0), Value::Int(1)])]),
+        ] {
+            assert!(slot_map(&broken, "seed").is_err(), "{broken:?}");
+        }
+    }
+
+    #[test]
+    fn a_command_is_routed_by_its_key() {
+        let mut set = redis::cmd("SET");
+        set.arg("k1").arg("v");
+        assert_eq!(cmd_key(&set), Some(&b"k1"[..]));
+        let mut eval = redis::cmd("EVALSHA");
+        eval.arg("sha").arg(2).arg("k2").arg("k3").arg("argv");
+        assert_eq!(cmd_key(&eval), Some(&b"k2"[..]));
+        let mut keyless = redis::cmd("EVAL");
+        keyless.arg("return 1").arg(0).arg("argv");
+        assert_eq!(cmd_key(&keyless), None);
+        for name in ["PING", "INFO", "CONFIG", "SCRIPT"] {
+            let mut cmd = redis::cmd(name);
+            cmd.arg("server");
+            assert_eq!(cmd_key(&cmd), None, "{name}");
+        }
+        let mut smembers = redis::cmd("smembers");
+        smembers.arg("set");
+        assert_eq!(cmd_key(&smembers), Some(&b"set"[..]));
+    }
+
+    #[test]
     fn the_reply_and_the_primary_are_read_from_the_pipeline() {
-        let info = Value::BulkString(b"# Server\r\nrun_id:abc\r\nuptime_in_seconds:5\r\n".to_vec());
         let replication =
             Value::BulkString(b"# Replication\r\nrole:master\r\nmaster_replid:r1\r\n".to_vec());
         let ran = read(
-            vec![
-                Value::Okay,
-                Value::Int(1),
-                info.clone(),
-                replication.clone(),
-            ],
+            vec![Value::Okay, Value::Int(1), replication.clone()],
             true,
             true,
         );
         assert_eq!(ran.reply.unwrap(), Value::Int(1));
-        assert_eq!(ran.primary, Some(Ok("abc/r1".to_owned())));
+        assert_eq!(ran.primary, Some(Ok("r1".to_owned())));
         // Without the replication ID the primary is not told.
-        let ran = read(vec![Value::Int(1), info.clone()], false, true);
+        let ran = read(vec![Value::Int(1)], false, true);
         assert!(matches!(ran.primary, Some(Err(_))));
         let ran = read(vec![Value::Int(1)], false, false);
         assert!(ran.primary.is_none());
         // A script error is the command's reply; INFO refused is a reason.
         let refused = redis::parse_redis_value(b"-NOPERM no\r\n").unwrap();
         let noscript = redis::parse_redis_value(b"-NOSCRIPT No matching script\r\n").unwrap();
-        let ran = read(vec![noscript, refused, replication], false, true);
+        let ran = read(vec![noscript, refused], false, true);
         assert_eq!(
             ran.reply.unwrap_err().kind(),
             ErrorKind::Server(ServerErrorKind::NoScript)
         );
         assert!(matches!(ran.primary, Some(Err(_))));
         assert!(read(Vec::new(), false, true).reply.is_err());
+        let moved = redis::parse_redis_value(b"-MOVED 3 10.0.0.1:7000\r\n").unwrap();
+        let ran = read(vec![moved, replication], false, true);
+        assert_eq!(
+            redirect(&ran.reply.unwrap_err()),
+            Some(("10.0.0.1".to_owned(), 7000, false))
+        );
     }
 }

@@ -13,9 +13,9 @@
 //!   (`net::recheck`); a failover is seen by the restart guard as a
 //!   restart.
 //! * **A whole Redis Cluster** (`Endpoint::Cluster`, feature `cluster`,
-//!   see `cluster`): its command connection is redis-rs's
-//!   `ClusterConnection`, which sends each command to the primary serving
-//!   its key's slot; what that changes for the node rules (every key of a
+//!   see `cluster`): its command connection is one plain connection per
+//!   primary, each command sent to the primary serving its key's slot by
+//!   our own slot map; what that changes for the node rules (every key of a
 //!   lock in one slot, redirects followed by us and never replayed, the
 //!   restart guard per shard) is argued there.
 //!
@@ -209,7 +209,7 @@ impl Endpoint {
             }
             #[cfg(feature = "cluster")]
             Endpoint::Cluster(cluster) => cluster
-                .connect()
+                .connect(config)
                 .await
                 .map(|conn| (CommandConn::Cluster(conn), None))
                 .map_err(|e| classify(&e)),
@@ -245,10 +245,10 @@ impl Endpoint {
 pub(crate) enum CommandConn {
     /// One server's multiplexed connection.
     Plain(MultiplexedConnection),
-    /// A cluster's connection, which routes each command by its key's slot
-    /// (and is configured to retry nothing: see [`cluster`]).
+    /// A cluster's connection: one to each primary, each command routed by
+    /// its key's slot, nothing retried (see [`cluster`]).
     #[cfg(feature = "cluster")]
-    Cluster(redis::cluster_async::ClusterConnection),
+    Cluster(cluster::ShardsConn),
 }
 
 impl CommandConn {
