@@ -598,10 +598,24 @@ fn cmd_key(cmd: &Cmd) -> Option<&[u8]> {
 
 /// The connection used as a plain one (the connect-time checks, the who
 /// records, script loading): each command routed by [`cmd_key`], redirects
-/// followed; a pipeline by its first command's key.
+/// followed, `SCRIPT` to every primary; a pipeline by its first command's
+/// key.
 impl ConnectionLike for ShardsConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
+            // `SCRIPT LOAD` (a script a primary lacked) to every primary:
+            // which one lacked it is not known here.
+            if let Some(redis::Arg::Simple(name)) = cmd.args_iter().next()
+                && name.eq_ignore_ascii_case(b"SCRIPT")
+            {
+                let all = self.0.primaries.iter().map(|primary| {
+                    let mut conn = primary.conn.clone();
+                    async move { conn.req_packed_command(cmd).await }
+                });
+                let replies = futures::future::join_all(all).await;
+                let failed = replies.iter().position(Result::is_err).unwrap_or(0);
+                return replies.into_iter().nth(failed).unwrap_or(Ok(Value::Nil));
+            }
             match send(&self.0, cmd, cmd_key(cmd), None, false).await {
                 Some(Ok(ran)) => ran.reply,
                 Some(Err(e)) => Err(e),
