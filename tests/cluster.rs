@@ -539,3 +539,106 @@ async fn a_cluster_member_given_as_a_plain_server_says_to_give_the_cluster() {
     assert!(shown.contains(&format!(":{serving}")), "{shown}");
     assert_eq!(get(&c[0], key), None);
 }
+
+/// A cluster-enabled `redis-server` that has joined nothing: it answers
+/// `CLUSTER SLOTS` with no slot (a node that lost its `nodes.conf`, or a
+/// cluster still forming). Killed on drop.
+struct Lone {
+    child: std::process::Child,
+    port: u16,
+    _dir: tempdir::Dir,
+}
+
+mod tempdir {
+    /// A directory removed on drop.
+    pub struct Dir(pub std::path::PathBuf);
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+impl Lone {
+    fn start() -> Lone {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir =
+            std::env::temp_dir().join(format!("redquorum-lone-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let child = std::process::Command::new(
+            std::env::var("REDQUORUM_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into()),
+        )
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args([
+            "--cluster-enabled",
+            "yes",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .arg("--dir")
+        .arg(&dir)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+        let lone = Lone {
+            child,
+            port,
+            _dir: tempdir::Dir(dir),
+        };
+        let start = std::time::Instant::now();
+        while command(port, &["PING"]).is_err() {
+            assert!(start.elapsed() < secs(10), "the lone server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        lone
+    }
+}
+
+impl Drop for Lone {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The seeds are asked at once, and one that hangs (accepts and never
+/// answers) or answers with no slot served is passed over: the node
+/// connects through the others within its connect timeout. (Asked one
+/// after another, four hanging seeds first spent the budget, a quarter
+/// each; a seed with no map ended the connection at once, as a lasting
+/// failure.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seeds_that_hang_or_serve_no_slot_do_not_keep_the_node_from_connecting() {
+    let c = clusters(1);
+    // Listening, never accepting: the handshake completes in the backlog,
+    // and nothing ever answers.
+    let hanging: Vec<std::net::TcpListener> = (0..4)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    let lone = Lone::start();
+    let mut seeds: Vec<String> = hanging
+        .iter()
+        .map(|l| l.local_addr().unwrap().to_string())
+        .collect();
+    seeds.push(format!("127.0.0.1:{}", lone.port));
+    let url = format!(
+        "redis+cluster://{},{}",
+        seeds.join(","),
+        c[0].url().trim_start_matches("redis+cluster://")
+    );
+    let redlock = Redlock::builder()
+        .node(&url)
+        .node_timeout(Duration::from_millis(500))
+        .connect_timeout(secs(2))
+        .build()
+        .unwrap();
+    let lock = redlock.lock("seeds", secs(10)).await.unwrap();
+    lock.release().await.unwrap();
+    drop(hanging);
+}

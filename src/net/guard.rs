@@ -544,23 +544,39 @@ impl Guard {
 /// `run_id` is unchanged: the `run_id` alone would miss it); the
 /// `run_id` adds nothing, and reading it would cost `INFO server` (about
 /// 1 KB) with every cluster grant.
+///
+/// Only a primary's answer names it: a replica reports its primary's
+/// `master_replid`, so an answer with a role other than `master` (a
+/// primary demoted between the grant and the `INFO`) names no one.
 #[cfg(any(feature = "cluster", feature = "sentinel"))]
 pub(crate) fn primary_identity(replication: &[u8]) -> Result<String, String> {
-    const FIELD: &[u8] = b"\nmaster_replid:";
-    let missing = || "no master_replid in the answer to INFO replication".to_owned();
-    // The field is never the first line (`# Replication` is).
-    let at = replication
-        .windows(FIELD.len())
-        .position(|w| w == FIELD)
-        .ok_or_else(missing)?;
-    let value = &replication[at + FIELD.len()..];
-    let end = value
-        .iter()
-        .position(|&b| b == b'\r' || b == b'\n')
-        .unwrap_or(value.len());
-    match std::str::from_utf8(&value[..end]).map(str::trim) {
-        Ok(id) if !id.is_empty() => Ok(id.to_owned()),
-        _ => Err(missing()),
+    // A field's value (`name` is `\n<field>:`), its line first or not.
+    let field = |name: &[u8]| {
+        let value = match replication.strip_prefix(&name[1..]) {
+            Some(value) => value,
+            None => {
+                let at = replication.windows(name.len()).position(|w| w == name)?;
+                &replication[at + name.len()..]
+            }
+        };
+        let end = value
+            .iter()
+            .position(|&b| b == b'\r' || b == b'\n')
+            .unwrap_or(value.len());
+        std::str::from_utf8(&value[..end]).ok().map(str::trim)
+    };
+    match field(b"\nrole:") {
+        Some("master") => {}
+        role => {
+            return Err(format!(
+                "INFO replication answered by a server whose role is {}, not a primary",
+                role.unwrap_or("not told")
+            ));
+        }
+    }
+    match field(b"\nmaster_replid:") {
+        Some(id) if !id.is_empty() => Ok(id.to_owned()),
+        _ => Err("no master_replid in the answer to INFO replication".to_owned()),
     }
 }
 
@@ -750,18 +766,23 @@ mod tests {
         assert_ne!(first, again);
         // `master_replid2` is not `master_replid`, first or last.
         assert_eq!(
-            primary_identity(b"# R\nmaster_replid2:x\nmaster_replid:y"),
+            primary_identity(b"# R\nrole:master\nmaster_replid2:x\nmaster_replid:y"),
             Ok("y".to_owned())
         );
+        // A replica names its primary's ID: it names no one.
+        let replica = "# Replication\r\nrole:slave\r\nmaster_replid:aaa\r\n";
+        assert!(primary_identity(replica.as_bytes()).is_err());
+        assert!(primary_identity(b"# R\r\nmaster_replid:aaa\r\n").is_err());
         for broken in [
             "",
             "master_replid:z\r\n",
-            "# R\r\nmaster_replid:\r\n",
-            "# R\r\nmaster_replid2:x\r\n",
+            "role:master\r\n",
+            "# R\r\nrole:master\r\nmaster_replid:\r\n",
+            "# R\r\nrole:master\r\nmaster_replid2:x\r\n",
         ] {
             assert!(primary_identity(broken.as_bytes()).is_err(), "{broken:?}");
         }
-        assert!(primary_identity(b"# R\r\nmaster_replid:\xff\r\n").is_err());
+        assert!(primary_identity(b"# R\r\nrole:master\r\nmaster_replid:\xff\r\n").is_err());
         // A node that fails over is known by it; one that does not, by
         // its run_id.
         assert_eq!(

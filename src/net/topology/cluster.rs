@@ -31,10 +31,12 @@
 //!   did not run, so sending it to the primary named (with `ASKING` first
 //!   for `ASK`) is no replay; each hop passes the lock's [`Gate`] again,
 //!   so a hop after the lock's removal began is dropped unsent. A `MOVED`
-//!   to a known primary updates the slot map; a redirect to a primary
-//!   this connection does not know is a connection error, and the next
-//!   connection reads the map afresh (and hears the new primary's `INFO`
-//!   first). At most [`MAX_REDIRECTS`] hops. A connection error is a
+//!   updates the slot map; a redirect to a server the map did not name (a
+//!   shard being added: its slots `ASK` there while they move) is followed
+//!   too, connecting to it first, within the request's bound; its grants'
+//!   `INFO` then tells the guard it is new. A slot no primary served when
+//!   the map was read is a connection error: the next connection reads
+//!   the map afresh. At most [`MAX_REDIRECTS`] hops. A connection error is a
 //!   failed vote, handled by the one retry of `Inner::run` like on a plain
 //!   node (before the vote is counted, through the gate). The gate needs
 //!   the hand-over to be immediate: each primary's connection is a plain
@@ -193,54 +195,55 @@ impl ClusterEndpoint {
         self.name.clone()
     }
 
-    /// A new connection: the slot map from the first seed that gives it
-    /// (`CLUSTER SLOTS`), then one connection to each primary it names, at
-    /// once. Any primary unreachable fails it (the guard must hear every
-    /// primary: see the module's doc).
+    /// A new connection: the slot map (`CLUSTER SLOTS`) from the first
+    /// seed that gives one (all are asked at once, each within a step: a
+    /// seed that hangs, or that answers with no usable map, a node that
+    /// lost its `nodes.conf` say, does not hold up the others), then one
+    /// connection to each primary it names, at once. Any primary
+    /// unreachable fails it (the guard must hear every primary: see the
+    /// module's doc).
     pub(crate) async fn connect(
         &self,
         config: &AsyncConnectionConfig,
     ) -> Result<ShardsConn, RedisError> {
-        let bounded = |e: tokio::time::error::Elapsed| {
-            RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, e))
-        };
-        let mut failure = None;
-        let mut map = None;
-        for seed in self.seeds.iter() {
-            let ask = async {
-                let mut conn = seed
-                    .get_multiplexed_async_connection_with_config(config)
-                    .await?;
-                let slots: Value = redis::cmd("CLUSTER")
-                    .arg("SLOTS")
-                    .query_async(&mut conn)
-                    .await?;
-                Ok::<_, RedisError>(slots)
-            };
-            match tokio::time::timeout(self.step, ask).await.map_err(bounded) {
-                Ok(Ok(slots)) => {
+        let asks = self.seeds.iter().map(|seed| {
+            Box::pin(async move {
+                let ask = async {
+                    let mut conn = seed
+                        .get_multiplexed_async_connection_with_config(config)
+                        .await?;
+                    let slots: Value = redis::cmd("CLUSTER")
+                        .arg("SLOTS")
+                        .query_async(&mut conn)
+                        .await?;
                     let host = match seed.get_connection_info().addr() {
                         ConnectionAddr::Tcp(host, _) | ConnectionAddr::TcpTls { host, .. } => {
                             host.clone()
                         }
                         _ => String::new(),
                     };
-                    map = Some((
-                        seed,
-                        slot_map(&slots, &host).map_err(|reason| {
-                            RedisError::from((ErrorKind::Client, "CLUSTER SLOTS", reason))
-                        })?,
-                    ));
-                    break;
-                }
-                Ok(Err(e)) | Err(e) => failure = Some(e),
-            }
+                    // Not lasting: another seed, or a later try, may do.
+                    let ranges = slot_map(&slots, &host).map_err(|reason| {
+                        RedisError::from((
+                            ErrorKind::Server(ServerErrorKind::ClusterDown),
+                            "CLUSTER SLOTS",
+                            reason,
+                        ))
+                    })?;
+                    Ok::<_, RedisError>((seed, ranges))
+                };
+                tokio::time::timeout(self.step, ask)
+                    .await
+                    .map_err(timed_out)?
+            })
+        });
+        if self.seeds.is_empty() {
+            return Err(RedisError::from((
+                ErrorKind::Client,
+                "a cluster node with no seed",
+            )));
         }
-        let Some((seed, ranges)) = map else {
-            return Err(failure.unwrap_or_else(|| {
-                RedisError::from((ErrorKind::Client, "a cluster node with no seed"))
-            }));
-        };
+        let ((seed, ranges), _) = futures::future::select_ok(asks).await?;
         let mut addresses: Vec<(String, u16)> = Vec::new();
         let slots: Box<[AtomicU16]> = (0..SLOTS).map(|_| AtomicU16::new(NONE)).collect();
         for (first, last, host, port) in ranges {
@@ -251,41 +254,30 @@ impl ClusterEndpoint {
                     addresses.len() - 1
                 }
             };
-            for slot in first..=last.min(SLOTS as u16 - 1) {
-                slots[slot as usize].store(at as u16, Ordering::Relaxed);
+            for slot in first..=last {
+                slots[usize::from(slot)].store(at as u16, Ordering::Relaxed);
             }
         }
-        let info = seed.get_connection_info();
-        let conns = futures::future::try_join_all(addresses.iter().map(|(host, port)| {
-            let addr = match info.addr() {
-                ConnectionAddr::TcpTls {
-                    insecure,
-                    tls_params,
-                    ..
-                } => ConnectionAddr::TcpTls {
-                    host: host.clone(),
-                    port: *port,
-                    insecure: *insecure,
-                    tls_params: tls_params.clone(),
-                },
-                _ => ConnectionAddr::Tcp(host.clone(), *port),
-            };
-            let client = redis::Client::open(info.clone().set_addr(addr));
-            async move {
-                let client = client?;
-                let conn = client.get_multiplexed_async_connection_with_config(config);
-                tokio::time::timeout(self.step, conn)
-                    .await
-                    .map_err(bounded)?
-            }
-        }))
+        let template = seed.get_connection_info().clone();
+        let conns = futures::future::try_join_all(
+            addresses
+                .iter()
+                .map(|(host, port)| reach(&template, config, host, *port, self.step)),
+        )
         .await?;
         let primaries = addresses
             .into_iter()
             .zip(conns)
-            .map(|((host, port), conn)| Primary { host, port, conn })
+            .map(|((host, port), conn)| Arc::new(Primary { host, port, conn }))
             .collect();
-        Ok(ShardsConn(Arc::new(Shards { primaries, slots })))
+        Ok(ShardsConn(Arc::new(Shards {
+            primaries,
+            met: std::sync::Mutex::default(),
+            slots,
+            template,
+            config: config.clone(),
+            step: self.step,
+        })))
     }
 
     /// A subscriber on one seed, the next one at each call.
@@ -297,8 +289,8 @@ impl ClusterEndpoint {
 
 /// The slot ranges of a `CLUSTER SLOTS` answer, each with its primary's
 /// host and port (`seed`, the host asked, where the answer leaves it
-/// empty, as Redis does for the node that answers when it knows no
-/// address of its own).
+/// empty or nil, as Redis does for an endpoint it does not know: the one
+/// the client used).
 fn slot_map(answer: &Value, seed: &str) -> Result<Vec<(u16, u16, String, u16)>, String> {
     let int = |v: &Value| match v {
         Value::Int(n) => u16::try_from(*n).ok(),
@@ -307,6 +299,8 @@ fn slot_map(answer: &Value, seed: &str) -> Result<Vec<(u16, u16, String, u16)>, 
     let text = |v: &Value| match v {
         Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
         Value::SimpleString(s) => Some(s.clone()),
+        // `cluster-preferred-endpoint-type unknown-endpoint`: the one asked.
+        Value::Nil => Some(String::new()),
         _ => None,
     };
     let Value::Array(ranges) = answer else {
@@ -339,16 +333,62 @@ fn slot_map(answer: &Value, seed: &str) -> Result<Vec<(u16, u16, String, u16)>, 
     Ok(map)
 }
 
+/// A connection to the server at `host:port`, with the seeds' settings
+/// (credentials, TLS), within `step`.
+async fn reach(
+    template: &redis::ConnectionInfo,
+    config: &AsyncConnectionConfig,
+    host: &str,
+    port: u16,
+    step: Duration,
+) -> Result<MultiplexedConnection, RedisError> {
+    let addr = match template.addr() {
+        ConnectionAddr::TcpTls {
+            insecure,
+            tls_params,
+            ..
+        } => ConnectionAddr::TcpTls {
+            host: host.to_owned(),
+            port,
+            insecure: *insecure,
+            tls_params: tls_params.clone(),
+        },
+        _ => ConnectionAddr::Tcp(host.to_owned(), port),
+    };
+    let client = redis::Client::open(template.clone().set_addr(addr))?;
+    let conn = client.get_multiplexed_async_connection_with_config(config);
+    tokio::time::timeout(step, conn).await.map_err(timed_out)?
+}
+
+/// A step of making a connection that took too long: a connection error.
+fn timed_out(e: tokio::time::error::Elapsed) -> RedisError {
+    RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, e))
+}
+
+/// The most servers a connection meets by redirects beyond the primaries
+/// its slot map named.
+const MAX_MET: usize = 64;
+
 /// A cluster's command connection, routed by us: one multiplexed
 /// connection to each primary, and which of them serves each slot.
 pub(crate) struct Shards {
-    primaries: Box<[Primary]>,
-    /// For each slot, the index in `primaries` of the one serving it
-    /// ([`NONE`]: none named), updated by `MOVED` to a known primary.
+    /// The primaries the slot map named when the connection was made.
+    primaries: Box<[Arc<Primary>]>,
+    /// Servers met since, by a redirect (a shard being added: its slots
+    /// `ASK` there while they move), each connected at its first redirect;
+    /// numbered after `primaries`, at most [`MAX_MET`].
+    met: std::sync::Mutex<Vec<Arc<Primary>>>,
+    /// For each slot, the number of the server serving it ([`NONE`]: none
+    /// named), updated by `MOVED`.
     slots: Box<[AtomicU16]>,
+    /// How a server met is reached: the seed's settings, its address
+    /// replaced.
+    template: redis::ConnectionInfo,
+    config: AsyncConnectionConfig,
+    step: Duration,
 }
 
-/// One primary of a cluster, as the slot map named it.
+/// One server of a cluster (a primary, as far as we know).
 struct Primary {
     host: String,
     port: u16,
@@ -356,25 +396,69 @@ struct Primary {
 }
 
 impl Shards {
-    /// The primary serving `key`'s slot (the first primary for no key).
+    /// The number of the server serving `key`'s slot (the first primary
+    /// for no key). A slot no primary served when the map was read is a
+    /// connection error: the next connection reads the map afresh.
     fn route(&self, key: Option<&[u8]>) -> Result<usize, RedisError> {
         let Some(key) = key else {
             return Ok(0);
         };
-        match self.slots[usize::from(crate::keys::key_slot(key))].load(Ordering::Relaxed) {
-            NONE => Err(RedisError::from((
-                ErrorKind::Server(ServerErrorKind::ClusterDown),
-                "no primary serves this key's slot",
+        let slot = crate::keys::key_slot(key);
+        match self.slots[usize::from(slot)].load(Ordering::Relaxed) {
+            NONE => Err(RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                format!("no primary served slot {slot} when the slot map was read"),
             ))),
             at => Ok(usize::from(at)),
         }
     }
 
-    /// The primary at `host:port`.
-    fn find(&self, host: &str, port: u16) -> Option<usize> {
-        self.primaries
-            .iter()
-            .position(|p| p.port == port && p.host.eq_ignore_ascii_case(host))
+    /// The server numbered `at`.
+    fn server(&self, at: usize) -> Arc<Primary> {
+        match self.primaries.get(at) {
+            Some(primary) => primary.clone(),
+            None => {
+                let met = self.met.lock().unwrap_or_else(|p| p.into_inner());
+                met[at - self.primaries.len()].clone()
+            }
+        }
+    }
+
+    /// Every server: the primaries, and those met since.
+    fn servers(&self) -> Vec<Arc<Primary>> {
+        let met = self.met.lock().unwrap_or_else(|p| p.into_inner());
+        self.primaries.iter().chain(met.iter()).cloned().collect()
+    }
+
+    /// The number of the server at `host:port`, connecting to it if it is
+    /// new (within a step).
+    async fn find(&self, host: &str, port: u16) -> Result<usize, RedisError> {
+        let known = |met: &[Arc<Primary>]| {
+            self.primaries
+                .iter()
+                .chain(met)
+                .position(|p| p.port == port && p.host.eq_ignore_ascii_case(host))
+        };
+        if let Some(at) = known(&self.met.lock().unwrap_or_else(|p| p.into_inner())) {
+            return Ok(at);
+        }
+        let conn = reach(&self.template, &self.config, host, port, self.step).await?;
+        let mut met = self.met.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(at) = known(&met) {
+            return Ok(at);
+        }
+        if met.len() >= MAX_MET {
+            return Err(RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                format!("redirected to {host}:{port}, past {MAX_MET} servers met"),
+            )));
+        }
+        met.push(Arc::new(Primary {
+            host: host.to_owned(),
+            port,
+            conn,
+        }));
+        Ok(self.primaries.len() + met.len() - 1)
     }
 }
 
@@ -448,9 +532,7 @@ pub(crate) struct Ran {
 /// known (its replication ID, read from the reply's bytes). `None` if the
 /// gate was shut before a hop could be handed over (that hop did not run;
 /// an earlier hop was redirected, so it did not run either). A redirect to
-/// a primary this connection does not know is a connection error: a new
-/// connection reads the slot map afresh and hears the new primary's
-/// `INFO` first.
+/// a server not met yet connects to it first.
 pub(crate) async fn send(
     shards: &Shards,
     cmd: &Cmd,
@@ -464,7 +546,8 @@ pub(crate) async fn send(
     };
     let mut asking = false;
     for _ in 0..=MAX_REDIRECTS {
-        let mut conn = shards.primaries[at].conn.clone();
+        let server = shards.server(at);
+        let mut conn = server.conn.clone();
         let ran = if asking || watch {
             let mut pipe = redis::pipe();
             if asking {
@@ -500,11 +583,14 @@ pub(crate) async fn send(
         if let Some(key) = key {
             count_redirect(crate::keys::key_slot(key));
         }
-        let Some(next) = shards.find(&host, port) else {
-            return Some(Err(RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::NotConnected,
-                format!("redirected to {host}:{port}, a primary this connection does not know"),
-            ))));
+        // No host: the one asked (Redis's `unknown-endpoint`).
+        let host = if host.is_empty() { &server.host } else { &host };
+        // A server not met yet is connected to here, before the hop (so
+        // within the request's bound); its grant's `INFO` then says whether
+        // the guard knows it.
+        let next = match shards.find(host, port).await {
+            Ok(next) => next,
+            Err(e) => return Some(Err(e)),
         };
         // A `MOVED` changes the map (an `ASK` is for this request only).
         if let (false, Some(key)) = (ask, key) {
@@ -598,17 +684,19 @@ fn cmd_key(cmd: &Cmd) -> Option<&[u8]> {
 
 /// The connection used as a plain one (the connect-time checks, the who
 /// records, script loading): each command routed by [`cmd_key`], redirects
-/// followed, `SCRIPT` to every primary; a pipeline by its first command's
-/// key.
+/// followed, `SCRIPT` and `PING` to every server; a pipeline by its first
+/// command's key.
 impl ConnectionLike for ShardsConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
-            // `SCRIPT LOAD` (a script a primary lacked) to every primary:
-            // which one lacked it is not known here.
+            // `SCRIPT LOAD` (a script a primary lacked) to every server:
+            // which one lacked it is not known here. `PING` (a retired
+            // connection's drain) too: each socket must have answered
+            // what it carried.
             if let Some(redis::Arg::Simple(name)) = cmd.args_iter().next()
-                && name.eq_ignore_ascii_case(b"SCRIPT")
+                && (name.eq_ignore_ascii_case(b"SCRIPT") || name.eq_ignore_ascii_case(b"PING"))
             {
-                let all = self.0.primaries.iter().map(|primary| {
+                let all = self.0.servers().into_iter().map(|primary| {
                     let mut conn = primary.conn.clone();
                     async move { conn.req_packed_command(cmd).await }
                 });
@@ -633,7 +721,7 @@ impl ConnectionLike for ShardsConn {
         let key = cmd.cmd_iter().next().and_then(cmd_key);
         let at = self.0.route(key);
         Box::pin(async move {
-            let mut conn = self.0.primaries[at?].conn.clone();
+            let mut conn = self.0.server(at?).conn.clone();
             conn.req_packed_commands(cmd, offset, count).await
         })
     }
@@ -693,15 +781,18 @@ mod tests {
                 node("10.0.0.9", 1),
             ])
         };
+        let unknown = Value::Array(vec![Value::Nil, Value::Int(7002)]);
         let answer = Value::Array(vec![
             range(0, 5460, node("10.0.0.1", 7000)),
-            range(5461, 16383, node("", 7001)),
+            range(5461, 9000, node("", 7001)),
+            range(9001, 16383, unknown),
         ]);
         assert_eq!(
             slot_map(&answer, "seed").unwrap(),
             vec![
                 (0, 5460, "10.0.0.1".to_owned(), 7000),
-                (5461, 16383, "seed".to_owned(), 7001)
+                (5461, 9000, "seed".to_owned(), 7001),
+                (9001, 16383, "seed".to_owned(), 7002)
             ]
         );
         for broken in [
