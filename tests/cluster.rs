@@ -610,9 +610,9 @@ impl Drop for Lone {
 /// The seeds are asked at once, and one that hangs (accepts and never
 /// answers) or answers with no slot served is passed over: the node
 /// connects through the others within its connect timeout. (Asked one
-/// after another, four hanging seeds first spent the budget, a quarter
-/// each; a seed with no map ended the connection at once, as a lasting
-/// failure.)
+/// after another, as a first version of our own routing did, four hanging
+/// seeds spent the budget, a quarter each, and a seed with no map ended
+/// the connection at once, as a lasting failure.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seeds_that_hang_or_serve_no_slot_do_not_keep_the_node_from_connecting() {
     let c = clusters(1);
