@@ -546,12 +546,19 @@ async fn nodes_reconnect_after_a_restart() {
         c.restart(i).unwrap();
     }
     // Every connection went stale; each node reconnects within the request
-    // and votes.
+    // and votes: a majority at least, for the lock to be taken at once.
     let lock = redlock
         .try_lock("r", Duration::from_secs(10))
         .await
         .unwrap();
-    await_holders(&c, &ALL, &key("r"), 5, Duration::from_secs(5)).await;
+    // The others reconnect too. (Not checked on the lock's key: a node
+    // whose new connection was not ready when the majority decided is not
+    // waited for, so the lock may lack it; seen against Redis 6.2 on a
+    // loaded machine, 4 of 5.) A status waits for each node.
+    let status = redlock.status("r").await;
+    for (node, state) in status.nodes() {
+        assert!(state.is_ok(), "{node}: {state:?}");
+    }
     lock.release().await.unwrap();
 }
 
