@@ -17,7 +17,7 @@
 //!   key, so they share its hash tag.
 //!
 //! * **Nothing replayed behind our back, and no layer in between.** We
-//!   route ourselves ([`Shards`]): a new connection asks a seed for the
+//!   route ourselves ([`Shards`]): a new connection asks the seeds for the
 //!   slot map (`CLUSTER SLOTS`) and opens one plain multiplexed
 //!   connection to each primary it names, each command goes to the
 //!   primary of its key's slot, and nothing is retried. (redis-rs's
@@ -73,11 +73,11 @@
 //!   several clusters a client started after a failover counts that
 //!   cluster's vote.
 //!
-//! * **Every request bounded.** Making a connection is bounded in steps
-//!   of a quarter of the connect timeout each (a seed that does not
-//!   answer, then the next; then every primary at once), so that one
-//!   frozen server does not hold every new cluster connection; replicas
-//!   are never contacted. Each request is bounded by ours, as on a plain
+//! * **Every request bounded.** Making a connection is bounded in two
+//!   steps of a quarter of the connect timeout each (every seed asked at
+//!   once for the map, the first usable answer taken; then every primary
+//!   at once), so that one frozen server does not hold every new cluster
+//!   connection; replicas are never contacted. Each request is bounded by ours, as on a plain
 //!   node.
 //!
 //! What it costs in availability: a connection error on any one primary
