@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use redquorum::local_redis_cluster::LocalRedisCluster;
-use redquorum::local_servers::{Reply, command};
+use redquorum::local_servers::{LocalServers, Reply, command};
 use redquorum::{Error, Redlock};
 
 fn secs(n: u64) -> Duration {
@@ -540,73 +540,6 @@ async fn a_cluster_member_given_as_a_plain_server_says_to_give_the_cluster() {
     assert_eq!(get(&c[0], key), None);
 }
 
-/// A cluster-enabled `redis-server` that has joined nothing: it answers
-/// `CLUSTER SLOTS` with no slot (a node that lost its `nodes.conf`, or a
-/// cluster still forming). Killed on drop.
-struct Lone {
-    child: std::process::Child,
-    port: u16,
-    _dir: tempdir::Dir,
-}
-
-mod tempdir {
-    /// A directory removed on drop.
-    pub struct Dir(pub std::path::PathBuf);
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
-impl Lone {
-    fn start() -> Lone {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let dir =
-            std::env::temp_dir().join(format!("redquorum-lone-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let child = std::process::Command::new(
-            std::env::var("REDQUORUM_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into()),
-        )
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args([
-            "--cluster-enabled",
-            "yes",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .arg("--dir")
-        .arg(&dir)
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-        let lone = Lone {
-            child,
-            port,
-            _dir: tempdir::Dir(dir),
-        };
-        let start = std::time::Instant::now();
-        while command(port, &["PING"]).is_err() {
-            assert!(start.elapsed() < secs(10), "the lone server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        lone
-    }
-}
-
-impl Drop for Lone {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// The seeds are asked at once, and one that hangs (accepts and never
 /// answers) or answers with no slot served is passed over: the node
 /// connects through the others within its connect timeout. (Asked one
@@ -621,12 +554,15 @@ async fn seeds_that_hang_or_serve_no_slot_do_not_keep_the_node_from_connecting()
     let hanging: Vec<std::net::TcpListener> = (0..4)
         .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
         .collect();
-    let lone = Lone::start();
+    // A cluster-enabled server that has joined nothing: it answers
+    // `CLUSTER SLOTS` with no slot (a node that lost its `nodes.conf`, or
+    // a cluster still forming).
+    let lone = LocalServers::start_with_args(1, &["--cluster-enabled", "yes"]).unwrap();
     let mut seeds: Vec<String> = hanging
         .iter()
         .map(|l| l.local_addr().unwrap().to_string())
         .collect();
-    seeds.push(format!("127.0.0.1:{}", lone.port));
+    seeds.push(format!("127.0.0.1:{}", lone.port(0)));
     let url = format!(
         "redis+cluster://{},{}",
         seeds.join(","),
