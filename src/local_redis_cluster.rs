@@ -26,6 +26,11 @@ use crate::net::guard::BORN_EMPTY_KEY;
 /// How long the cluster may take to form, or to settle after a change.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long a `CLUSTER FAILOVER` is waited for before it is asked again:
+/// past Redis's own limit for a manual failover (5 s), after which it is
+/// abandoned.
+const MANUAL_FAILOVER_LIMIT: Duration = Duration::from_secs(8);
+
 /// Six local `redis-server`s as one Redis Cluster of three shards.
 pub struct LocalRedisCluster {
     servers: LocalServers,
@@ -241,12 +246,39 @@ impl LocalRedisCluster {
     /// When the primary has no replica, or the failover does not finish.
     pub fn failover(&self, port: u16) -> io::Result<u16> {
         let replica = self.replica_of(port)?;
-        expect_ok(
-            command(replica, &["CLUSTER", "FAILOVER"])?,
-            "CLUSTER FAILOVER",
-        )?;
-        self.wait_primary(replica)?;
-        Ok(replica)
+        // Redis abandons a manual failover, silently, when the replica has
+        // not caught up and won the vote within 5 s (`CLUSTER_MF_TIMEOUT`):
+        // on a loaded machine it is asked again, rather than waited for in
+        // vain (seen: "not promoted within 30s", the suite's clusters
+        // sharing two cores).
+        let start = Instant::now();
+        loop {
+            let asked = expect_ok(
+                command(replica, &["CLUSTER", "FAILOVER"])?,
+                "CLUSTER FAILOVER",
+            );
+            // Refused by a replica promoted meanwhile: done all the same.
+            if let Err(e) = asked
+                && !self.is_primary(replica)
+            {
+                return Err(e);
+            }
+            match self.wait_primary_within(replica, MANUAL_FAILOVER_LIMIT) {
+                Ok(()) => return Ok(replica),
+                // Not promoted: abandoned; asked again while time is left.
+                Err(_) if start.elapsed() < SETTLE_TIMEOUT && !self.is_primary(replica) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Whether the node on `port` is a primary serving slots.
+    fn is_primary(&self, port: u16) -> bool {
+        self.nodes().is_ok_and(|nodes| {
+            nodes
+                .iter()
+                .any(|n| n.port == port && n.primary && !n.slots.is_empty())
+        })
     }
 
     /// Kills the primary on `port` (SIGKILL): its replica is promoted after
@@ -350,19 +382,20 @@ impl LocalRedisCluster {
     /// Waits until the node on `port` is a primary serving slots and the
     /// cluster has settled.
     fn wait_primary(&self, port: u16) -> io::Result<()> {
+        self.wait_primary_within(port, SETTLE_TIMEOUT)
+    }
+
+    /// [`wait_primary`](Self::wait_primary), giving up on the promotion
+    /// after `limit`.
+    fn wait_primary_within(&self, port: u16, limit: Duration) -> io::Result<()> {
         let start = Instant::now();
         loop {
-            let promoted = self.nodes().is_ok_and(|nodes| {
-                nodes
-                    .iter()
-                    .any(|n| n.port == port && n.primary && !n.slots.is_empty())
-            });
-            if promoted {
+            if self.is_primary(port) {
                 return self.wait_settled();
             }
-            if start.elapsed() > SETTLE_TIMEOUT {
+            if start.elapsed() > limit {
                 return Err(io::Error::other(format!(
-                    "the node on port {port} was not promoted within {SETTLE_TIMEOUT:?}"
+                    "the node on port {port} was not promoted within {limit:?}"
                 )));
             }
             std::thread::sleep(Duration::from_millis(50));
