@@ -275,3 +275,28 @@ async fn a_key_too_long_for_redis_fails_before_any_io() {
         assert!(err.to_string().contains("shorter resource name"), "{err}");
     }
 }
+
+/// A set of thousands of resources: every script that takes, refuses or
+/// releases it runs on all of its keys at once. Each script that reaches
+/// the keys' side keys first touches them all (`kinds/moving.lua`), 400 to
+/// a call: handed to one `EXISTS` with Lua's `unpack`, 2 000 keys and more
+/// failed every script on every node ("too many results to unpack").
+#[tokio::test]
+async fn a_set_of_thousands_of_resources_is_taken_refused_and_released() {
+    let c = servers(5);
+    let redlock = redlock(&c);
+    let names: Vec<String> = (0..3_000).map(|i| format!("many:{i}")).collect();
+    let lock = redlock.lock_all(&names, secs(30)).await.unwrap();
+    // A second set sharing one resource is refused (the whole script,
+    // which queues the waiter), and keeps nothing.
+    let err = redlock
+        .lock_all(["many:2999", "other"], secs(10))
+        .retries(0)
+        .await
+        .unwrap_err();
+    assert!(err.report().unwrap().held_by_others() >= 3, "{err}");
+    lock.release().await.unwrap();
+    for r in ["many:0", "many:2999", "other"] {
+        await_gone(&c, &ALL, &key(r), secs(5)).await;
+    }
+}

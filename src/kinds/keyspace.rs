@@ -172,7 +172,12 @@ pub(crate) use prelude;
 /// script last). `script!("x.lua")` puts the prelude and the queue
 /// (`queue.lua`: queueing, waking, letting go) before it; `script!(keys
 /// "x.lua")`, for scripts that only read and prolong keys, the prelude
-/// alone, which costs the node less per call.
+/// alone, which costs the node less per call. Both but `keys` alone then
+/// run `moving.lua` first: a script that reaches a side key (`<key>:waiters`,
+/// `:intent`, `:leader`, `:terms`) answers `TRYAGAIN`, having written
+/// nothing, where its Redis Cluster slot is moving away and a side key has
+/// left (see that file); `script!(keys sides "x.lua")` is `keys` with it,
+/// for the election's scripts that write its record.
 ///
 /// `script!(fast "x_fast.lua"; …)` puts a fast path before that whole
 /// text, which becomes a function: the fast path's text, then `local
@@ -206,6 +211,14 @@ macro_rules! script {
         concat!(
             $crate::kinds::keyspace::prelude!(queue),
             include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/wait/queue.lua")),
+            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/kinds/moving.lua")),
+            $(include_str!($file)),+
+        )
+    };
+    (keys sides $($file:literal),+) => {
+        concat!(
+            $crate::kinds::keyspace::prelude!(),
+            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/kinds/moving.lua")),
             $(include_str!($file)),+
         )
     };

@@ -88,7 +88,7 @@ use crate::proto::{Answer, Call, Command, Effect, LockId, Script};
 /// record written where our key is.
 pub(crate) static ANNOUNCE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(script!(
-        keys "../fenced/counter.lua",
+        keys sides "../fenced/counter.lua",
         "record.lua",
         "announce.lua"
     ))
@@ -96,7 +96,7 @@ pub(crate) static ANNOUNCE: LazyLock<Script> = LazyLock::new(|| {
 
 /// A leader's renewal (and proclamation).
 pub(crate) static EXTEND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(script!(keys "record.lua", "extend.lua")));
+    LazyLock::new(|| Script::new(script!(keys sides "record.lua", "extend.lua")));
 
 /// A leader's release.
 pub(crate) static RESIGN: LazyLock<Script> = LazyLock::new(|| Script::new(script!("resign.lua")));

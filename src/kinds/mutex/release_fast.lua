@@ -19,9 +19,22 @@ if #KEYS == 1 then
   local key = KEYS[1]
   local v = redis.pcall('GET', key)
   if v == ARGV[1] then
-    if ARGV[2] ~= '1' or redis.call('EXISTS', key .. ':waiters', key .. ':intent') == 0 then
+    if ARGV[2] ~= '1' then
       redis.call('DEL', key)
       return 1
+    end
+    -- The side keys are read before anything is written, with `pcall`: on
+    -- a Redis Cluster primary whose slot is moving away, reaching one
+    -- that has left is an error, and the answer is then TRYAGAIN, nothing
+    -- written (see moving.lua, which `slow` runs first).
+    local sides = redis.pcall('EXISTS', key .. ':waiters', key .. ':intent')
+    if sides == 0 then
+      redis.call('DEL', key)
+      return 1
+    elseif type(sides) == 'table' and sides.err
+        and (string.find(sides.err, 'non local key', 1, true)
+          or string.find(sides.err, 'rehashing', 1, true)) then
+      return redis.error_reply('TRYAGAIN the slot of ' .. key .. ' is moving')
     end
   elseif not v then
     return 0

@@ -20,7 +20,11 @@
 //!   route ourselves ([`Shards`]): a new connection asks the seeds for the
 //!   slot map (`CLUSTER SLOTS`) and opens one plain multiplexed
 //!   connection to each primary it names, each command goes to the
-//!   primary of its key's slot, and nothing is retried. (redis-rs's
+//!   primary of its key's slot, and nothing is retried but an answer that
+//!   the slot is moving and nothing ran (`TRYAGAIN`, from Redis or from
+//!   our scripts: [`moving`]), sent again after a pause within the
+//!   request's bound.
+//!   (redis-rs's
 //!   cluster connection, used before, retries a request on one counter for
 //!   every reason it has, an I/O error included, after which the command
 //!   may have run: its resending after our rollback could leave a key
@@ -108,6 +112,21 @@ use crate::proto::{Gate, Pass};
 /// The most redirects one request follows (a slot migrating while the
 /// slot map is refreshed takes two).
 pub(crate) const MAX_REDIRECTS: usize = 5;
+
+/// How long one request is sent again, at most, while its slot answers
+/// that it is moving ([`moving`]), each time after a pause twice the last,
+/// from [`FIRST_PAUSE`] up to [`LONGEST_PAUSE`]. A lock's request has its
+/// own bound (`Inner::run`'s timeout), which ends it first: a removal that
+/// runs out of it counts as unanswered, and is sent again until its key
+/// would have expired. This bounds the connection's own uses, which have
+/// none (the checks at connect, `SCRIPT LOAD`).
+const MAX_MOVING: Duration = Duration::from_secs(10);
+
+/// The pause before a request whose slot was moving is sent again.
+const FIRST_PAUSE: Duration = Duration::from_millis(1);
+
+/// The longest pause between two sends of a request whose slot is moving.
+const LONGEST_PAUSE: Duration = Duration::from_millis(40);
 
 /// The slots of a Redis Cluster.
 const SLOTS: usize = 16_384;
@@ -545,7 +564,10 @@ pub(crate) async fn send(
         Err(e) => return Some(Err(e)),
     };
     let mut asking = false;
-    for _ in 0..=MAX_REDIRECTS {
+    let mut hops = 0;
+    let mut pause = FIRST_PAUSE;
+    let since = tokio::time::Instant::now();
+    loop {
         let server = shards.server(at);
         let mut conn = server.conn.clone();
         let ran = if asking || watch {
@@ -573,6 +595,23 @@ pub(crate) async fn send(
                 primary: None,
             }
         };
+        if let Err(e) = &ran.reply
+            && moving(e)
+            && since.elapsed() < MAX_MOVING
+        {
+            // Nothing ran (see `moving`): sent again, from the slot map,
+            // once the move may have ended, with the redirects' count
+            // afresh (each send meets the move's `ASK` anew).
+            hops = 0;
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(LONGEST_PAUSE);
+            at = match shards.route(key) {
+                Ok(at) => at,
+                Err(e) => return Some(Err(e)),
+            };
+            asking = false;
+            continue;
+        }
         let to = match &ran.reply {
             Err(e) => redirect(e),
             Ok(_) => None,
@@ -580,6 +619,18 @@ pub(crate) async fn send(
         let Some((host, port, ask)) = to else {
             return Some(Ok(ran));
         };
+        if hops == MAX_REDIRECTS {
+            // A slot moving under many requests at once (a reshard): the
+            // node's failure for this request, which waiting mends, never
+            // the client's own configuration (`NodeFailure::Client` is
+            // lasting).
+            return Some(Err(RedisError::from((
+                ErrorKind::Server(ServerErrorKind::TryAgain),
+                "too many cluster redirects",
+                format!("more than {MAX_REDIRECTS} MOVED/ASK answers for one request"),
+            ))));
+        }
+        hops += 1;
         if let Some(key) = key {
             count_redirect(crate::keys::key_slot(key));
         }
@@ -600,14 +651,23 @@ pub(crate) async fn send(
         at = next;
         asking = ask;
     }
-    // A slot moving under many requests at once (a reshard): the node's
-    // failure for this request, which waiting mends, never the client's
-    // own configuration (`NodeFailure::Client` is lasting).
-    Some(Err(RedisError::from((
-        ErrorKind::Server(ServerErrorKind::TryAgain),
-        "too many cluster redirects",
-        format!("more than {MAX_REDIRECTS} MOVED/ASK answers for one request"),
-    ))))
+}
+
+/// Whether `e` says that the key's slot is halfway through a move between
+/// two primaries (`MIGRATING` on one, `IMPORTING` on the other) and that
+/// nothing ran: `TRYAGAIN`. Redis answers it, before running anything, for
+/// a command whose declared keys are split between the two (or, on the
+/// primary they move to, not all there yet); and our scripts answer it,
+/// having written nothing, when a key built from theirs (`<key>:waiters`,
+/// …) has already left (kinds/moving.lua: Redis would stop the script at
+/// that key with an error, after what it had written). So it is sent
+/// again, through the lock's gate like any hop, once the move may have
+/// ended. Answered at once instead, as on our first routing, a release
+/// failed and its key stayed for its whole TTL; two clusters caught so
+/// within one TTL kept every waiter out (`tests/cluster.rs`
+/// `a_release_and_a_lock_during_a_slot_move_wait_for_it_to_end`).
+fn moving(e: &RedisError) -> bool {
+    e.kind() == ErrorKind::Server(ServerErrorKind::TryAgain)
 }
 
 /// Where a `MOVED` or `ASK` error sends the request (host, port), and
@@ -762,6 +822,33 @@ mod tests {
         }
         let io = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
         assert!(redirect(&io).is_none());
+    }
+
+    /// A slot halfway through a move, nothing run (Redis's `TRYAGAIN`, or
+    /// our scripts'), is sent again; nothing else is: not a script stopped
+    /// at a key that left (it may have written), not a connection error
+    /// (the command may have run).
+    #[test]
+    fn only_a_slot_moving_is_waited_out() {
+        for reply in [
+            "-TRYAGAIN Multiple keys request during rehashing of slot\r\n",
+            "-TRYAGAIN the slot of {redquorum:a} is moving\r\n",
+        ] {
+            assert!(moving(&error(reply)), "{reply}");
+        }
+        for reply in [
+            "-ERR Script attempted to access a non local key in a cluster node script: \
+             70fd8f831fecfff160e4ff109f41b4d630e068d5, on @user_script:22.\r\n",
+            "-CLUSTERDOWN The cluster is down\r\n",
+            "-ERR something\r\n",
+            "-MOVED 3999 127.0.0.1:6381\r\n",
+            "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
+            "-BADFENCE Script attempted to access a non local key\r\n",
+        ] {
+            assert!(!moving(&error(reply)), "{reply}");
+        }
+        let io = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert!(!moving(&io));
     }
 
     #[test]
