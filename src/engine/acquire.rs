@@ -96,7 +96,7 @@ pub(crate) async fn acquire(
         // What the channel had seen before the attempt: a release during
         // the attempt still wakes the wait after it.
         let listened = waiting.channel.clone();
-        let mark = listened.as_deref().map(Listener::mark);
+        let mut mark = listened.as_deref().map(Listener::mark);
         let id = LockId::by(keys.clone(), who);
         let cancel_guard = CancelGuard {
             engine,
@@ -130,6 +130,12 @@ pub(crate) async fn acquire(
             }
             Attempt::Failed(tally, took) => {
                 kind.refused(&tally);
+                if let Some(mark) = &mut mark {
+                    // Copies of the release that woke this attempt wake
+                    // nothing more if a majority named another holder:
+                    // queued there again, its release wakes this wait.
+                    mark.settle(|token| tally.passed(token));
+                }
                 (tally, took)
             }
         };
@@ -147,7 +153,11 @@ pub(crate) async fn acquire(
                 gave_up,
                 report: engine.report(&tally),
                 holder: match tally.seen() {
-                    Seen::Holder { token, .. } => Who::from_token(&token).map(Box::new),
+                    // A reentrant owner is told as `holds:<token>`.
+                    Seen::Holder { token, .. } => {
+                        Who::from_token(token.strip_prefix("holds:").unwrap_or(&token))
+                            .map(Box::new)
+                    }
                     _ => None,
                 },
             }

@@ -8,8 +8,9 @@
 -- The name waiters wait for of `key`, which `look` found in `layout`, with
 -- `id` and `token`: `token`, but for a semaphore (`semaphore_name`: `look`
 -- names it by its number of permits alone, with no read of its slots) and
--- for readers (`readers_name`: `look` names them all 'readers'): their
--- layouts' answers (semaphore/layout.lua, rwlock/layout.lua). A
+-- for readers (`readers_name`: `look` names them all 'readers'), and
+-- `holds:` and `token` for a reentrant owner: their layouts' answers
+-- (semaphore/layout.lua, rwlock/layout.lua, reentrant/layout.lua). A
 -- release announces the holder by this name (see `remove`).
 local function waited_for(key, layout, id, token)
   return ask('told', key, layout, id, token)

@@ -202,6 +202,24 @@ impl Tally {
         self.yes == 0 && self.seen() == Seen::Contended
     }
 
+    /// Whether a majority of this attempt's answers named one holder other
+    /// than `token` (readers by any set, a semaphore's holders by any
+    /// digest, and reentrant owners by any hold, `holds:<token>`, count as
+    /// one holder: their names change while they hold, and differ from
+    /// node to node).
+    /// The waiter is then queued again on that majority, and that holder's
+    /// release, which counts only where it reaches a majority, reaches one
+    /// of those nodes and wakes it; so a copy of `token`'s release heard
+    /// during the attempt is no turn of its own: see
+    /// [`Snapshots::settle`](crate::wait::listener::Snapshots::settle).
+    pub(crate) fn passed(&self, token: &str) -> bool {
+        let group = |name: &str| match name.split_once(':') {
+            Some((kind @ ("readers" | "permits" | "holds"), _)) => kind.to_owned(),
+            _ => name.to_owned(),
+        };
+        matches!(self.seen(), Seen::Holder { token: held, .. } if group(&held) != group(token))
+    }
+
     /// What a failed acquisition that observed the key saw of its other
     /// owners.
     pub(crate) fn seen(&self) -> Seen {
@@ -994,5 +1012,58 @@ mod tests {
             t.record(i, grant(g));
         }
         assert!(!t.decided());
+    }
+
+    /// An attempt "passed" a released holder where a majority named
+    /// another: not where a node of that majority named the released one,
+    /// nor where too few answered to name anyone, nor where the released
+    /// holder and the one named are both readers or both a semaphore's.
+    #[test]
+    fn an_attempt_passed_a_holder_where_a_majority_names_another() {
+        let mut newcomer = Tally::new(5);
+        newcomer.record(0, Answer::from(YES));
+        for i in 1..4 {
+            newcomer.record(i, held_by("n"));
+        }
+        assert!(newcomer.passed("t"), "a majority holds another");
+        assert!(!newcomer.passed("n"));
+        let mut early = Tally::new(5);
+        early.record(0, held_by("n"));
+        early.record(1, held_by("n"));
+        early.record(2, held_by("t"));
+        early.record(3, held_by("t"));
+        early.record(4, held_by("t"));
+        assert!(!early.passed("t"), "a majority still held the released one");
+        let mut split = Tally::new(5);
+        split.record(0, held_by("n"));
+        split.record(1, held_by("n"));
+        split.record(2, Answer::from(YES));
+        split.record(3, Answer::from(YES));
+        assert!(!split.passed("t"), "no majority names anyone");
+        let mut silent = Tally::new(5);
+        silent.record(0, held_by("n"));
+        silent.record(1, held_by("n"));
+        silent.record(2, Answer::from(Err(NodeFailure::Timeout)));
+        assert!(!silent.passed("t"), "too few answers");
+        let mut readers = Tally::new(3);
+        for i in 0..3 {
+            readers.record(i, held_by("readers:d2"));
+        }
+        assert!(!readers.passed("readers:d1"));
+        assert!(readers.passed("t"));
+        let mut permits = Tally::new(3);
+        for i in 0..3 {
+            permits.record(i, held_by("permits:2:h2"));
+        }
+        assert!(!permits.passed("permits:2:h1"));
+        // A reentrant owner named by one hold on a majority may announce
+        // another hold's token there later (its holds reached different
+        // majorities).
+        let mut owner = Tally::new(3);
+        for i in 0..3 {
+            owner.record(i, held_by("holds:b"));
+        }
+        assert!(!owner.passed("holds:a"));
+        assert!(owner.passed("t"));
     }
 }

@@ -122,7 +122,12 @@
 //!
 //! **Whom does a wake-up wake?** Only the wait it names, whatever its last
 //! attempt saw ([`Channel::wake`]): the nodes took that wait out of their
-//! queues, so if it did not act the turn would be lost. Wake-ups
+//! queues, so if it did not act the turn would be lost. One exception:
+//! copies of a release the wait has already acted on, once its attempt
+//! since found a majority held by another holder. That majority queued the
+//! wait again, and that holder's release reaches one of them and wakes it,
+//! so the copies' turn is not lost ([`Listener`]'s
+//! [`Snapshots::settle`](listener::Snapshots::settle)). Wake-ups
 //! are remembered (the last [`RECENT`](subscriber::RECENT)), not just
 //! signalled, so one heard while the waiter was still busy with its
 //! attempt still wakes it; one for a wait that has ended wakes nobody.

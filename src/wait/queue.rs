@@ -149,7 +149,7 @@ mod tests {
         let payload = format!("{m} {}", "f".repeat(40));
         let (wait, token) = read_wake(payload.as_bytes()).unwrap();
         assert_eq!((wait, token), (7, "f".repeat(40).as_bytes()));
-        // A reentrant key's release may name no token.
+        // A release may name no token (one of a foreign key's).
         assert_eq!(read_wake(b"ab12:9 "), Some((9, &b""[..])));
         for bad in [
             &b""[..],

@@ -34,7 +34,10 @@
 //! counts the copies heard before the waiter's next attempt once. A copy
 //! heard after that attempt began wakes it again: that node may have let
 //! go only after the attempt reached it, refused it there and then taken
-//! it out of its queue (see [`Channel::announce`]).
+//! it out of its queue (see [`Channel::announce`]); unless the attempt
+//! found a majority held by another holder, whose release will wake the
+//! waiter from that majority (see
+//! [`Snapshots::settle`](super::listener::Snapshots::settle)).
 //!
 //! **Hot channels stay subscribed for a while.** When a channel's last
 //! waiter goes, its subscriptions are kept for [`LINGER`] before they are
@@ -327,6 +330,21 @@ pub(crate) struct Snapshot {
     drops: u64,
     /// Per node, the generation of the connection subscribed then (0: none).
     subscribed: Vec<u64>,
+    /// The holders whose releases had woken the wait by then.
+    woke: Vec<Box<[u8]>>,
+    /// Those of them whose copies heard since are to wake nothing (see
+    /// [`Snapshots::settle`](super::listener::Snapshots::settle)).
+    stale: Vec<Box<[u8]>>,
+}
+
+impl Snapshot {
+    /// Copies of the releases that had woken the wait by this mark wake
+    /// nothing more, for each holder `passed` says the attempt made after
+    /// the mark found overtaken: a majority held by another holder, which
+    /// queued the wait again.
+    pub(super) fn settle(&mut self, passed: impl Fn(&[u8]) -> bool) {
+        self.stale = self.woke.iter().filter(|t| passed(t)).cloned().collect();
+    }
 }
 
 /// Why [`Channel::wake`] woke a waiter.
@@ -363,9 +381,21 @@ impl Channel {
     /// What has happened on the channel so far: take it before an attempt;
     /// [`wake`](Self::wake) and [`heard_since`](Self::heard_since) look
     /// only at what happens after.
-    pub(crate) fn mark(&self) -> Snapshot {
+    pub(crate) fn mark(&self, wait: u64) -> Snapshot {
+        let (releases, woke) = {
+            let recent = lock(&self.recent);
+            let woke = recent
+                .tokens
+                .iter()
+                .filter(|(_, w, _)| *w == wait)
+                .map(|(_, _, t)| t.clone())
+                .collect();
+            (recent.count, woke)
+        };
         Snapshot {
-            releases: lock(&self.recent).count,
+            releases,
+            woke,
+            stale: Vec::new(),
             drops: self.inner.drops.load(Ordering::Acquire),
             subscribed: (0..self.inner.nodes.len())
                 .map(|i| {
@@ -392,11 +422,11 @@ impl Channel {
     /// for a wait that has ended wakes nobody: late copies of the wake-up
     /// that woke it (the other nodes'), or a wait that gave up and whose
     /// leaving a node missed (see [`wait`](super)).
-    fn woken_after(&self, count: u64, wait: u64) -> bool {
+    fn woken_after(&self, mark: &Snapshot, wait: u64) -> bool {
         lock(&self.recent)
             .tokens
             .iter()
-            .any(|&(n, w, _)| n > count && w == wait)
+            .any(|(n, w, t)| *n > mark.releases && *w == wait && !mark.stale.contains(t))
     }
 
     /// Resolves when, since `mark`, a release woke `wait` (see [`wait`](super)),
@@ -404,7 +434,9 @@ impl Channel {
     /// on it to be woken). A wake-up that names `wait` was taken for it: the
     /// nodes took it out of their queues and no one passes it on, so it
     /// acts, whatever its last attempt saw (a holder on a majority, or
-    /// none: a split vote, too few answers). Ignored after a split or an
+    /// none: a split vote, too few answers), but for copies of a release
+    /// the wait acted on whose attempt found another holder on a majority
+    /// (the mark's `stale`: see [`Snapshot::settle`]). Ignored after a split or an
     /// unreachable attempt, as it once was, the turn was lost and the
     /// waiters queued behind slept out the holder's whole PTTL (found under
     /// load: a 30 s stall of
@@ -417,7 +449,7 @@ impl Channel {
             let notified = self.notify.notified();
             let mut notified = std::pin::pin!(notified);
             notified.as_mut().enable();
-            if self.woken_after(mark.releases, wait) {
+            if self.woken_after(mark, wait) {
                 return Wake::Released;
             }
             if self.inner.drops.load(Ordering::Acquire) != mark.drops {

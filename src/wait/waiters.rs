@@ -182,6 +182,24 @@ mod tests {
             "a copy heard after the attempt was ignored"
         );
         assert_eq!(channel.remembered(), 1, "one entry per wait and release");
+        // After an attempt that found another holder on a majority (which
+        // queued the wait again: its release will wake it), a copy of the
+        // release acted on wakes nothing; a new release still wakes.
+        let mut marks = listener.mark();
+        marks.settle(|token| token == "tok");
+        assert!(channel.announce(listener.wait, b"tok"), "a copy: taken");
+        let woke = tokio::time::timeout(Duration::from_millis(100), listener.wake(&marks)).await;
+        assert!(
+            woke.is_err(),
+            "a copy of a release the attempt passed woke it"
+        );
+        assert!(channel.announce(listener.wait, b"next"), "taken");
+        let woke = tokio::time::timeout(Duration::from_millis(200), listener.wake(&marks)).await;
+        assert_eq!(
+            woke.ok(),
+            Some(Wake::Released),
+            "a new release after a settled mark was ignored"
+        );
         // An ended wait (never registered here): passed on, unless the same
         // release woke a live one.
         assert!(!channel.announce(999, b"other"));

@@ -4,7 +4,9 @@
 -- holder's, and queues for it (see queue.lua). The layout: layout.lua.
 -- 1: the hold is taken (also when run twice), and the key lives at least the
 -- TTL; 0: another holder's key, of any kind, nothing changed; {holder, pttl}:
--- the same, with the holder's token (false if unknown) and the key's PTTL.
+-- the same, with the name waiters are told of the holder (its token;
+-- `holds:<smallest hold>` for a reentrant owner; false if unknown) and the
+-- key's PTTL.
 local key, owner, token, ttl = KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3])
 local layout, id, smallest = look(key)
 if layout == nil then

@@ -4,17 +4,23 @@
 -- named by it), and one field per hold, named by the hold's token. The key
 -- goes when its last hold does. `look` (keyspace.lua) names it
 -- 'reentrant', its identity the owner, and the name its waiters are told
--- 'i'.
+-- 'holds:' and 'i'. The prefix says that one owner goes by several names:
+-- nodes that missed a hold name it by another token, and a release
+-- announces whichever hold was the smallest there. A waiter that saw such
+-- a name on a majority cannot take a copy of another hold's release for a
+-- stale one (proto/quorum.rs `Tally::passed` groups them, as it groups
+-- readers and a semaphore's holders).
 
 -- The reentrant layout's answer to the key space's `question` about `key`,
 -- of the owner `id`, its smallest hold `token` (see keyspace.lua's `ask`):
--- 'told', that token; 'holds', every hold's token; 'remove', the hold
--- `hold` removed (nil if there is none such), and the key with its last
--- hold, announced by `token` (false while other holds are left: the owner
--- keeps the key); 'room', none, whatever holds are left.
+-- 'told', 'holds:' and that token; 'holds', every hold's token; 'remove',
+-- the hold `hold` removed (nil if there is none such), and the key with its
+-- last hold, announced by the name told (false while other holds are left:
+-- the owner keeps the key); 'room', none, whatever holds are left.
 local function reentrant_layout(question, key, id, token, hold)
   if question == 'told' then
-    return token
+    -- (`token` is false for a foreign hash with an 'o' and no 'i'.)
+    return token and ('holds:' .. token)
   elseif question == 'holds' then
     local tokens = {}
     for _, field in ipairs(redis.call('HKEYS', key)) do
@@ -32,7 +38,7 @@ local function reentrant_layout(question, key, id, token, hold)
   -- Left: 'o', 'i' and the other holds.
   if redis.call('HLEN', key) <= 2 then
     redis.call('DEL', key)
-    return token or ''
+    return 'holds:' .. (token or '')
   end
   -- 'i' stays the smallest hold token left.
   if token == hold then

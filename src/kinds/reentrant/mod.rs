@@ -14,7 +14,8 @@
 //! | extend | [`extend.lua`](EXTEND): while this hold is there, prolong the key (never shorten) | 1 |
 //!
 //! On a node the key is a hash: `o` (the owner id), `i` (the smallest hold
-//! token in it: what another owner's waiters see and wait for; nodes with
+//! token in it: what another owner's waiters see and wait for, as
+//! `holds:<token>`; nodes with
 //! the same holds name the key alike, and once a token's release has been
 //! announced no live key is named by it), and one field per hold, named by
 //! the hold's token: the `reentrant` layout of the key space's owner
