@@ -965,6 +965,15 @@ async fn a_release_heard_during_the_woken_attempt_wakes_it_again(shared: bool) {
     assert!(gap < ms(1_000), "took {gap:?} after the release");
 }
 
+/// Waits (5 s at most) until the one waiter of "r" is queued on every node.
+async fn queued_everywhere(c: &LocalServers) {
+    let until = Instant::now() + Duration::from_secs(5);
+    while ALL.into_iter().filter(|&i| queued(c, i).len() == 1).count() < 5 {
+        assert!(Instant::now() < until, "not queued on every node");
+        tokio::time::sleep(ms(20)).await;
+    }
+}
+
 /// On node `i` alone: the holder of "r" lets go and `newcomer` takes the
 /// key at once, as a caller that was not waiting would; with `wake`, the
 /// release wakes the first waiter of the node's queue, as a release does.
@@ -1004,16 +1013,7 @@ async fn copies_of_a_release_a_newcomer_overtook_cost_no_attempt() {
     let waiting = waiter(&c, Duration::from_secs(3));
     let lock = holder.lock("r", LONG_TTL).await.unwrap();
     let task = start_waiting(&waiting).await;
-    let until = Instant::now() + Duration::from_secs(5);
-    while ALL
-        .into_iter()
-        .filter(|&i| queued(&c, i).len() == 1)
-        .count()
-        < 5
-    {
-        assert!(Instant::now() < until, "not queued on every node");
-        tokio::time::sleep(ms(20)).await;
-    }
+    queued_everywhere(&c).await;
     let newcomer = "feedfacefeedfacefeedfacefeedfacefeedface";
     overtaken_on_one_node(&c, 1, newcomer, false);
     overtaken_on_one_node(&c, 2, newcomer, false);
@@ -1094,16 +1094,7 @@ async fn a_reentrant_owner_told_by_two_holds_hands_over_when_both_go() {
         run(&c, i, &["PEXPIRE", &k, "30000"]);
     }
     let task = start_waiting(&waiting).await;
-    let until = Instant::now() + Duration::from_secs(5);
-    while ALL
-        .into_iter()
-        .filter(|&i| queued(&c, i).len() == 1)
-        .count()
-        < 5
-    {
-        assert!(Instant::now() < until, "not queued on every node");
-        tokio::time::sleep(ms(20)).await;
-    }
+    queued_everywhere(&c).await;
     reentrant_release_on_one_node(&c, 0, a);
     tokio::time::sleep(ms(300)).await;
     assert!(!task.is_finished(), "the waiter took a held lock");
