@@ -213,11 +213,7 @@ impl Tally {
     /// during the attempt is no turn of its own: see
     /// [`Snapshots::settle`](crate::wait::listener::Snapshots::settle).
     pub(crate) fn passed(&self, token: &str) -> bool {
-        let group = |name: &str| match name.split_once(':') {
-            Some((kind @ ("readers" | "permits" | "holds"), _)) => kind.to_owned(),
-            _ => name.to_owned(),
-        };
-        matches!(self.seen(), Seen::Holder { token: held, .. } if group(&held) != group(token))
+        matches!(self.seen(), Seen::Holder { token: held, .. } if maybe_one(&held) != maybe_one(token))
     }
 
     /// What a failed acquisition that observed the key saw of its other
@@ -575,6 +571,19 @@ fn holder_group(token: &str) -> &str {
     match token.starts_with("readers:") {
         true => "readers:",
         false => token,
+    }
+}
+
+/// What a holder's name counts as when a wake-up's name is compared with
+/// the holder an attempt saw (`Tally::passed`): itself, but all the names
+/// one holder may go by, here and elsewhere, are one: readers of any set, a
+/// semaphore's holders of any digest, a reentrant owner by any hold. (Wider
+/// than [`holder_group`], which must not count a semaphore's differing
+/// digests as one holder on a majority.)
+fn maybe_one(name: &str) -> &str {
+    match name.split_once(':') {
+        Some((kind @ ("readers" | "permits" | "holds"), _)) => kind,
+        _ => name,
     }
 }
 
