@@ -11,10 +11,12 @@
 --   `let_go`);
 --   another token: -1, nothing written; no key: 0, nothing written.
 -- Anything else goes to `slow` unchanged: more keys, waiters or an intent
--- (`wake` has work), a key that is no string (GET's error reply: `slow`
--- says which layout it is; the node counts that error, so such a key costs
--- two WRONGTYPE errors instead of one: a mutex's release meets a hash only
--- when another kind took the name after our key expired).
+-- (`wake` has work), side keys this server cannot reach (a cluster slot
+-- moving away: `slow` answers TRYAGAIN), a key that is no string (GET's
+-- error reply: `slow` says which layout it is; the node counts that error,
+-- so such a key costs two WRONGTYPE errors instead of one: a mutex's
+-- release meets a hash only when another kind took the name after our key
+-- expired).
 if #KEYS == 1 then
   local key = KEYS[1]
   local v = redis.pcall('GET', key)
@@ -25,16 +27,12 @@ if #KEYS == 1 then
     end
     -- The side keys are read before anything is written, with `pcall`: on
     -- a Redis Cluster primary whose slot is moving away, reaching one
-    -- that has left is an error, and the answer is then TRYAGAIN, nothing
-    -- written (see moving.lua, which `slow` runs first).
-    local sides = redis.pcall('EXISTS', key .. ':waiters', key .. ':intent')
-    if sides == 0 then
+    -- that has left is an error, which goes to `slow` unchanged; `slow`
+    -- runs moving.lua first, which meets it too and answers TRYAGAIN,
+    -- nothing written.
+    if redis.pcall('EXISTS', key .. ':waiters', key .. ':intent') == 0 then
       redis.call('DEL', key)
       return 1
-    elseif type(sides) == 'table' and sides.err
-        and (string.find(sides.err, 'non local key', 1, true)
-          or string.find(sides.err, 'rehashing', 1, true)) then
-      return redis.error_reply('TRYAGAIN the slot of ' .. key .. ' is moving')
     end
   elseif not v then
     return 0
