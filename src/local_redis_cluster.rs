@@ -191,6 +191,15 @@ impl LocalRedisCluster {
             .collect())
     }
 
+    /// A live primary other than the one on port `port` (the first the
+    /// cluster names), if there is one: where a test moves a slot.
+    ///
+    /// # Errors
+    /// When no node answers.
+    pub fn other_primary(&self, port: u16) -> io::Result<Option<u16>> {
+        Ok(self.primaries()?.into_iter().find(|&p| p != port))
+    }
+
     /// Moves `slot`, with its keys, to the primary on port `to`.
     ///
     /// # Errors

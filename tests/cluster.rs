@@ -350,12 +350,7 @@ async fn a_slot_migration_under_load_keeps_one_holder() {
         for cluster in &moving[..2] {
             let slot = cluster.slot("redquorum:{mig}:0").unwrap();
             let from = cluster.primary_of_slot(slot).unwrap();
-            let to = cluster
-                .primaries()
-                .unwrap()
-                .into_iter()
-                .find(|&p| p != from)
-                .unwrap();
+            let to = cluster.other_primary(from).unwrap().unwrap();
             cluster.migrate_slot(slot, to).unwrap();
             assert_eq!(cluster.primary_of_slot(slot).unwrap(), to);
             cluster.migrate_slot(slot, from).unwrap();
@@ -420,12 +415,7 @@ async fn a_release_and_a_lock_during_a_slot_move_wait_for_it_to_end() {
         .unwrap();
     let slot = c[0].slot("redquorum:{mv}").unwrap();
     let from = c[0].primary_of_slot(slot).unwrap();
-    let to = c[0]
-        .primaries()
-        .unwrap()
-        .into_iter()
-        .find(|&p| p != from)
-        .unwrap();
+    let to = c[0].other_primary(from).unwrap().unwrap();
     // Ends the move begun, 300 ms later, on a thread of its own.
     let finish_later = |moving| {
         let c = c.clone();
@@ -603,12 +593,7 @@ async fn a_cluster_member_given_as_a_plain_server_says_to_give_the_cluster() {
     let c = clusters(1);
     let key = "redquorum:r";
     let serving = c[0].primary_of(key).unwrap();
-    let other = c[0]
-        .primaries()
-        .unwrap()
-        .into_iter()
-        .find(|&p| p != serving)
-        .unwrap();
+    let other = c[0].other_primary(serving).unwrap().unwrap();
     // (The restart guard is not what is tested: a cluster member given as
     // a plain server cannot read the born-empty declaration, which lives
     // in another slot, and a young cluster would be kept out for a TTL.)

@@ -1014,11 +1014,7 @@ fn cluster_failover(secs: Duration) {
             0 => cluster.failover(primary).map(|_| "failover"),
             1 => {
                 let slot = cluster.slot(key).unwrap();
-                let to = cluster
-                    .primaries()
-                    .unwrap_or_default()
-                    .into_iter()
-                    .find(|&p| p != primary);
+                let to = cluster.other_primary(primary).unwrap_or_default();
                 match to {
                     Some(to) => cluster.migrate_slot(slot, to).map(|()| "slot migrated"),
                     None => Ok("no other primary"),
