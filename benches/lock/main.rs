@@ -78,7 +78,7 @@
 //! local Redis Clusters of three shards each (a primary and a replica per
 //! shard) as the three nodes (`cluster3x3`) with three single servers
 //! (`servers3`), and the clusters without the restart guard
-//! (`cluster3x3_noguard`: no `INFO replication` pipelined with each grant):
+//! (`cluster3x3_noguard`: no `INFO replication` read by each grant's script):
 //! locks a second, and the CPU each primary of the first
 //! cluster (or the first server) spent per lock
 //! (`shard<i>_cpu_us_per_op`); then `scaleout_keys`: the keys on each

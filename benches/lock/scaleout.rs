@@ -41,7 +41,7 @@ pub async fn scaleout(
     let servers = LocalServers::start(3).expect("three local servers");
     let cluster =
         Client::Redquorum(Redlock::new(clusters.iter().map(LocalRedisCluster::url)).unwrap());
-    // The restart guard's `INFO replication` with every grant, priced.
+    // The restart guard's `INFO replication` in every grant, priced.
     let unguarded = Client::Redquorum(
         Redlock::builder()
             .nodes(clusters.iter().map(LocalRedisCluster::url))

@@ -103,7 +103,7 @@ use crate::clock::Moment;
 use crate::error::NodeFailure;
 #[cfg(feature = "metrics")]
 use crate::metrics;
-use crate::proto::{Effect, Gate, LockState, Pass, Prepared, ScriptCall};
+use crate::proto::{Effect, Gate, LockState, Pass, Prepared, Script, ScriptCall};
 use crate::who::{self, Registry};
 use classify::{classify, is_connection_error, needs_new_connection};
 use guard::{Guard, Lives};
@@ -918,15 +918,18 @@ struct Sent {
 
 /// Sends one command and reads its reply; `None` if `gate` was shut before
 /// the command (or, after `NOSCRIPT`, its `EVAL`) could be handed over.
-/// With `watch`, a cluster node also says which primary ran it.
+/// With `watch`, a cluster node also says which primary ran it: the
+/// command is its script's twin ([`cluster::watched`]).
 async fn send(
     conn: &CommandConn,
     command: &Prepared,
     gate: Option<&Gate>,
     watch: bool,
 ) -> Option<Result<Sent, RedisError>> {
-    let reply = routed(conn, command, &command.first, gate, watch).await?;
-    match (reply, &command.script) {
+    let watch = watch && conn.is_cluster();
+    let (first, script) = calls_of(command, watch);
+    let reply = routed(conn, command, first, gate, watch).await?;
+    match (reply, script) {
         // Boxed: rare (after a restart or `SCRIPT FLUSH`), it would
         // otherwise add its `EVAL` to the state every request keeps.
         (Err(e), Some(call)) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
@@ -938,7 +941,8 @@ async fn send(
 
 /// Sends `cmd`, one of `command`'s calls: on a plain connection as it is;
 /// on a cluster to the primary of its key's slot, redirects followed by us
-/// (see [`cluster`]).
+/// (see [`cluster`]), and with `watch` read as a [`cluster::watched`]
+/// script's reply.
 async fn routed(
     conn: &CommandConn,
     command: &Prepared,
@@ -969,7 +973,8 @@ async fn routed(
     }
 }
 
-/// `send`'s second try of a script the node lacked, with `EVAL`.
+/// `send`'s second try of a script the node lacked, with `EVAL` (of its
+/// twin, with `watch`).
 async fn send_eval(
     conn: &CommandConn,
     command: &Prepared,
@@ -977,18 +982,50 @@ async fn send_eval(
     gate: Option<&Gate>,
     watch: bool,
 ) -> Option<Result<Sent, RedisError>> {
-    let eval = routed(conn, command, &call.eval(), gate, watch).await;
+    let script = script_of(call, watch);
+    let eval = routed(conn, command, &call.call_of("EVAL", script), gate, watch).await;
     if eval.is_none() {
         // The round was decided (its lock's removal began) while the node
         // said it lacked the script: a node slower than the others would be
         // cut off so every time, and never learn it. Loading it runs
         // nothing and touches no key.
-        let (conn, load) = (conn.clone(), call.load());
+        let (conn, load) = (conn.clone(), ScriptCall::load_of(script));
         tokio::spawn(async move {
             let _ = tokio::time::timeout(MAX_LOAD, query(conn, &load)).await;
         });
     }
     eval
+}
+
+/// The call `command` sends first, and the script call behind it, if any:
+/// its own; or with `watch` (a cluster grant with the guard on) the
+/// `EVALSHA` of its script's [`cluster::watched`] twin, a plain command
+/// first made a script ([`cluster::as_script`]); made once for every node.
+fn calls_of(command: &Prepared, watch: bool) -> (&redis::Cmd, Option<&ScriptCall>) {
+    #[cfg(feature = "cluster")]
+    if watch {
+        let (first, made) = command.watched.get_or_init(|| match &command.script {
+            Some(call) => (call.call_of("EVALSHA", script_of(call, watch)), None),
+            None => {
+                let made = cluster::as_script(&command.first, cluster::route_key(command));
+                (made.call_of("EVALSHA", script_of(&made, watch)), Some(made))
+            }
+        });
+        return (first, made.as_ref().or(command.script.as_ref()));
+    }
+    let _ = watch;
+    (&command.first, command.script.as_ref())
+}
+
+/// The script `call` runs: its own, or with `watch` (a cluster grant with
+/// the guard on) its [`cluster::watched`] twin.
+fn script_of(call: &ScriptCall, watch: bool) -> &Script {
+    #[cfg(feature = "cluster")]
+    if watch {
+        return call.script.twin(cluster::watched);
+    }
+    let _ = watch;
+    call.script
 }
 
 /// How long a script's loading, in the background, may take.

@@ -116,7 +116,7 @@ impl Retired {
         }
         // By EVAL, not EVALSHA: nobody reads the reply to fall back on.
         let mut cmd = match &command.script {
-            Some(script) => script.eval(),
+            Some(call) => call.call_of("EVAL", call.script),
             None => command.first.clone(),
         };
         cmd.set_no_response(true);

@@ -150,6 +150,13 @@ pub(crate) struct Prepared {
     pub(crate) first: redis::Cmd,
     pub(crate) script: Option<ScriptCall>,
     pub(crate) effect: Effect,
+    /// This command as a cluster grant sends it instead, so that its reply
+    /// also names the primary that ran it
+    /// (`net::topology::cluster::watched`): the `EVALSHA` of its script's
+    /// twin, and for a plain command the script call it became; made once
+    /// for every node that needs it.
+    #[cfg(feature = "cluster")]
+    pub(crate) watched: std::sync::OnceLock<(redis::Cmd, Option<ScriptCall>)>,
 }
 
 /// A script and what it is called with.
@@ -161,15 +168,22 @@ pub(crate) struct ScriptCall {
 }
 
 impl ScriptCall {
-    /// `EVAL source …`, for a node that does not have the script cached.
-    pub(crate) fn eval(&self) -> redis::Cmd {
-        script_call("EVAL", self.script.source, &self.keys, &self.args)
+    /// `VERB` (`EVALSHA` or `EVAL`, for a node that does not have the
+    /// script cached) of `script`, this call's or its
+    /// [`twin`](Script::twin), with this call's keys and arguments.
+    pub(crate) fn call_of(&self, verb: &str, script: &Script) -> redis::Cmd {
+        let body: &str = if verb == "EVAL" {
+            &script.source
+        } else {
+            &script.sha1
+        };
+        script_call(verb, body, &self.keys, &self.args)
     }
 
-    /// `SCRIPT LOAD source`: caches the script on a node without running it.
-    pub(crate) fn load(&self) -> redis::Cmd {
+    /// `SCRIPT LOAD source`: caches `script` on a node without running it.
+    pub(crate) fn load_of(script: &Script) -> redis::Cmd {
         let mut cmd = redis::cmd("SCRIPT");
-        cmd.arg("LOAD").arg(self.script.source);
+        cmd.arg("LOAD").arg(&*script.source);
         cmd
     }
 }
@@ -187,6 +201,8 @@ impl Prepared {
             first,
             script,
             effect: command.effect,
+            #[cfg(feature = "cluster")]
+            watched: std::sync::OnceLock::new(),
         })
     }
 }
@@ -219,16 +235,32 @@ pub(crate) fn script_call(
 /// A Lua script and its SHA1 digest, for `EVALSHA`.
 #[derive(Debug)]
 pub(crate) struct Script {
-    pub(crate) source: &'static str,
+    pub(crate) source: std::borrow::Cow<'static, str>,
     pub(crate) sha1: String,
+    /// This script as the node layer wraps it, made the first time it is
+    /// asked for ([`twin`](Script::twin)).
+    #[cfg(feature = "cluster")]
+    twin: std::sync::OnceLock<Box<Script>>,
 }
 
 impl Script {
-    pub(crate) fn new(source: &'static str) -> Script {
+    pub(crate) fn new(source: impl Into<std::borrow::Cow<'static, str>>) -> Script {
+        let source = source.into();
         Script {
+            sha1: sha1_smol::Sha1::from(&*source).digest().to_string(),
             source,
-            sha1: sha1_smol::Sha1::from(source).digest().to_string(),
+            #[cfg(feature = "cluster")]
+            twin: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The script `wrap` makes of this one's source, made once: the same
+    /// `wrap` every time (there is one twin per script, the cluster
+    /// guard's; this layer knows nothing of what it adds).
+    #[cfg(feature = "cluster")]
+    pub(crate) fn twin(&self, wrap: fn(&str) -> String) -> &Script {
+        self.twin
+            .get_or_init(|| Box::new(Script::new(wrap(&self.source))))
     }
 }
 

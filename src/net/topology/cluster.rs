@@ -51,9 +51,10 @@
 //!   server` on every new connection" is not enough. Instead: at connect, the identity of
 //!   every primary is learned (`INFO server` and `INFO replication` to all
 //!   primaries); and every acquisition
-//!   ([`Effect::Grant`](crate::proto::Effect)) is pipelined with `INFO
-//!   replication` on the same route, so the reply names the primary that
-//!   ran it. A primary is its `master_replid`
+//!   ([`Effect::Grant`](crate::proto::Effect)) runs its script's twin
+//!   ([`watched`]), which reads `INFO replication` where it runs, after the
+//!   script's own work, so the reply names the primary that ran it. A
+//!   primary is its `master_replid`
 //!   ([`primary_identity`](crate::net::guard::primary_identity)), which
 //!   Redis draws afresh at every promotion and every start: a failback
 //!   (P1 fails over to R1, then R1 back to P1: P1, a replica meanwhile,
@@ -62,9 +63,15 @@
 //!   (a new connection, a redirect): a failback while this client sent
 //!   nothing to the shard leaves its connection to P1 open and brings no
 //!   redirect, so only a word that comes back with the grant sees it. The
-//!   word is small: the client looks for one field in about 450 bytes (no
-//!   `INFO server`, about 1 KB more, since the replication ID alone
-//!   names a primary). A grant from a primary this client has not seen is no
+//!   word is small: the role and the replication ID, about 50 bytes, which
+//!   the script cuts from its server's own `INFO replication` (no `INFO
+//!   server`, since the replication ID alone names a primary); and as one
+//!   script runs alone, the word names the server at the moment it
+//!   granted, with nothing between the two (a separate `INFO` pipelined
+//!   behind the grant, as before, cost the client a 450-byte answer and
+//!   redis-rs's pipeline path with every grant). An `INFO` refused (an
+//!   ACL without it) leaves the grant done and the primary untold (see
+//!   `Guard::granted_by`). A grant from a primary this client has not seen is no
 //!   vote: the node is quarantined as after a restart with an uptime of 0
 //!   (the longest TTL in use, from now) and the vote is
 //!   [`NodeFailure::Restarted`](crate::NodeFailure) — the engine's
@@ -96,8 +103,8 @@
 //! afresh. Keeping the connections to the other primaries, and learning a
 //! new one alone, would narrow the cost to the shard; not done yet.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection, PubSub};
@@ -107,7 +114,7 @@ use redis::{
 };
 
 use crate::net::guard::ServerInfo;
-use crate::proto::{Gate, Pass};
+use crate::proto::{Gate, Keys, Pass, Script, ScriptCall};
 
 /// The most redirects one request follows (a slot migrating while the
 /// slot map is refreshed takes two).
@@ -546,18 +553,17 @@ pub(crate) struct Ran {
 
 /// Sends `cmd` to the primary serving `key`'s slot (the first primary
 /// without a key), following `MOVED` and `ASK` ourselves (see the module's
-/// doc), each hop through `gate`; with `watch`, pipelined with `INFO
-/// replication` on the same connection, so that the primary that ran it is
-/// known (its replication ID, read from the reply's bytes). `None` if the
-/// gate was shut before a hop could be handed over (that hop did not run;
-/// an earlier hop was redirected, so it did not run either). A redirect to
-/// a server not met yet connects to it first.
+/// doc), each hop through `gate`. With `watched`, `cmd` runs a script's
+/// [`watched`] twin, whose reply also names the primary that ran it.
+/// `None` if the gate was shut before a hop could be handed over (that hop
+/// did not run; an earlier hop was redirected, so it did not run either). A
+/// redirect to a server not met yet connects to it first.
 pub(crate) async fn send(
     shards: &Shards,
     cmd: &Cmd,
     key: Option<&[u8]>,
     gate: Option<&Gate>,
-    watch: bool,
+    watched: bool,
 ) -> Option<Result<Ran, RedisError>> {
     let mut at = match shards.route(key) {
         Ok(at) => at,
@@ -570,30 +576,34 @@ pub(crate) async fn send(
     loop {
         let server = shards.server(at);
         let mut conn = server.conn.clone();
-        let ran = if asking || watch {
+        let reply = if asking {
             let mut pipe = redis::pipe();
-            if asking {
-                pipe.cmd("ASKING");
-            }
+            pipe.cmd("ASKING");
             pipe.add_command(cmd.clone());
-            if watch {
-                pipe.cmd("INFO").arg("replication");
-            }
-            let count = 1 + usize::from(asking) + usize::from(watch);
-            let answer = Pass::new(gate, async move {
-                conn.req_packed_commands(&pipe, 0, count).await
-            })
+            let answer = Pass::new(
+                gate,
+                async move { conn.req_packed_commands(&pipe, 0, 2).await },
+            )
             .await?;
             match answer {
-                Ok(values) => read(values, asking, watch),
+                // `ASKING`'s `OK`, then the command's reply.
+                Ok(values) => values.into_iter().nth(1).ok_or_else(|| {
+                    RedisError::from((
+                        ErrorKind::UnexpectedReturnType,
+                        "a cluster pipeline came back without the command's reply",
+                    ))
+                }),
                 Err(e) => return Some(Err(e)),
             }
         } else {
-            let answer = Pass::new(gate, async move { conn.req_packed_command(cmd).await }).await?;
-            Ran {
-                reply: answer.and_then(Value::extract_error),
+            Pass::new(gate, async move { conn.req_packed_command(cmd).await }).await?
+        };
+        let ran = match reply {
+            Ok(value) => read(value, watched),
+            Err(e) => Ran {
+                reply: Err(e),
                 primary: None,
-            }
+            },
         };
         if let Err(e) = &ran.reply
             && moving(e)
@@ -684,27 +694,106 @@ fn redirect(e: &RedisError) -> Option<(String, u16, bool)> {
     Some((host.to_owned(), port.parse().ok()?, ask))
 }
 
-/// The command's reply and, if asked for, the primary's identity, from the
-/// pipeline's replies.
-fn read(values: Vec<Value>, asking: bool, watch: bool) -> Ran {
-    let mut values = values.into_iter().skip(usize::from(asking));
-    let reply = match values.next() {
-        Some(value) => value.extract_error(),
-        None => Err(RedisError::from((
-            ErrorKind::UnexpectedReturnType,
-            "a cluster pipeline came back without the command's reply",
-        ))),
-    };
-    let primary = watch.then(|| match values.next() {
-        Some(Value::BulkString(bytes)) => crate::net::guard::primary_identity(&bytes),
-        Some(Value::VerbatimString { text, .. }) => {
-            crate::net::guard::primary_identity(text.as_bytes())
+/// A command's reply, and with `watched` the identity of the primary that
+/// ran it: a [`watched`] script's reply is `[reply, role, replication ID]`
+/// (`role` `refused` and the error, where `INFO` was refused), or an error
+/// as it came (Redis's own, `MOVED` or `NOSCRIPT` say, before the script
+/// ran; or the script's, which grants nothing).
+fn read(value: Value, watched: bool) -> Ran {
+    let parts = match value {
+        Value::Array(parts) if watched && parts.len() == 3 => parts,
+        Value::ServerError(_) => {
+            return Ran {
+                reply: value.extract_error(),
+                primary: None,
+            };
         }
-        Some(Value::ServerError(e)) => Err(format!("INFO replication: {e:?}")),
-        Some(other) => Err(format!("INFO replication: unexpected {other:?}")),
-        None => Err("no INFO replication reply".to_owned()),
-    });
-    Ran { reply, primary }
+        value if !watched => {
+            return Ran {
+                reply: value.extract_error(),
+                primary: None,
+            };
+        }
+        other => {
+            return Ran {
+                reply: Err(RedisError::from((
+                    ErrorKind::UnexpectedReturnType,
+                    "a grant's script did not answer [reply, role, replication ID]",
+                    format!("{other:?}"),
+                ))),
+                primary: None,
+            };
+        }
+    };
+    let mut parts = parts.into_iter();
+    let (Some(reply), Some(role), Some(id)) = (parts.next(), parts.next(), parts.next()) else {
+        unreachable!("three parts");
+    };
+    let text = |v: Value| match v {
+        Value::BulkString(bytes) => String::from_utf8(bytes).unwrap_or_default(),
+        Value::SimpleString(s) => s,
+        _ => String::new(),
+    };
+    let (role, id) = (text(role), text(id));
+    let primary = match role.as_str() {
+        "master" if !id.is_empty() => Ok(id),
+        "master" => Err("no master_replid in the answer to INFO replication".to_owned()),
+        "refused" => Err(format!("INFO replication refused to the script: {id}")),
+        role => Err(format!(
+            "INFO replication answered by a server whose role is {}, not a primary",
+            if role.is_empty() { "not told" } else { role }
+        )),
+    };
+    Ran {
+        reply: reply.extract_error(),
+        primary: Some(primary),
+    }
+}
+
+/// A plain command as a script: `redis.call` of its arguments (`ARGV`:
+/// its name, then its own), its key declared (`KEYS[1]`, for the cluster's
+/// routing checks). A grant that is a plain command (the mutex's `SET NX
+/// PX`) becomes one on a cluster node with the guard on
+/// ([`as_script`]), so that it has a [`watched`] twin too.
+static COMMAND: LazyLock<Script> =
+    LazyLock::new(|| Script::new("return redis.call(unpack(ARGV))\n"));
+
+/// `cmd` as a call of [`COMMAND`], `key` declared.
+pub(crate) fn as_script(cmd: &Cmd, key: Option<Vec<u8>>) -> ScriptCall {
+    let keys: Keys = key
+        .map(|k| Box::<str>::from(String::from_utf8_lossy(&k)))
+        .into_iter()
+        .collect();
+    let args = cmd
+        .args_iter()
+        .map(|arg| match arg {
+            redis::Arg::Simple(bytes) => bytes.to_vec(),
+            // A cursor (`SCAN`'s), which no grant has.
+            _ => b"0".to_vec(),
+        })
+        .collect();
+    ScriptCall {
+        script: &COMMAND,
+        keys,
+        args,
+    }
+}
+
+/// The end of every grant's script on a cluster node with the guard on
+/// (`watched.lua`), after the script itself as a function.
+const WATCHED_END: &str = include_str!("watched.lua");
+
+/// The twin of a grant's script that also names the primary that ran it:
+/// the script as a function, whose reply comes back with the role and the
+/// replication ID of the server that ran it, read from `INFO replication`
+/// inside the same script (`watched.lua`). One command, a reply 50 bytes
+/// longer: a separate `INFO replication` pipelined with the grant, as
+/// before, made the client read a 450-byte answer and take redis-rs's
+/// pipeline path with every grant. An error the script answers (as
+/// `moving.lua`'s `TRYAGAIN`) comes back as it is, naming no primary; it
+/// grants nothing.
+pub(crate) fn watched(source: &str) -> String {
+    format!("local function granted()\n{source}\n{WATCHED_END}")
 }
 
 /// The key a command is routed by: a script's first key, a plain command's
@@ -917,36 +1006,71 @@ mod tests {
     }
 
     #[test]
-    fn the_reply_and_the_primary_are_read_from_the_pipeline() {
-        let replication =
-            Value::BulkString(b"# Replication\r\nrole:master\r\nmaster_replid:r1\r\n".to_vec());
-        let ran = read(
-            vec![Value::Okay, Value::Int(1), replication.clone()],
-            true,
-            true,
-        );
+    fn the_reply_and_the_primary_are_read_from_a_watched_script() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let watched = |reply, role: &str, id: &str| Value::Array(vec![reply, bulk(role), bulk(id)]);
+        let ran = read(watched(Value::Int(1), "master", "r1"), true);
         assert_eq!(ran.reply.unwrap(), Value::Int(1));
         assert_eq!(ran.primary, Some(Ok("r1".to_owned())));
-        // Without the replication ID the primary is not told.
-        let ran = read(vec![Value::Int(1)], false, true);
-        assert!(matches!(ran.primary, Some(Err(_))));
-        let ran = read(vec![Value::Int(1)], false, false);
-        assert!(ran.primary.is_none());
-        // A script error is the command's reply; INFO refused is a reason.
-        let refused = redis::parse_redis_value(b"-NOPERM no\r\n").unwrap();
-        let noscript = redis::parse_redis_value(b"-NOSCRIPT No matching script\r\n").unwrap();
-        let ran = read(vec![noscript, refused], false, true);
-        assert_eq!(
-            ran.reply.unwrap_err().kind(),
-            ErrorKind::Server(ServerErrorKind::NoScript)
-        );
-        assert!(matches!(ran.primary, Some(Err(_))));
-        assert!(read(Vec::new(), false, true).reply.is_err());
+        // A nil reply (the script's false) is a reply.
+        let ran = read(watched(Value::Nil, "master", "r1"), true);
+        assert_eq!(ran.reply.unwrap(), Value::Nil);
+        // Without the replication ID, from a replica, or with INFO
+        // refused, the primary is not told, and the reply still is.
+        for (role, id) in [
+            ("master", ""),
+            ("slave", "r1"),
+            ("", ""),
+            ("refused", "NOPERM"),
+        ] {
+            let ran = read(watched(Value::Int(1), role, id), true);
+            assert_eq!(ran.reply.unwrap(), Value::Int(1), "{role}");
+            assert!(matches!(ran.primary, Some(Err(_))), "{role}");
+        }
+        // An error inside the reply is the command's error.
+        let tryagain = redis::parse_redis_value(b"-TRYAGAIN moving\r\n").unwrap();
+        let ran = read(watched(tryagain, "master", "r1"), true);
+        assert!(moving(&ran.reply.unwrap_err()));
+        // An error reply names no primary; Redis's redirects stay readable.
         let moved = redis::parse_redis_value(b"-MOVED 3 10.0.0.1:7000\r\n").unwrap();
-        let ran = read(vec![moved, replication], false, true);
+        let ran = read(moved, true);
+        assert!(ran.primary.is_none());
         assert_eq!(
             redirect(&ran.reply.unwrap_err()),
             Some(("10.0.0.1".to_owned(), 7000, false))
         );
+        let noscript = redis::parse_redis_value(b"-NOSCRIPT No matching script\r\n").unwrap();
+        assert_eq!(
+            read(noscript, true).reply.unwrap_err().kind(),
+            ErrorKind::Server(ServerErrorKind::NoScript)
+        );
+        // Any other shape is an error, never a grant without its primary.
+        for other in [Value::Int(1), Value::Array(vec![Value::Int(1)])] {
+            let ran = read(other, true);
+            assert!(ran.reply.is_err() && ran.primary.is_none());
+        }
+        // Unwatched, a reply is as it came.
+        let ran = read(Value::Array(vec![Value::Int(1)]), false);
+        assert_eq!(ran.reply.unwrap(), Value::Array(vec![Value::Int(1)]));
+        assert!(ran.primary.is_none());
+    }
+
+    #[test]
+    fn a_plain_grant_becomes_a_script_of_its_arguments_with_its_key_declared() {
+        let mut set = redis::cmd("SET");
+        set.arg("{k}").arg("token").arg("NX").arg("PX").arg(3000);
+        let call = as_script(&set, cmd_key(&set).map(<[u8]>::to_vec));
+        assert_eq!(&call.keys[..], &[Box::<str>::from("{k}")]);
+        let args: Vec<&[u8]> = call.args.iter().map(Vec::as_slice).collect();
+        assert_eq!(args, [&b"SET"[..], b"{k}", b"token", b"NX", b"PX", b"3000"]);
+        assert_eq!(call.script.source, "return redis.call(unpack(ARGV))\n");
+    }
+
+    #[test]
+    fn a_watched_script_is_the_script_as_a_function_then_the_watch() {
+        let twin = watched("return 1");
+        assert!(twin.starts_with("local function granted()\nreturn 1\nend\n"));
+        assert!(twin.ends_with(WATCHED_END));
+        assert!(twin.contains("redis.pcall('INFO', 'replication')"));
     }
 }
