@@ -919,7 +919,7 @@ struct Sent {
 /// Sends one command and reads its reply; `None` if `gate` was shut before
 /// the command (or, after `NOSCRIPT`, its `EVAL`) could be handed over.
 /// With `watch`, a cluster node also says which primary ran it: the
-/// command is its script's twin ([`cluster::watched`]).
+/// command sent is its script's twin ([`cluster::watched`]).
 async fn send(
     conn: &CommandConn,
     command: &Prepared,
@@ -927,15 +927,19 @@ async fn send(
     watch: bool,
 ) -> Option<Result<Sent, RedisError>> {
     let watch = watch && conn.is_cluster();
-    let (first, script) = calls_of(command, watch);
-    let reply = routed(conn, command, first, gate, watch).await?;
-    match (reply, script) {
+    let reply = routed(conn, command, first_of(command, watch), gate, watch).await?;
+    match reply {
         // Boxed: rare (after a restart or `SCRIPT FLUSH`), it would
         // otherwise add its `EVAL` to the state every request keeps.
-        (Err(e), Some(call)) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-            Box::pin(send_eval(conn, command, call, gate, watch)).await
+        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            match eval_of(command, watch) {
+                Some((eval, script)) => {
+                    Box::pin(send_eval(conn, command, eval, script, gate, watch)).await
+                }
+                None => Some(Err(e)),
+            }
         }
-        (reply, _) => Some(reply),
+        reply => Some(reply),
     }
 }
 
@@ -973,17 +977,17 @@ async fn routed(
     }
 }
 
-/// `send`'s second try of a script the node lacked, with `EVAL` (of its
-/// twin, with `watch`).
+/// `send`'s second try of a script the node lacked: `eval`, the `EVAL` of
+/// `script`.
 async fn send_eval(
     conn: &CommandConn,
     command: &Prepared,
-    call: &ScriptCall,
+    eval: redis::Cmd,
+    script: &Script,
     gate: Option<&Gate>,
     watch: bool,
 ) -> Option<Result<Sent, RedisError>> {
-    let script = script_of(call, watch);
-    let eval = routed(conn, command, &call.call_of("EVAL", script), gate, watch).await;
+    let eval = routed(conn, command, &eval, gate, watch).await;
     if eval.is_none() {
         // The round was decided (its lock's removal began) while the node
         // said it lacked the script: a node slower than the others would be
@@ -997,35 +1001,30 @@ async fn send_eval(
     eval
 }
 
-/// The call `command` sends first, and the script call behind it, if any:
-/// its own; or with `watch` (a cluster grant with the guard on) the
-/// `EVALSHA` of its script's [`cluster::watched`] twin, a plain command
-/// first made a script ([`cluster::as_script`]); made once for every node.
-fn calls_of(command: &Prepared, watch: bool) -> (&redis::Cmd, Option<&ScriptCall>) {
+/// The call `command` sends first: its own; or with `watch` (a cluster
+/// grant with the guard on) the `EVALSHA` of its script's
+/// [`cluster::watched`] twin, made once for every node.
+fn first_of(command: &Prepared, watch: bool) -> &redis::Cmd {
     #[cfg(feature = "cluster")]
     if watch {
-        let (first, made) = command.watched.get_or_init(|| match &command.script {
-            Some(call) => (call.call_of("EVALSHA", script_of(call, watch)), None),
-            None => {
-                let made = cluster::as_script(&command.first, cluster::route_key(command));
-                (made.call_of("EVALSHA", script_of(&made, watch)), Some(made))
-            }
-        });
-        return (first, made.as_ref().or(command.script.as_ref()));
+        return command
+            .watched
+            .get_or_init(|| cluster::watched_call("EVALSHA", command).0);
     }
     let _ = watch;
-    (&command.first, command.script.as_ref())
+    &command.first
 }
 
-/// The script `call` runs: its own, or with `watch` (a cluster grant with
-/// the guard on) its [`cluster::watched`] twin.
-fn script_of(call: &ScriptCall, watch: bool) -> &Script {
+/// The `EVAL` that a node lacking the script of [`first_of`]'s call gets
+/// instead, and that script; `None` for a plain command.
+fn eval_of(command: &Prepared, watch: bool) -> Option<(redis::Cmd, &'static Script)> {
     #[cfg(feature = "cluster")]
     if watch {
-        return call.script.twin(cluster::watched);
+        return Some(cluster::watched_call("EVAL", command));
     }
     let _ = watch;
-    call.script
+    let call = command.script.as_ref()?;
+    Some((call.call_of("EVAL", call.script), call.script))
 }
 
 /// How long a script's loading, in the background, may take.

@@ -151,12 +151,11 @@ pub(crate) struct Prepared {
     pub(crate) script: Option<ScriptCall>,
     pub(crate) effect: Effect,
     /// This command as a cluster grant sends it instead, so that its reply
-    /// also names the primary that ran it
-    /// (`net::topology::cluster::watched`): the `EVALSHA` of its script's
-    /// twin, and for a plain command the script call it became; made once
-    /// for every node that needs it.
+    /// also names the primary that ran it: the `EVALSHA` of its script's
+    /// twin (`net::topology::cluster::watched_call`), made once for every
+    /// node that needs it.
     #[cfg(feature = "cluster")]
-    pub(crate) watched: std::sync::OnceLock<(redis::Cmd, Option<ScriptCall>)>,
+    pub(crate) watched: std::sync::OnceLock<redis::Cmd>,
 }
 
 /// A script and what it is called with.

@@ -114,7 +114,7 @@ use redis::{
 };
 
 use crate::net::guard::ServerInfo;
-use crate::proto::{Gate, Keys, Pass, Script, ScriptCall};
+use crate::proto::{Gate, Pass, Prepared, Script};
 
 /// The most redirects one request follows (a slot migrating while the
 /// slot map is refreshed takes two).
@@ -695,13 +695,14 @@ fn redirect(e: &RedisError) -> Option<(String, u16, bool)> {
 }
 
 /// A command's reply, and with `watched` the identity of the primary that
-/// ran it: a [`watched`] script's reply is `[reply, role, replication ID]`
-/// (`role` `refused` and the error, where `INFO` was refused), or an error
-/// as it came (Redis's own, `MOVED` or `NOSCRIPT` say, before the script
-/// ran; or the script's, which grants nothing).
+/// ran it: a [`watched`] script's reply is `[reply, replication ID]` (or,
+/// instead of the ID, `role:<role>` from a server that is not a primary,
+/// `refused:<error>` where `INFO` was refused), or an error as it came
+/// (Redis's own, `MOVED` or `NOSCRIPT` say, before the script ran; or the
+/// script's, which grants nothing).
 fn read(value: Value, watched: bool) -> Ran {
-    let parts = match value {
-        Value::Array(parts) if watched && parts.len() == 3 => parts,
+    let mut parts = match value {
+        Value::Array(parts) if watched && parts.len() == 2 => parts,
         Value::ServerError(_) => {
             return Ran {
                 reply: value.extract_error(),
@@ -718,34 +719,32 @@ fn read(value: Value, watched: bool) -> Ran {
             return Ran {
                 reply: Err(RedisError::from((
                     ErrorKind::UnexpectedReturnType,
-                    "a grant's script did not answer [reply, role, replication ID]",
+                    "a grant's script did not answer [reply, replication ID]",
                     format!("{other:?}"),
                 ))),
                 primary: None,
             };
         }
     };
-    let mut parts = parts.into_iter();
-    let (Some(reply), Some(role), Some(id)) = (parts.next(), parts.next(), parts.next()) else {
-        unreachable!("three parts");
-    };
-    let text = |v: Value| match v {
-        Value::BulkString(bytes) => String::from_utf8(bytes).unwrap_or_default(),
-        Value::SimpleString(s) => s,
+    let said = match parts.pop() {
+        Some(Value::BulkString(bytes)) => String::from_utf8(bytes).unwrap_or_default(),
         _ => String::new(),
     };
-    let (role, id) = (text(role), text(id));
-    let primary = match role.as_str() {
-        "master" if !id.is_empty() => Ok(id),
-        "master" => Err("no master_replid in the answer to INFO replication".to_owned()),
-        "refused" => Err(format!("INFO replication refused to the script: {id}")),
-        role => Err(format!(
+    let primary = if let Some(role) = said.strip_prefix("role:") {
+        Err(format!(
             "INFO replication answered by a server whose role is {}, not a primary",
             if role.is_empty() { "not told" } else { role }
-        )),
+        ))
+    } else if let Some(error) = said.strip_prefix("refused:") {
+        Err(format!("INFO replication refused to the script: {error}"))
+    } else if said.is_empty() {
+        Err("no master_replid in the answer to INFO replication".to_owned())
+    } else {
+        Ok(said)
     };
+    let reply = parts.pop().map_or(Ok(Value::Nil), Value::extract_error);
     Ran {
-        reply: reply.extract_error(),
+        reply,
         primary: Some(primary),
     }
 }
@@ -753,30 +752,51 @@ fn read(value: Value, watched: bool) -> Ran {
 /// A plain command as a script: `redis.call` of its arguments (`ARGV`:
 /// its name, then its own), its key declared (`KEYS[1]`, for the cluster's
 /// routing checks). A grant that is a plain command (the mutex's `SET NX
-/// PX`) becomes one on a cluster node with the guard on
-/// ([`as_script`]), so that it has a [`watched`] twin too.
+/// PX`) runs as one on a cluster node with the guard on, so that it has a
+/// [`watched`] twin too ([`watched_call`]).
 static COMMAND: LazyLock<Script> =
     LazyLock::new(|| Script::new("return redis.call(unpack(ARGV))\n"));
 
-/// `cmd` as a call of [`COMMAND`], `key` declared.
-pub(crate) fn as_script(cmd: &Cmd, key: Option<Vec<u8>>) -> ScriptCall {
-    let keys: Keys = key
-        .map(|k| Box::<str>::from(String::from_utf8_lossy(&k)))
-        .into_iter()
-        .collect();
-    let args = cmd
-        .args_iter()
-        .map(|arg| match arg {
-            redis::Arg::Simple(bytes) => bytes.to_vec(),
-            // A cursor (`SCAN`'s), which no grant has.
-            _ => b"0".to_vec(),
-        })
-        .collect();
-    ScriptCall {
-        script: &COMMAND,
-        keys,
-        args,
+/// `VERB` (`EVALSHA`, or `EVAL` for a node that lacks it) of the
+/// [`watched`] twin of `command`'s script, and that twin; a plain command
+/// is called as [`COMMAND`] with its key declared.
+pub(crate) fn watched_call(verb: &str, command: &Prepared) -> (Cmd, &'static Script) {
+    if let Some(call) = &command.script {
+        let twin = call.script.twin(watched);
+        return (call.call_of(verb, twin), twin);
     }
+    let twin = COMMAND.twin(watched);
+    let cmd = &command.first;
+    let key = cmd_key(cmd);
+    let body: &str = if verb == "EVAL" {
+        &twin.source
+    } else {
+        &twin.sha1
+    };
+    let args = cmd.args_iter();
+    let count = 3 + usize::from(key.is_some()) + args.len();
+    let size = verb.len()
+        + body.len()
+        + 4
+        + key.map_or(0, <[u8]>::len)
+        + args
+            .clone()
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => bytes.len(),
+                _ => 0,
+            })
+            .sum::<usize>();
+    let mut call = Cmd::with_capacity(count, size);
+    call.arg(verb).arg(body).arg(usize::from(key.is_some()));
+    if let Some(key) = key {
+        call.arg(key);
+    }
+    for arg in args {
+        if let redis::Arg::Simple(bytes) = arg {
+            call.arg(bytes);
+        }
+    }
+    (call, twin)
 }
 
 /// The end of every grant's script on a cluster node with the guard on
@@ -1008,28 +1028,24 @@ mod tests {
     #[test]
     fn the_reply_and_the_primary_are_read_from_a_watched_script() {
         let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
-        let watched = |reply, role: &str, id: &str| Value::Array(vec![reply, bulk(role), bulk(id)]);
-        let ran = read(watched(Value::Int(1), "master", "r1"), true);
+        let watched = |reply, said: &str| Value::Array(vec![reply, bulk(said)]);
+        let ran = read(watched(Value::Int(1), "r1"), true);
         assert_eq!(ran.reply.unwrap(), Value::Int(1));
         assert_eq!(ran.primary, Some(Ok("r1".to_owned())));
         // A nil reply (the script's false) is a reply.
-        let ran = read(watched(Value::Nil, "master", "r1"), true);
+        let ran = read(watched(Value::Nil, "r1"), true);
         assert_eq!(ran.reply.unwrap(), Value::Nil);
+        assert_eq!(ran.primary, Some(Ok("r1".to_owned())));
         // Without the replication ID, from a replica, or with INFO
         // refused, the primary is not told, and the reply still is.
-        for (role, id) in [
-            ("master", ""),
-            ("slave", "r1"),
-            ("", ""),
-            ("refused", "NOPERM"),
-        ] {
-            let ran = read(watched(Value::Int(1), role, id), true);
-            assert_eq!(ran.reply.unwrap(), Value::Int(1), "{role}");
-            assert!(matches!(ran.primary, Some(Err(_))), "{role}");
+        for said in ["", "role:slave", "role:", "refused:NOPERM no"] {
+            let ran = read(watched(Value::Okay, said), true);
+            assert_eq!(ran.reply.unwrap(), Value::Okay, "{said}");
+            assert!(matches!(ran.primary, Some(Err(_))), "{said}");
         }
         // An error inside the reply is the command's error.
         let tryagain = redis::parse_redis_value(b"-TRYAGAIN moving\r\n").unwrap();
-        let ran = read(watched(tryagain, "master", "r1"), true);
+        let ran = read(watched(tryagain, "r1"), true);
         assert!(moving(&ran.reply.unwrap_err()));
         // An error reply names no primary; Redis's redirects stay readable.
         let moved = redis::parse_redis_value(b"-MOVED 3 10.0.0.1:7000\r\n").unwrap();
@@ -1045,25 +1061,50 @@ mod tests {
             ErrorKind::Server(ServerErrorKind::NoScript)
         );
         // Any other shape is an error, never a grant without its primary.
-        for other in [Value::Int(1), Value::Array(vec![Value::Int(1)])] {
+        for other in [
+            Value::Int(1),
+            Value::Array(vec![Value::Int(1)]),
+            Value::Array(vec![Value::Int(1), bulk("r1"), bulk("r2")]),
+        ] {
             let ran = read(other, true);
             assert!(ran.reply.is_err() && ran.primary.is_none());
         }
         // Unwatched, a reply is as it came.
-        let ran = read(Value::Array(vec![Value::Int(1)]), false);
-        assert_eq!(ran.reply.unwrap(), Value::Array(vec![Value::Int(1)]));
+        let pair = Value::Array(vec![Value::Int(1), bulk("r1")]);
+        let ran = read(pair.clone(), false);
+        assert_eq!(ran.reply.unwrap(), pair);
         assert!(ran.primary.is_none());
     }
 
     #[test]
-    fn a_plain_grant_becomes_a_script_of_its_arguments_with_its_key_declared() {
+    fn a_plain_grant_is_called_as_a_script_of_its_arguments_with_its_key_declared() {
         let mut set = redis::cmd("SET");
         set.arg("{k}").arg("token").arg("NX").arg("PX").arg(3000);
-        let call = as_script(&set, cmd_key(&set).map(<[u8]>::to_vec));
-        assert_eq!(&call.keys[..], &[Box::<str>::from("{k}")]);
-        let args: Vec<&[u8]> = call.args.iter().map(Vec::as_slice).collect();
-        assert_eq!(args, [&b"SET"[..], b"{k}", b"token", b"NX", b"PX", b"3000"]);
-        assert_eq!(call.script.source, "return redis.call(unpack(ARGV))\n");
+        let command = crate::proto::Prepared::new(crate::proto::Command {
+            call: crate::proto::Call::Command(set),
+            effect: crate::proto::Effect::Grant {
+                life: Duration::from_secs(3),
+            },
+        });
+        let (call, twin) = watched_call("EVALSHA", &command);
+        assert_eq!(twin.source, watched(&COMMAND.source));
+        let args = |cmd: &Cmd| -> Vec<Vec<u8>> {
+            cmd.args_iter()
+                .map(|arg| match arg {
+                    redis::Arg::Simple(bytes) => bytes.to_vec(),
+                    _ => Vec::new(),
+                })
+                .collect()
+        };
+        let mut want = vec![b"EVALSHA".to_vec(), twin.sha1.clone().into_bytes()];
+        for arg in ["1", "{k}", "SET", "{k}", "token", "NX", "PX", "3000"] {
+            want.push(arg.as_bytes().to_vec());
+        }
+        assert_eq!(args(&call), want);
+        let (eval, _) = watched_call("EVAL", &command);
+        want[0] = b"EVAL".to_vec();
+        want[1] = twin.source.as_bytes().to_vec();
+        assert_eq!(args(&eval), want);
     }
 
     #[test]

@@ -1,9 +1,9 @@
 end
 -- The end of a grant's script on a cluster node with the restart guard on
 -- (`cluster::watched`): the script above is the function `granted`, and
--- its reply comes back with the role and the replication ID of the server
--- that ran it, so that the guard knows which primary granted (a new one
--- after a failover or a failback may lack earlier grants).
+-- its reply comes back with the replication ID of the server that ran it,
+-- so that the guard knows which primary granted (a new one, after a
+-- failover or a failback, may lack earlier grants).
 local reply = granted()
 -- An error reply grants nothing: it comes back as it is.
 if type(reply) == 'table' and reply.err then
@@ -17,10 +17,12 @@ end
 -- fail a script that has already written.
 local info = redis.pcall('INFO', 'replication')
 if type(info) ~= 'string' then
-  return {reply, 'refused', tostring(type(info) == 'table' and info.err or info)}
+  return {reply, 'refused:' .. tostring(type(info) == 'table' and info.err or info)}
 end
-return {
-  reply,
-  string.match(info, 'role:(%a+)') or '',
-  string.match(info, 'master_replid:(%x+)') or '',
-}
+-- Only a primary's answer names it: a replica reports its primary's ID.
+local role = string.match(info, 'role:(%a+)') or ''
+if role ~= 'master' then
+  return {reply, 'role:' .. role}
+end
+-- A replication ID is hex digits: neither prefix above can be one.
+return {reply, string.match(info, 'master_replid:(%x+)') or ''}
