@@ -715,10 +715,12 @@ fn read(value: Value, watched: bool) -> Ran {
                 primary: None,
             };
         }
+        // The server's answer, not the client's configuration: a failed
+        // vote, not a lasting refusal (`NodeFailure::Client` is lasting).
         other => {
             return Ran {
                 reply: Err(RedisError::from((
-                    ErrorKind::UnexpectedReturnType,
+                    ErrorKind::Server(ServerErrorKind::ResponseError),
                     "a grant's script did not answer [reply, replication ID]",
                     format!("{other:?}"),
                 ))),
