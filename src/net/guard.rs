@@ -565,7 +565,14 @@ pub(crate) fn primary_identity(replication: &[u8]) -> Result<String, String> {
             .unwrap_or(value.len());
         std::str::from_utf8(&value[..end]).ok().map(str::trim)
     };
-    match field(b"\nrole:") {
+    named_primary(field(b"\nrole:"), field(b"\nmaster_replid:"))
+}
+
+/// The identity `INFO replication`'s `role` and `master_replid` name: the
+/// ID, where the role is `master` and the ID is told.
+#[cfg(any(feature = "cluster", feature = "sentinel"))]
+pub(crate) fn named_primary(role: Option<&str>, id: Option<&str>) -> Result<String, String> {
+    match role {
         Some("master") => {}
         role => {
             return Err(format!(
@@ -574,7 +581,7 @@ pub(crate) fn primary_identity(replication: &[u8]) -> Result<String, String> {
             ));
         }
     }
-    match field(b"\nmaster_replid:") {
+    match id {
         Some(id) if !id.is_empty() => Ok(id.to_owned()),
         _ => Err("no master_replid in the answer to INFO replication".to_owned()),
     }

@@ -103,7 +103,7 @@ use crate::clock::Moment;
 use crate::error::NodeFailure;
 #[cfg(feature = "metrics")]
 use crate::metrics;
-use crate::proto::{Effect, Gate, LockState, Pass, Prepared, Script, ScriptCall};
+use crate::proto::{Effect, Gate, LockState, Pass, Prepared, Script};
 use crate::who::{self, Registry};
 use classify::{classify, is_connection_error, needs_new_connection};
 use guard::{Guard, Lives};
@@ -993,7 +993,7 @@ async fn send_eval(
         // said it lacked the script: a node slower than the others would be
         // cut off so every time, and never learn it. Loading it runs
         // nothing and touches no key.
-        let (conn, load) = (conn.clone(), ScriptCall::load_of(script));
+        let (conn, load) = (conn.clone(), script.load());
         tokio::spawn(async move {
             let _ = tokio::time::timeout(MAX_LOAD, query(conn, &load)).await;
         });

@@ -171,19 +171,7 @@ impl ScriptCall {
     /// script cached) of `script`, this call's or its
     /// [`twin`](Script::twin), with this call's keys and arguments.
     pub(crate) fn call_of(&self, verb: &str, script: &Script) -> redis::Cmd {
-        let body: &str = if verb == "EVAL" {
-            &script.source
-        } else {
-            &script.sha1
-        };
-        script_call(verb, body, &self.keys, &self.args)
-    }
-
-    /// `SCRIPT LOAD source`: caches `script` on a node without running it.
-    pub(crate) fn load_of(script: &Script) -> redis::Cmd {
-        let mut cmd = redis::cmd("SCRIPT");
-        cmd.arg("LOAD").arg(&*script.source);
-        cmd
+        script_call(verb, script.body(verb), &self.keys, &self.args)
     }
 }
 
@@ -214,19 +202,34 @@ pub(crate) fn script_call(
     keys: &[Box<str>],
     args: &[Vec<u8>],
 ) -> redis::Cmd {
-    let count = 3 + keys.len() + args.len();
+    encode_call(
+        verb,
+        body,
+        keys.iter().map(|k| k.as_bytes()),
+        args.iter().map(Vec::as_slice),
+    )
+}
+
+/// [`script_call`] of any keys and arguments given as bytes.
+pub(crate) fn encode_call<'a>(
+    verb: &str,
+    body: &str,
+    keys: impl Iterator<Item = &'a [u8]> + Clone,
+    args: impl Iterator<Item = &'a [u8]> + Clone,
+) -> redis::Cmd {
+    let (nkeys, nargs) = (keys.clone().count(), args.clone().count());
     let size = verb.len()
         + body.len()
         + 4
-        + keys.iter().map(|k| k.len()).sum::<usize>()
-        + args.iter().map(Vec::len).sum::<usize>();
-    let mut cmd = redis::Cmd::with_capacity(count, size);
-    cmd.arg(verb).arg(body).arg(keys.len());
+        + keys.clone().map(<[u8]>::len).sum::<usize>()
+        + args.clone().map(<[u8]>::len).sum::<usize>();
+    let mut cmd = redis::Cmd::with_capacity(3 + nkeys + nargs, size);
+    cmd.arg(verb).arg(body).arg(nkeys);
     for key in keys {
-        cmd.arg(&**key);
+        cmd.arg(key);
     }
     for arg in args {
-        cmd.arg(&arg[..]);
+        cmd.arg(arg);
     }
     cmd
 }
@@ -251,6 +254,23 @@ impl Script {
             #[cfg(feature = "cluster")]
             twin: std::sync::OnceLock::new(),
         }
+    }
+
+    /// What `VERB` names it by: its source for `EVAL`, its digest for
+    /// `EVALSHA`.
+    pub(crate) fn body(&self, verb: &str) -> &str {
+        if verb == "EVAL" {
+            &self.source
+        } else {
+            &self.sha1
+        }
+    }
+
+    /// `SCRIPT LOAD source`: caches the script on a node without running it.
+    pub(crate) fn load(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("SCRIPT");
+        cmd.arg("LOAD").arg(&*self.source);
+        cmd
     }
 
     /// The script `wrap` makes of this one's source, made once: the same

@@ -708,13 +708,8 @@ fn redirect(e: &RedisError) -> Option<(String, u16, bool)> {
 fn read(value: Value, watched: bool) -> Ran {
     let mut parts = match value {
         Value::Array(parts) if watched && parts.len() == 2 => parts,
-        Value::ServerError(_) => {
-            return Ran {
-                reply: value.extract_error(),
-                primary: None,
-            };
-        }
-        value if !watched => {
+        // Unwatched, or an error reply (which names no primary): as it came.
+        value if !watched || matches!(value, Value::ServerError(_)) => {
             return Ran {
                 reply: value.extract_error(),
                 primary: None,
@@ -738,14 +733,11 @@ fn read(value: Value, watched: bool) -> Ran {
         _ => String::new(),
     };
     let primary = if let Some(role) = said.strip_prefix("role:") {
-        Err(format!(
-            "INFO replication answered by a server whose role is {}, not a primary",
-            if role.is_empty() { "not told" } else { role }
-        ))
+        crate::net::guard::named_primary(Some(role).filter(|r| !r.is_empty()), None)
     } else if let Some(error) = said.strip_prefix("refused:") {
         Err(format!("INFO replication refused to the script: {error}"))
     } else if said.is_empty() {
-        Err("no master_replid in the answer to INFO replication".to_owned())
+        crate::net::guard::named_primary(Some("master"), None)
     } else {
         Ok(said)
     };
@@ -774,35 +766,11 @@ pub(crate) fn watched_call(verb: &str, command: &Prepared) -> (Cmd, &'static Scr
     }
     let twin = COMMAND.twin(watched);
     let cmd = &command.first;
-    let key = cmd_key(cmd);
-    let body: &str = if verb == "EVAL" {
-        &twin.source
-    } else {
-        &twin.sha1
-    };
-    let args = cmd.args_iter();
-    let count = 3 + usize::from(key.is_some()) + args.len();
-    let size = verb.len()
-        + body.len()
-        + 4
-        + key.map_or(0, <[u8]>::len)
-        + args
-            .clone()
-            .map(|arg| match arg {
-                redis::Arg::Simple(bytes) => bytes.len(),
-                _ => 0,
-            })
-            .sum::<usize>();
-    let mut call = Cmd::with_capacity(count, size);
-    call.arg(verb).arg(body).arg(usize::from(key.is_some()));
-    if let Some(key) = key {
-        call.arg(key);
-    }
-    for arg in args {
-        if let redis::Arg::Simple(bytes) = arg {
-            call.arg(bytes);
-        }
-    }
+    let args = cmd.args_iter().filter_map(|arg| match arg {
+        redis::Arg::Simple(bytes) => Some(bytes),
+        _ => None,
+    });
+    let call = crate::proto::encode_call(verb, twin.body(verb), cmd_key(cmd).into_iter(), args);
     (call, twin)
 }
 
