@@ -4,7 +4,7 @@
 //!
 //! The critical section on a held lock is one of:
 //! * a read-modify-write of the register of each resource it covers (read,
-//!   wait up to `hold_ms`, sometimes extend the lock, write plus one only
+//!   wait `hold_min_ms..=hold_ms`, sometimes extend the lock, write plus one only
 //!   while the lock has a quarter of its TTL left), then release;
 //! * a pause (one in `pause_one_in`): sleep past the lock's validity, then
 //!   release, which finds the lock gone. A fenced lock's holder reads the
@@ -88,6 +88,8 @@ pub struct Spec {
     pub run: Duration,
     pub ttl: Duration,
     pub node_timeout: Duration,
+    /// A holder holds `hold_min_ms..=hold_ms`, at random.
+    pub hold_min_ms: u64,
     pub hold_ms: u64,
     /// 0: never.
     pub pause_one_in: u32,
@@ -130,6 +132,7 @@ impl Spec {
             format!("run_ms={}", self.run.as_millis()),
             format!("ttl_ms={}", self.ttl.as_millis()),
             format!("node_timeout_ms={}", self.node_timeout.as_millis()),
+            format!("hold_min_ms={}", self.hold_min_ms),
             format!("hold_ms={}", self.hold_ms),
             format!("pause_one_in={}", self.pause_one_in),
             format!("cancel_one_in={}", self.cancel_one_in),
@@ -168,6 +171,7 @@ impl Spec {
             run: Duration::from_millis(n("run_ms")),
             ttl: Duration::from_millis(n("ttl_ms")),
             node_timeout: Duration::from_millis(n("node_timeout_ms")),
+            hold_min_ms: n("hold_min_ms"),
             hold_ms: n("hold_ms"),
             pause_one_in: n("pause_one_in") as u32,
             cancel_one_in: n("cancel_one_in") as u32,
@@ -681,7 +685,7 @@ impl Task {
         }
         if matches!(holding.class, Class::Permit | Class::Reader) {
             // Held, extended now and then; no register (see `Kind`).
-            let hold = rand::random_range(0..=self.spec.hold_ms);
+            let hold = rand::random_range(self.spec.hold_min_ms..=self.spec.hold_ms);
             tokio::time::sleep(Duration::from_millis(hold)).await;
             if Self::one_in(self.spec.extend_one_in) {
                 holding.extend(ttl).await;
@@ -701,7 +705,7 @@ impl Task {
             }
             return true;
         }
-        let hold = rand::random_range(0..=self.spec.hold_ms);
+        let hold = rand::random_range(self.spec.hold_min_ms..=self.spec.hold_ms);
         tokio::time::sleep(Duration::from_millis(hold)).await;
         let mut valid = true;
         if Self::one_in(self.spec.extend_one_in) {

@@ -701,7 +701,7 @@ pub fn come_and_go(secs: Duration) {
     let run = load_time(secs);
     let mut c = common::servers(5);
     let mut candidates = Candidates::start("election_come_and_go", &c.urls(), TTL, run, false);
-    let churn = churn(&mut c, run, |n, first, life| {
+    let churn = churn(&mut c, run, None, |n, first, life| {
         candidates.join(&format!("n{n}"), first, life);
     });
     let v = candidates.finish();

@@ -55,6 +55,7 @@
 //!
 //! `come_and_go` (see `come_and_go`) restarts two nodes empty, then two of
 //! the three others 50–200 ms later, in cycles the TTL and 1.5 s apart,
+//! each begun as a new hold begins (holds last 800–1000 ms),
 //! while new client processes join the load: right after each restart and
 //! every second or so, living a few seconds, some locking at once, some
 //! reading every resource first (`status()`), some reading, idling past
@@ -1187,6 +1188,7 @@ impl Load {
                 run,
                 ttl: Duration::from_secs(1),
                 node_timeout: Duration::from_millis(50),
+                hold_min_ms: 0,
                 hold_ms: 5,
                 pause_one_in: 0,
                 cancel_one_in: 0,
