@@ -471,6 +471,67 @@ async fn a_release_and_a_lock_during_a_slot_move_wait_for_it_to_end() {
     }
 }
 
+/// The ids of the connections open on the server at `port`, but the one
+/// asking.
+fn client_ids(port: u16) -> Vec<u64> {
+    let Reply::Bulk(Some(list)) = command(port, &["CLIENT", "LIST"]).unwrap() else {
+        panic!("CLIENT LIST on port {port}");
+    };
+    String::from_utf8(list)
+        .unwrap()
+        .lines()
+        .filter(|line| !line.contains(" cmd=client"))
+        .filter_map(|line| line.strip_prefix("id=")?.split(' ').next()?.parse().ok())
+        .collect()
+}
+
+/// A slot moving for longer than a connection's silence limit (three
+/// request timeouts, a second at least): every send of the release comes
+/// back `TRYAGAIN` until the move ends, and each is an answer. Taken for
+/// silence, they made the client replace its connection to the cluster
+/// about once a second for as long as the move lasted. No new connection
+/// here, and the release lands once the move is over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_slot_move_is_no_silence() {
+    let c = clusters(1);
+    let redlock = Redlock::builder()
+        .nodes([c[0].url()])
+        .node_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let slot = c[0].slot("redquorum:{long}").unwrap();
+    let from = c[0].primary_of_slot(slot).unwrap();
+    let to = c[0].other_primary(from).unwrap().unwrap();
+    let lock = redlock.lock("{long}", secs(30)).await.unwrap();
+    let ports = c[0].ports();
+    let known: Vec<u64> = ports.iter().flat_map(|&p| client_ids(p)).collect();
+    let moving = c[0].begin_migration(slot, to).unwrap().unwrap();
+    // Times out (its slot still moving), then is sent again in the
+    // background until the key would have expired.
+    let released = lock.release().await;
+    assert!(released.is_err(), "released during the move: {released:?}");
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    let new: Vec<u64> = ports
+        .iter()
+        .flat_map(|&p| client_ids(p))
+        .filter(|id| !known.contains(id))
+        .collect();
+    c[0].finish_migration(moving).unwrap();
+    assert!(
+        new.is_empty(),
+        "connections made during the move, the old one taken for silent: {new:?}"
+    );
+    // The release, sent again after the move, lands.
+    let started = std::time::Instant::now();
+    while c[0].keys_per_shard().unwrap().iter().any(|&(_, n)| n > 0) {
+        assert!(
+            started.elapsed() < secs(10),
+            "the key stayed after the move"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// How many nodes said `Restarted` in `err`'s report.
 fn restarted(err: &Error) -> usize {
     err.report().map_or(0, |r| {

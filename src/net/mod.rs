@@ -508,12 +508,25 @@ impl Inner {
                 connected_by + queued
             };
             let conn = &live.conn;
-            let sent = conn.sending();
+            let first_sent = conn.sending();
             if matches!(command.effect, Effect::Grant { .. }) {
-                self.register(conn, sent);
+                self.register(conn, first_sent);
             }
+            // When it was last sent: a cluster sends it again while its
+            // slot is moving, and each `TRYAGAIN` is an answer, which
+            // stops the silence clock and starts it again for the next
+            // send. Taken for silence, a move longer than the silence
+            // limit replaced the connection again and again.
+            let sent = AtomicU64::new(first_sent);
+            let answered = || {
+                conn.heard(sent.load(Ordering::Acquire));
+                sent.store(conn.sending(), Ordering::Release);
+            };
             let watch = self.guard.is_some() && matches!(command.effect, Effect::Grant { .. });
-            match timeout_at(deadline, send(&conn.conn, command, gate, watch)).await {
+            let reply =
+                timeout_at(deadline, send(&conn.conn, command, gate, watch, &answered)).await;
+            let sent = sent.load(Ordering::Acquire);
+            match reply {
                 Err(_) => return Err(self.timed_out(&live)),
                 // The lock's removal began before this could be sent; but a
                 // first try may have run, and the removal must not take
@@ -925,16 +938,28 @@ async fn send(
     command: &Prepared,
     gate: Option<&Gate>,
     watch: bool,
+    answered: &(dyn Fn() + Sync),
 ) -> Option<Result<Sent, RedisError>> {
     let watch = watch && conn.is_cluster();
-    let reply = routed(conn, command, first_of(command, watch), gate, watch).await?;
+    let reply = routed(
+        conn,
+        command,
+        first_of(command, watch),
+        gate,
+        watch,
+        answered,
+    )
+    .await?;
     match reply {
         // Boxed: rare (after a restart or `SCRIPT FLUSH`), it would
         // otherwise add its `EVAL` to the state every request keeps.
         Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
             match eval_of(command, watch) {
                 Some((eval, script)) => {
-                    Box::pin(send_eval(conn, command, eval, script, gate, watch)).await
+                    Box::pin(send_eval(
+                        conn, command, eval, script, gate, watch, answered,
+                    ))
+                    .await
                 }
                 None => Some(Err(e)),
             }
@@ -946,17 +971,19 @@ async fn send(
 /// Sends `cmd`, one of `command`'s calls: on a plain connection as it is;
 /// on a cluster to the primary of its key's slot, redirects followed by us
 /// (see [`cluster`]), and with `watch` read as a [`cluster::watched`]
-/// script's reply.
+/// script's reply; `answered` is called each time a cluster answers that
+/// the slot is moving, before `cmd` is sent again ([`cluster::send`]).
 async fn routed(
     conn: &CommandConn,
     command: &Prepared,
     cmd: &redis::Cmd,
     gate: Option<&Gate>,
     watch: bool,
+    answered: &(dyn Fn() + Sync),
 ) -> Option<Result<Sent, RedisError>> {
     match conn {
         CommandConn::Plain(_) => {
-            let _ = (command, watch);
+            let _ = (command, watch, answered);
             let reply = Pass::new(gate, query(conn.clone(), cmd)).await?;
             Some(reply.map(|reply| Sent {
                 reply,
@@ -966,7 +993,7 @@ async fn routed(
         #[cfg(feature = "cluster")]
         CommandConn::Cluster(cluster) => {
             let key = cluster::route_key(command);
-            let ran = cluster::send(&cluster.0, cmd, key.as_deref(), gate, watch).await?;
+            let ran = cluster::send(&cluster.0, cmd, key.as_deref(), gate, watch, answered).await?;
             Some(ran.and_then(|ran| {
                 ran.reply.map(|reply| Sent {
                     reply,
@@ -986,8 +1013,9 @@ async fn send_eval(
     script: &Script,
     gate: Option<&Gate>,
     watch: bool,
+    answered: &(dyn Fn() + Sync),
 ) -> Option<Result<Sent, RedisError>> {
-    let eval = routed(conn, command, &eval, gate, watch).await;
+    let eval = routed(conn, command, &eval, gate, watch, answered).await;
     if eval.is_none() {
         // The round was decided (its lock's removal began) while the node
         // said it lacked the script: a node slower than the others would be

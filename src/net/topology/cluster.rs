@@ -514,7 +514,7 @@ pub(crate) async fn primaries(shards: &Shards, born: bool) -> Result<Vec<ServerI
             let key = crate::net::guard::BORN_EMPTY_KEY;
             let mut members = redis::cmd("SMEMBERS");
             members.arg(key);
-            match send(shards, &members, Some(key.as_bytes()), None, false).await {
+            match send(shards, &members, Some(key.as_bytes()), None, false, &|| {}).await {
                 Some(Ok(Ran {
                     reply: Ok(value), ..
                 })) => redis::from_redis_value(value).unwrap_or_default(),
@@ -557,13 +557,16 @@ pub(crate) struct Ran {
 /// [`watched`] twin, whose reply also names the primary that ran it.
 /// `None` if the gate was shut before a hop could be handed over (that hop
 /// did not run; an earlier hop was redirected, so it did not run either). A
-/// redirect to a server not met yet connects to it first.
+/// redirect to a server not met yet connects to it first. `answered` is
+/// called each time the server answers that the slot is moving, before
+/// the command is sent again.
 pub(crate) async fn send(
     shards: &Shards,
     cmd: &Cmd,
     key: Option<&[u8]>,
     gate: Option<&Gate>,
     watched: bool,
+    answered: &(dyn Fn() + Sync),
 ) -> Option<Result<Ran, RedisError>> {
     let mut at = match shards.route(key) {
         Ok(at) => at,
@@ -612,7 +615,10 @@ pub(crate) async fn send(
         {
             // Nothing ran (see `moving`): sent again, from the slot map,
             // once the move may have ended, with the redirects' count
-            // afresh (each send meets the move's `ASK` anew).
+            // afresh (each send meets the move's `ASK` anew). The node
+            // answered: a move longer than the connection's silence limit
+            // does not make it look dead (`answered`).
+            answered();
             hops = 0;
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(LONGEST_PAUSE);
@@ -848,7 +854,7 @@ impl ConnectionLike for ShardsConn {
                 let failed = replies.iter().position(Result::is_err).unwrap_or(0);
                 return replies.into_iter().nth(failed).unwrap_or(Ok(Value::Nil));
             }
-            match send(&self.0, cmd, cmd_key(cmd), None, false).await {
+            match send(&self.0, cmd, cmd_key(cmd), None, false, &|| {}).await {
                 Some(Ok(ran)) => ran.reply,
                 Some(Err(e)) => Err(e),
                 None => unreachable!("no gate, never cut off"),
