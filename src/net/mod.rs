@@ -514,9 +514,12 @@ impl Inner {
             }
             // When it was last sent: a cluster sends it again while its
             // slot is moving, and each `TRYAGAIN` is an answer, which
-            // stops the silence clock and starts it again for the next
-            // send. Taken for silence, a move longer than the silence
-            // limit replaced the connection again and again.
+            // stops the silence clock and starts it again from there (the
+            // next send follows within 40 ms). Taken for silence, a move
+            // longer than the silence limit replaced the connection again
+            // and again. (The clock is the whole cluster connection's, as
+            // for any answer: one shard's `TRYAGAIN` stops it for a
+            // request outstanding on another.)
             let sent = AtomicU64::new(first_sent);
             let answered = || {
                 conn.heard(sent.load(Ordering::Acquire));

@@ -121,6 +121,7 @@ pub struct Spec {
 
 impl Spec {
     pub fn encode(&self) -> String {
+        assert!(self.hold_min_ms <= self.hold_ms, "holds of {self:?}");
         [
             format!("kind={}", self.kind.name()),
             // Not commas: a Sentinel-managed node's URL lists its

@@ -55,7 +55,7 @@
 //!
 //! `come_and_go` (see `come_and_go`) restarts two nodes empty, then two of
 //! the three others 50–200 ms later, in cycles the TTL and 1.5 s apart,
-//! each begun as a new hold begins (holds last 800–1000 ms),
+//! each lock kind's begun as a new hold begins,
 //! while new client processes join the load: right after each restart and
 //! every second or so, living a few seconds, some locking at once, some
 //! reading every resource first (`status()`), some reading, idling past
