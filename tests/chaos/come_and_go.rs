@@ -409,71 +409,56 @@ fn print_newcomers(v: &Verdict, n: &Verdict, churn: &Churn) {
         n.reads
     );
     let ttl = TTL.as_nanos() as u64;
-    let within: usize = n
-        .intervals
-        .values()
-        .flatten()
-        .filter(|i| {
-            churn
-                .restarted_at
-                .iter()
-                .any(|&at| (at..at + ttl).contains(&i.start))
-        })
-        .count();
+    // On the history's clock: the TTL after each restart; a cycle's two
+    // restarts (its first two nodes answer again, then its other two); a
+    // cycle, from its first restart to the TTL after its second.
+    let after_restart: Vec<(u64, u64)> = churn
+        .restarted_at
+        .iter()
+        .map(|&at| (at, at + ttl))
+        .collect();
+    let pairs = churn.restarted_at.chunks(2).filter(|pair| pair.len() == 2);
+    let between: Vec<(u64, u64)> = pairs.clone().map(|pair| (pair[0], pair[1])).collect();
+    let cycles: Vec<(u64, u64)> = pairs.map(|pair| (pair[0], pair[1] + ttl)).collect();
+    let holds =
+        |v: &Verdict| -> Vec<u64> { v.intervals.values().flatten().map(|i| i.start).collect() };
+    let begun: Vec<u64> = v
+        .violations
+        .iter()
+        .map(|x| x.first.start.max(x.second.start))
+        .collect();
     println!(
-        "   newcomers' holds begun within one TTL ({} ms) of a restart: {within} (a refusal then is allowed: the price of the guard)",
-        TTL.as_millis()
+        "   newcomers' holds begun within one TTL ({} ms) of a restart: {} (a refusal then is allowed: the price of the guard)",
+        TTL.as_millis(),
+        within(&holds(n), &after_restart)
     );
-    // Holds begun after a cycle's first two nodes answered again and
-    // before its other two did: left on one node by the second restart.
-    let between = v
-        .intervals
-        .values()
-        .flatten()
-        .filter(|i| {
-            churn
-                .restarted_at
-                .chunks(2)
-                .any(|pair| pair.len() == 2 && (pair[0]..pair[1]).contains(&i.start))
-        })
-        .count();
-    println!("   holds begun between a cycle's two restarts: {between}");
+    // Left on one node by the second restart.
+    println!(
+        "   holds begun between a cycle's two restarts: {}",
+        within(&holds(v), &between)
+    );
     let newcomer = |owner: &str| owner.starts_with('n');
     let theirs = v
         .violations
         .iter()
         .filter(|x| newcomer(&x.first.owner) || newcomer(&x.second.owner))
         .count();
-    let after = v
-        .violations
-        .iter()
-        .filter(|x| {
-            let begun = x.first.start.max(x.second.start);
-            churn
-                .restarted_at
-                .iter()
-                .any(|&at| (at..at + ttl).contains(&begun))
-        })
-        .count();
-    // A cycle's two restarts, and the TTL after the second.
-    let cycles: Vec<(u64, u64)> = churn
-        .restarted_at
-        .chunks(2)
-        .filter(|pair| pair.len() == 2)
-        .map(|pair| (pair[0], pair[1] + ttl))
-        .collect();
+    let after = within(&begun, &after_restart);
     let hit = cycles
         .iter()
-        .filter(|(from, to)| {
-            v.violations.iter().any(|x| {
-                let begun = x.first.start.max(x.second.start);
-                (*from..*to).contains(&begun)
-            })
-        })
+        .filter(|&&cycle| within(&begun, &[cycle]) > 0)
         .count();
     println!(
         "   violations with a newcomer as one of the two holders: {theirs} of {}; begun within one TTL of a restart: {after}; cycles with a violation: {hit} of {}",
         v.violations.len(),
         cycles.len()
     );
+}
+
+/// How many of `moments` fall within one of `windows` (`[from, to)`).
+fn within(moments: &[u64], windows: &[(u64, u64)]) -> usize {
+    moments
+        .iter()
+        .filter(|&&at| windows.iter().any(|&(from, to)| (from..to).contains(&at)))
+        .count()
 }
