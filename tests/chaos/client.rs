@@ -4,8 +4,8 @@
 //!
 //! The critical section on a held lock is one of:
 //! * a read-modify-write of the register of each resource it covers (read,
-//!   wait `hold_min_ms..=hold_ms`, sometimes extend the lock, write plus one only
-//!   while the lock has a quarter of its TTL left), then release;
+//!   wait `hold_min_ms..=hold_ms`, sometimes extend the lock, write plus
+//!   one only while the lock has a quarter of its TTL left), then release;
 //! * a pause (one in `pause_one_in`): sleep past the lock's validity, then
 //!   release, which finds the lock gone. A fenced lock's holder reads the
 //!   registers before the pause and writes them after it, as a holder that

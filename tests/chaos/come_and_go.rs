@@ -14,11 +14,11 @@
 //!   any new expiry, an extension or another permit or reader too): two
 //!   random nodes are killed (SIGKILL) and restarted empty at once; 50–200
 //!   ms later two of the three others are; then the nodes are left alone
-//!   for the TTL and 1.3–1.7 s more (each restart is of a minority, but within one cycle
-//!   four of the five nodes forget what they held: a holder from before
-//!   the cycle is left with its key on one node, and one that took its
-//!   lock between the two restarts, while its own guard kept the first two
-//!   out, on one too).
+//!   for the TTL and 1.3–1.7 s more (each restart is of a minority, but
+//!   within one cycle four of the five nodes forget what they held: a
+//!   holder from before the cycle is left with its key on one node, and
+//!   one that took its lock between the two restarts, while its own guard
+//!   kept the first two out, on one too).
 //! * **Newcomers**: one right after each restart, and one every second or
 //!   so while the nodes are left alone (at most [`MAX_NEWCOMERS`]), each
 //!   with four tasks, living 1.5–2.5 s (or past its idle wait), in turn:
@@ -117,7 +117,7 @@ impl Churn {
     pub fn print(&self) {
         let aimed = if self.aiming {
             format!(
-                "; {} begun within {} ms of a hold's start",
+                "; {} begun right after a key set within {} ms was seen",
                 self.aimed,
                 Aim::WITHIN.as_millis()
             )
@@ -146,10 +146,10 @@ impl Churn {
 /// the nodes as a resource's key whose PTTL is within [`Aim::WITHIN`] of
 /// the TTL and, for a key that is a string (the mutex's and the fenced
 /// lock's), whose value (the holder's token) is new, so that an extension
-/// is not taken for a new hold. With holds of 800-1000 ms, a cycle aimed
-/// so has its holder there through both restarts and for a while after:
-/// the window in which four of five nodes have forgotten a hold that is
-/// still on.
+/// is not taken for a new hold. With the mutex pair's holds of 800-1000
+/// ms, a cycle aimed so has its holder there through both restarts and
+/// for a while after: the window in which four of five nodes have
+/// forgotten a hold that is still on.
 pub struct Aim {
     keys: Vec<String>,
     ttl: Duration,
