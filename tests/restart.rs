@@ -309,7 +309,12 @@ async fn a_process_started_after_the_restart_gives_the_restarted_nodes_no_vote()
         restarted_at.elapsed()
     );
     assert!(restarted_at.elapsed() >= short - Duration::from_secs(1));
-    assert!(sets(&c, 0) >= 1 && sets(&c, 1) >= 1);
+    // Node 2 alone is no majority of three: a restarted node voted. Not
+    // necessarily both: the lock is granted once two agree, and the other
+    // restarted node's `SET` may still be on its way, or refused because
+    // its uptime reached the TTL a moment after the first one's did (the
+    // two restarts are not at the same instant).
+    assert!(sets(&c, 0) + sets(&c, 1) >= 1);
     lock.release().await.unwrap();
     first.release().await.ok();
 }
