@@ -1121,6 +1121,19 @@ impl Listening {
     }
 }
 
+/// A queued reader that joins the readers wakes the next waiter (a reader
+/// that may share now), with a name that is no holder's, `joined:<token>`,
+/// which the waiting client knows as such (`Tally::passed`).
+#[test]
+fn a_reader_that_joins_wakes_the_next_waiter_by_a_name_that_is_no_holders() {
+    let c = servers(1);
+    let (aa, bb) = ("0000000000000001:aa:1", "0000000000000002:bb:1");
+    let mut listening = Listening::subscribe(&c, "d:wake:bb");
+    run(&c, 0, &["ZADD", "d:waiters", "0", aa, "0", bb]);
+    assert_eq!(eval(&c, READ, &["d"], &[TOKEN, "5000", aa]), Reply::Int(1));
+    assert_eq!(listening.heard(&c), [format!("{bb} joined:{TOKEN}")]);
+}
+
 /// A pass-on (a wake-up reached a wait that had ended) and a leave (a
 /// waiter gave up) wake the next waiter whenever the lock has room for it,
 /// in every layout: a free key; a semaphore with a slot free (released, or
@@ -1245,10 +1258,14 @@ fn a_pass_on_or_a_leave_wakes_the_next_waiter_whenever_the_lock_has_room() {
             let expected = room && !(script == "pass-on" && name.ends_with("leaver's intent"));
             if expected {
                 assert_eq!(heard.len(), 1, "{name}, {script}: woke nobody");
-                assert!(
-                    heard[0].starts_with(&format!("{bb} ")),
-                    "{name}, {script}: {heard:?}"
-                );
+                // A pass-on carries the wake-up's token on; a leave is
+                // named `leave:<leaver>`, a name the waiting client knows
+                // as no holder's (`Tally::passed`).
+                let token = match script {
+                    "pass-on" => "tok".to_owned(),
+                    _ => format!("leave:{aa}"),
+                };
+                assert_eq!(heard[0], format!("{bb} {token}"), "{name}, {script}");
             } else {
                 assert!(
                     heard.is_empty(),

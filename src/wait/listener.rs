@@ -51,7 +51,8 @@ impl Snapshots {
     /// had not reached it yet, and took the wait out of its queue when it
     /// came): see [`Channel::announce`](super::subscriber::Channel::announce);
     /// and always where the wake-up names no holder (a waiter's leaving, a
-    /// reader joining: see `Tally::passed`).
+    /// reader joining) or the attempt was turned away by a writer's intent
+    /// (see `Tally::passed`).
     /// Waking on every copy heard after the mark cost a second attempt,
     /// lost like the first, to most woken waiters that a newcomer beat to
     /// the lock (`handoff` bench, 8 waiters: 885 of 2 353 acquisitions on
