@@ -127,7 +127,12 @@
 //! since found a majority held by another holder. That majority queued the
 //! wait again, and that holder's release reaches one of them and wakes it,
 //! so the copies' turn is not lost ([`Listener`]'s
-//! [`Snapshots::settle`](listener::Snapshots::settle)). Wake-ups
+//! [`Snapshots::settle`](listener::Snapshots::settle)). Not where the
+//! majority named a writer's intent, which has no release of its own, nor
+//! for a wake-up that names no holder (a waiter's leaving, a reader
+//! joining): a copy of those may have taken the wait out of a node's
+//! queue where the attempt had just queued it, and ignored, it left a
+//! reader in no queue at all while the lock had room. Wake-ups
 //! are remembered (the last [`RECENT`](subscriber::RECENT)), not just
 //! signalled, so one heard while the waiter was still busy with its
 //! attempt still wakes it; one for a wait that has ended wakes nobody.
