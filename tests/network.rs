@@ -451,6 +451,18 @@ async fn an_extension_that_gets_through_after_the_validity_ran_out_is_an_error()
     );
 }
 
+/// Locks "r" for `LONG_TTL` with a new client whose node timeout is short:
+/// its first attempt also makes its connections within that timeout, so it
+/// may try again (the tests that use it are about the release).
+async fn first_lock(redlock: &Redlock) -> Lock {
+    redlock
+        .lock("r", LONG_TTL)
+        .retries(20)
+        .wait(Duration::from_secs(5))
+        .await
+        .unwrap()
+}
+
 /// Nodes that answer slower than the node timeout but well within the
 /// lock's validity (busy, or far away): the release's answers still count.
 /// It used to cut each node at the node timeout and report a failure
@@ -466,14 +478,7 @@ async fn a_release_counts_answers_slower_than_the_node_timeout() {
         .retry_count(0)
         .build()
         .unwrap();
-    // A new client's first attempt also makes its connections, within the
-    // 50 ms: it may try again (the test is about the release).
-    let lock = redlock
-        .lock("r", LONG_TTL)
-        .retries(20)
-        .wait(Duration::from_secs(5))
-        .await
-        .unwrap();
+    let lock = first_lock(&redlock).await;
     // A round trip of 160 ms against a node timeout of 50 ms.
     for proxy in &proxies {
         proxy.set_delay(ms(80));
@@ -498,13 +503,7 @@ async fn a_release_waits_for_a_silent_majority_no_longer_than_the_connect_timeou
         .retry_count(0)
         .build()
         .unwrap();
-    // As above: the first attempt makes the connections within 50 ms.
-    let lock = redlock
-        .lock("r", LONG_TTL)
-        .retries(20)
-        .wait(Duration::from_secs(5))
-        .await
-        .unwrap();
+    let lock = first_lock(&redlock).await;
     proxies[0].hold();
     proxies[1].hold();
     let started = Instant::now();
