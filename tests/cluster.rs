@@ -31,7 +31,6 @@ fn redlock(clusters: &[LocalRedisCluster]) -> Redlock {
         .unwrap()
 }
 
-/// The value of `key` on the primary serving it in `cluster`.
 /// `key` is gone from every cluster within 5 s: a release returns once a
 /// majority answered, and the last `DEL` follows.
 async fn assert_gone(c: &[LocalRedisCluster], key: &str) {
@@ -44,6 +43,7 @@ async fn assert_gone(c: &[LocalRedisCluster], key: &str) {
     }
 }
 
+/// The value of `key` on the primary serving it in `cluster`.
 fn get(cluster: &LocalRedisCluster, key: &str) -> Option<String> {
     let port = cluster.primary_of(key).unwrap();
     match command(port, &["GET", key]).unwrap() {

@@ -133,7 +133,9 @@ pub(crate) async fn acquire(
                 if let Some(mark) = &mut mark {
                     // Copies of the release that woke this attempt wake
                     // nothing more if a majority named another holder:
-                    // queued there again, its release wakes this wait.
+                    // queued there again, its release wakes this wait
+                    // (not past a writer's intent, nor for a leaving or a
+                    // joining: see `Tally::passed`).
                     mark.settle(|token| tally.passed(token));
                 }
                 (tally, took)

@@ -222,9 +222,13 @@ impl Tally {
     /// wake-up from it ended. A copy of such a wake-up may have taken the
     /// waiter out of that node's queue when it woke it: ignored, it left
     /// a reader in no queue at all, asleep on an intent that was gone
-    /// (up to the cap on a sleep, a second) while the lock had room
-    /// (`rwlock_cancel` in the chaos suite, beside a busy loop: 5 runs in
-    /// 40). Such a copy costs at most one more attempt per node.
+    /// (up to the cap on a sleep on a holder: ten retry delays, a second
+    /// at least) while the lock had room (`rwlock_cancel` in the chaos
+    /// suite, beside a busy loop: 5 runs in 40). A leave wakes only where
+    /// the lock has room; a join wakes the next waiter whatever it is (a
+    /// writer then finds readers), so its copies can take a writer out of
+    /// queues just as well. Such a copy costs at most one more attempt per
+    /// node.
     pub(crate) fn passed(&self, token: &str) -> bool {
         if token.starts_with("leave:") || token.starts_with("joined:") {
             return false;

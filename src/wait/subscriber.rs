@@ -341,7 +341,8 @@ impl Snapshot {
     /// Copies of the releases that had woken the wait by this mark wake
     /// nothing more, for each holder `passed` says the attempt made after
     /// the mark found overtaken: a majority held by another holder, which
-    /// queued the wait again.
+    /// queued the wait again (never past a writer's intent, nor a leaving
+    /// or a joining: see `Tally::passed`).
     pub(super) fn settle(&mut self, passed: impl Fn(&[u8]) -> bool) {
         self.stale = self.woke.iter().filter(|t| passed(t)).cloned().collect();
     }
@@ -436,7 +437,8 @@ impl Channel {
     /// acts, whatever its last attempt saw (a holder on a majority, or
     /// none: a split vote, too few answers), but for copies of a release
     /// the wait acted on whose attempt found another holder on a majority
-    /// (the mark's `stale`: see [`Snapshot::settle`]). Ignored after a split or an
+    /// (the mark's `stale`: see [`Snapshot::settle`], and `Tally::passed`
+    /// for the exceptions). Ignored after a split or an
     /// unreachable attempt, as it once was, the turn was lost and the
     /// waiters queued behind slept out the holder's whole PTTL (found under
     /// load: a 30 s stall of
