@@ -31,15 +31,16 @@ fn redlock(clusters: &[LocalRedisCluster]) -> Redlock {
         .unwrap()
 }
 
-/// `key` is gone from every cluster within 5 s: a release returns once a
-/// majority answered, and the last `DEL` follows.
-async fn assert_gone(c: &[LocalRedisCluster], key: &str) {
+/// `key` holds `value` (`None`: is gone) in every cluster within 5 s: a
+/// lock or a release returns once a majority answered, and the last
+/// node's command follows.
+async fn assert_everywhere(c: &[LocalRedisCluster], key: &str, value: Option<&str>) {
     let start = std::time::Instant::now();
-    while c.iter().any(|c| get(c, key).is_some()) && start.elapsed() < secs(5) {
+    while c.iter().any(|c| get(c, key).as_deref() != value) && start.elapsed() < secs(5) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     for cluster in c {
-        assert_eq!(get(cluster, key), None);
+        assert_eq!(get(cluster, key).as_deref(), value);
     }
 }
 
@@ -58,16 +59,9 @@ async fn a_lock_lives_on_the_primary_serving_its_slot_in_every_cluster() {
     let redlock = redlock(&c);
     let lock = redlock.lock("report", secs(10)).await.unwrap();
     let key = "{redquorum:report}";
-    // Returned at a majority; the last SET follows.
-    let start = std::time::Instant::now();
-    while c.iter().any(|c| get(c, key).is_none()) && start.elapsed() < secs(5) {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    for cluster in &c {
-        assert_eq!(get(cluster, key).as_deref(), Some(lock.token()));
-    }
+    assert_everywhere(&c, key, Some(lock.token())).await;
     lock.release().await.unwrap();
-    assert_gone(&c, key).await;
+    assert_everywhere(&c, key, None).await;
 }
 
 /// Every kind works with three clusters as the three nodes: their scripts
@@ -284,7 +278,7 @@ async fn a_shard_failover_quarantines_the_node_and_the_holder_stays_alone() {
     // The holder is alone and still valid; its release reaches every node.
     assert!(!first.is_lost());
     first.release().await.unwrap();
-    assert_gone(&c, key).await;
+    assert_everywhere(&c, key, None).await;
 }
 
 /// A slot moves from one primary to another, on two of the three clusters,
